@@ -1,0 +1,53 @@
+"""Entry point of the tiny GRPO example: ``python examples/tiny_grpo/train.py [hydra overrides]``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))  # makes the `tinygrpo` package importable
+
+import hydra  # noqa: E402
+import ray  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from tinygrpo.trainer import GRPOTrainer, seed_everything  # noqa: E402
+
+log = logging.getLogger("tiny_grpo")
+
+
+def worker_pythonpath() -> str:
+    """PYTHONPATH for Ray workers: this folder first, then whatever the driver already had."""
+    existing = os.environ.get("PYTHONPATH", "")
+    return os.pathsep.join(p for p in (str(HERE), existing) if p)
+
+
+@hydra.main(config_path=".", config_name="config", version_base=None)
+def main(cfg: DictConfig) -> None:
+    """Start Ray, train, shut Ray down."""
+    output_dir = Path(HydraConfig.get().runtime.output_dir)
+    seed_everything(int(cfg.seed), int(cfg.trainer.torch_threads))
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(
+        num_cpus=int(cfg.ray.num_cpus),
+        include_dashboard=False,
+        logging_level=logging.WARNING,
+        runtime_env={"env_vars": {"PYTHONPATH": worker_pythonpath()}},
+    )
+    try:
+        trainer = GRPOTrainer(cfg, output_dir)
+        try:
+            trainer.fit()
+        finally:
+            trainer.close()
+    finally:
+        ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""skipweave: record and replay the rollouts of RL-for-LLM trainers with zero change to their source.
+
+Public API (imported lazily, so that ``import skipweave`` — done by the Hydra plugin in every Hydra
+app of the environment — costs no torch or ray import):
+
+- :func:`weave` / :func:`unweave`: patch the configured targets / restore the originals.
+- :func:`set_step`: tell skipweave the current training step (verl's ``SkipManager`` style).
+- :func:`counters`: hits, misses, bypasses, bytes and seconds saved in this process.
+- :class:`ConfigError`: a bad ``skip`` value, raised before anything is patched.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from skipweave.api import counters, set_step, unweave, weave, woven_plan
+    from skipweave.config.errors import ConfigError
+
+_LAZY = {
+    "weave": "skipweave.api",
+    "unweave": "skipweave.api",
+    "woven_plan": "skipweave.api",
+    "set_step": "skipweave.api",
+    "counters": "skipweave.api",
+    "ConfigError": "skipweave.config.errors",
+}
+
+__all__ = ["ConfigError", "__version__", "counters", "set_step", "unweave", "weave", "woven_plan"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'skipweave' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

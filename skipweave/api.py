@@ -1,0 +1,58 @@
+"""The public functions behind ``skipweave.weave``, ``unweave``, ``set_step`` and ``counters``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from skipweave.config.loader import load_skip_config
+from skipweave.config.schema import SkipConfig
+from skipweave.policy.steps import set_step
+from skipweave.report import counters
+from skipweave.weave.weaver import WEAVER, Patch
+
+__all__ = ["counters", "set_step", "unweave", "weave", "woven_plan"]
+
+
+def weave(
+    cfg: Any = None,
+    *,
+    profile: str | None = None,
+    overrides: Sequence[str] = (),
+) -> list[Patch]:
+    """Patch every target of every enabled role.
+
+    Args:
+        cfg: the application's whole config — a mapping or OmegaConf ``DictConfig`` with a top-level
+            ``skip`` node (other nodes are read for legacy verl keys), or a :class:`SkipConfig`.
+        profile: name of a shipped profile (e.g. ``"rollout_cache"``) composed with Hydra instead of,
+            or on top of, ``cfg``.
+        overrides: Hydra command-line style overrides applied with ``profile``
+            (e.g. ``["skip.rollout.dump_dir=/tmp/d", "+skip.rollout.targets.gen=pkg.mod:Gen.run"]``).
+
+    Returns:
+        The patches, applied or waiting for their module's first import. Weaving the plan already
+        woven is a no-op (no double wrap); another plan replaces the current one.
+
+    Raises:
+        skipweave.ConfigError: a bad value (naming key, value and what is allowed); nothing is patched.
+        skipweave.weave.resolve.TargetNotFound: a non-optional target does not resolve; nothing is patched.
+    """
+    if profile is not None:
+        from skipweave.config.profiles import compose_profile
+
+        cfg = compose_profile(profile, overrides=overrides, base=cfg)
+    elif overrides:
+        raise TypeError("overrides= needs profile=; put plain values into cfg instead")
+    plan = cfg if isinstance(cfg, SkipConfig) else load_skip_config(cfg)
+    return WEAVER.weave(plan)
+
+
+def unweave() -> None:
+    """Remove every skipweave patch of this process and restore the originals exactly."""
+    WEAVER.unweave()
+
+
+def woven_plan() -> SkipConfig | None:
+    """Return the plan currently woven in this process, or ``None``."""
+    return WEAVER.plan

@@ -1,0 +1,532 @@
+"""Schema of the ``skip`` configuration: one :class:`RoleConfig` per role, validated before weaving.
+
+The shape follows verl's ``skip.<role>`` section (``enable``, ``dump_dir``, ``steps``, ``action``) and
+adds what a zero-change tool needs: ``targets`` (what to hijack), ``step`` (where the step number
+comes from), ``bypass`` (which calls always run live) and the store's safety knobs.
+
+Every value is checked here, before anything is patched; a bad value raises
+:class:`~skipweave.config.errors.ConfigError` naming the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from skipweave.config.errors import ConfigError
+
+DEFAULT_DUMP_DIR = "~/.cache/skipweave"
+
+
+class Action(str, enum.Enum):
+    """What a proxy does at an eligible step.
+
+    - ``cache``: replay the entry recorded for this very step, else call through and record it.
+    - ``repeat``: replay this step if recorded, else the nearest earlier recorded step, else the
+      nearest later one, else call through and record (verl's current ``repeat``).
+    - ``repeat_cycle``: cycle through the recorded steps in order (verl 2026's legacy ``repeat``).
+    - ``repeat_last``: always the last recorded step (verl 2026's legacy ``repeat_last``).
+    """
+
+    CACHE = "cache"
+    REPEAT = "repeat"
+    REPEAT_CYCLE = "repeat_cycle"
+    REPEAT_LAST = "repeat_last"
+
+
+class StepSourceKind(str, enum.Enum):
+    """Where a proxy reads the training step of a call (see :mod:`skipweave.policy.steps`)."""
+
+    AUTO = "auto"
+    SET_STEP = "set_step"
+    ARG = "arg"
+    ATTR = "attr"
+    REGEX = "regex"
+    COUNTER = "counter"
+
+
+class BypassKind(str, enum.Enum):
+    """How a proxy decides that a call always runs live (see :mod:`skipweave.policy.bypass`)."""
+
+    ARG = "arg"
+    NEVER = "never"
+    CALLABLE = "callable"
+
+
+class OnMismatch(str, enum.Enum):
+    """What to do when a replayed entry's input fingerprint differs from the live call's."""
+
+    WARN = "warn"
+    REGENERATE = "regenerate"
+    ERROR = "error"
+
+
+class ShardKind(str, enum.Enum):
+    """How entries of several processes calling one target at one step are kept apart.
+
+    - ``auto`` / ``rank``: the ``RANK`` environment variable (verl's worker groups and torchrun set it
+      in every worker), ``0`` when unset.
+    - ``fingerprint``: the input fingerprint (each distinct input is its own shard).
+    - ``none``: one shard for every process.
+    """
+
+    AUTO = "auto"
+    RANK = "rank"
+    FINGERPRINT = "fingerprint"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """One method or function to hijack.
+
+    Attributes:
+        name: the key under ``skip.<role>.targets``; used in the store layout.
+        path: ``pkg.mod:Qual.name`` or the dotted form Hydra uses for ``_target_``.
+        optional: when True a path that does not resolve is logged and skipped, not an error.
+    """
+
+    name: str
+    path: str
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class StepSet:
+    """The steps eligible for record/replay: every step, or a union of inclusive ranges.
+
+    Attributes:
+        ranges: inclusive ``(first, last)`` pairs, sorted; ``None`` means every step.
+    """
+
+    ranges: tuple[tuple[int, int], ...] | None = None
+
+    def __contains__(self, step: object) -> bool:
+        if self.ranges is None:
+            return True
+        if not isinstance(step, int):
+            return False
+        return any(lo <= step <= hi for lo, hi in self.ranges)
+
+    def to_config(self) -> str | list[int | str]:
+        """Return the canonical config form: ``"all"`` or a list of ints and ``"a-b"`` strings."""
+        if self.ranges is None:
+            return "all"
+        return [lo if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges]
+
+
+@dataclass(frozen=True)
+class StepSourceConfig:
+    """Where the step of a call comes from.
+
+    Attributes:
+        source: see :class:`StepSourceKind`; ``auto`` is verl's convention
+            (``meta_info["global_steps"]`` of the first argument when present, else the call counter).
+        arg: positional index or keyword name of the argument to read (``arg``, ``regex``).
+        path: dotted attribute/key path inside the argument (``arg``, ``regex``) or inside the
+            bound instance (``attr``), e.g. ``meta_info.global_steps`` or ``state.global_step``.
+        pattern: regular expression with one group that captures the step (``regex``), e.g.
+            ``sample_\\d+_(\\d+)$`` for verl's async sample ids.
+    """
+
+    source: StepSourceKind = StepSourceKind.AUTO
+    arg: int | str = 0
+    path: str = "meta_info.global_steps"
+    pattern: str | None = None
+
+
+@dataclass(frozen=True)
+class BypassConfig:
+    """Which calls always run live (record nothing, advance no counter).
+
+    Attributes:
+        when: see :class:`BypassKind`. Default ``arg``: any of ``paths`` truthy on argument ``arg``,
+            which with the defaults is verl's ``meta_info["validate"]`` on the first argument.
+        arg: positional index or keyword name of the argument to inspect.
+        paths: dotted paths inside that argument; a call is bypassed when any is truthy.
+        callable: ``pkg.mod:fn`` called as ``fn(args, kwargs) -> bool`` (``when: callable``).
+    """
+
+    when: BypassKind = BypassKind.ARG
+    arg: int | str = 0
+    paths: tuple[str, ...] = ("meta_info.validate",)
+    callable: str | None = None
+
+
+@dataclass(frozen=True)
+class FingerprintConfig:
+    """How inputs are fingerprinted and what a mismatch on replay does.
+
+    Attributes:
+        on_mismatch: ``warn`` (serve and log), ``regenerate`` (call through, re-record) or ``error``.
+        ignore: dotted paths left out of the fingerprint: first part an argument index, a keyword
+            name or ``*``; e.g. ``*.non_tensor_batch.uid`` (verl's per-run random ids).
+    """
+
+    on_mismatch: OnMismatch = OnMismatch.WARN
+    ignore: tuple[str, ...] = ("*.non_tensor_batch.uid", "*.meta_info.timing")
+
+
+@dataclass(frozen=True)
+class RoleConfig:
+    """Validated settings of one role (``skip.<role>``).
+
+    Attributes:
+        role: the role name, e.g. ``rollout``.
+        enable: weave this role's targets at all.
+        action: see :class:`Action`.
+        steps: eligible steps; other steps run live and are not recorded.
+        dump_dir: absolute path of the store root (``~`` expanded, made absolute when read).
+        namespace: sub-folder of ``dump_dir`` naming the run identity.
+        targets: what to hijack, in config order.
+        step: where the step comes from.
+        bypass: which calls always run live.
+        fingerprint: input fingerprint settings.
+        shard: how several processes' entries are kept apart.
+        restore_rng: restore the RNG state the real call left behind on replay.
+        allow_pickle: let results the safe codec cannot hold be pickled (and loaded).
+        calls_per_step: calls one process makes per step, when known; used to tell a step left
+            incomplete by an interrupted run. ``None``: learned from finished steps, else 1.
+        record_steps: for ``repeat*`` actions, steps recorded when missing even though another
+            recorded step could serve them (verl 2026's ``1..max_dump_step``); ``None``: only the first.
+    """
+
+    role: str
+    enable: bool = False
+    action: Action = Action.CACHE
+    steps: StepSet = field(default_factory=StepSet)
+    dump_dir: str = DEFAULT_DUMP_DIR
+    namespace: str = "default"
+    targets: tuple[TargetSpec, ...] = ()
+    step: StepSourceConfig = field(default_factory=StepSourceConfig)
+    bypass: BypassConfig = field(default_factory=BypassConfig)
+    fingerprint: FingerprintConfig = field(default_factory=FingerprintConfig)
+    shard: ShardKind = ShardKind.AUTO
+    restore_rng: bool = True
+    allow_pickle: bool = False
+    calls_per_step: int | None = None
+    record_steps: StepSet | None = None
+
+    def to_config(self) -> dict[str, Any]:
+        """Return the canonical, JSON-serialisable ``skip.<role>`` mapping (re-parses identically)."""
+        return {
+            "enable": self.enable,
+            "action": self.action.value,
+            "steps": self.steps.to_config(),
+            "dump_dir": self.dump_dir,
+            "namespace": self.namespace,
+            "targets": {t.name: {"path": t.path, "optional": t.optional} for t in self.targets},
+            "step": {
+                "source": self.step.source.value,
+                "arg": self.step.arg,
+                "path": self.step.path,
+                "pattern": self.step.pattern,
+            },
+            "bypass": {
+                "when": self.bypass.when.value,
+                "arg": self.bypass.arg,
+                "paths": list(self.bypass.paths),
+                "callable": self.bypass.callable,
+            },
+            "fingerprint": {
+                "on_mismatch": self.fingerprint.on_mismatch.value,
+                "ignore": list(self.fingerprint.ignore),
+            },
+            "shard": self.shard.value,
+            "restore_rng": self.restore_rng,
+            "allow_pickle": self.allow_pickle,
+            "calls_per_step": self.calls_per_step,
+            "record_steps": None if self.record_steps is None else self.record_steps.to_config(),
+        }
+
+
+@dataclass(frozen=True)
+class SkipConfig:
+    """The whole validated ``skip`` section: roles by name, in config order."""
+
+    roles: dict[str, RoleConfig] = field(default_factory=dict)
+
+    @property
+    def enabled_roles(self) -> list[RoleConfig]:
+        """Roles with ``enable: true`` and at least one target."""
+        return [r for r in self.roles.values() if r.enable and r.targets]
+
+    def to_config(self) -> dict[str, Any]:
+        """Return ``{"skip": {role: mapping}}``, JSON-serialisable; :func:`parse_skip` accepts it."""
+        return {"skip": {name: role.to_config() for name, role in self.roles.items()}}
+
+
+_ROLE_KEYS = {
+    "enable", "action", "steps", "dump_dir", "namespace", "targets", "step", "bypass",
+    "fingerprint", "shard", "restore_rng", "allow_pickle", "calls_per_step", "record_steps",
+}
+_RANGE_RE = re.compile(r"^\s*(-?\d+)\s*(?:-|\.\.|:)\s*(-?\d+)\s*$")
+_ROLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
+
+
+def _enum(cls: type[enum.Enum], key: str, value: Any) -> Any:
+    try:
+        return cls(value)
+    except ValueError:
+        allowed = ", ".join(repr(m.value) for m in cls)  # type: ignore[attr-defined]
+        raise ConfigError(key, value, f"one of {allowed}") from None
+
+
+def _bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(key, value, "true or false")
+
+
+def _int(key: str, value: Any, *, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(key, value, "an integer")
+    if minimum is not None and value < minimum:
+        raise ConfigError(key, value, f"an integer >= {minimum}")
+    return value
+
+
+def _arg_ref(key: str, value: Any) -> int | str:
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or value == "":
+        raise ConfigError(key, value, "a positional argument index (0, 1, …) or a keyword argument name")
+    if isinstance(value, int) and value < 0:
+        raise ConfigError(key, value, "a positional argument index >= 0")
+    return value
+
+
+def _str(key: str, value: Any, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(key, value, "a non-empty string")
+    return value
+
+
+def _paths(key: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(key, value, "a list of dotted paths such as ['0.meta_info.timing']")
+    return tuple(value)
+
+
+def parse_steps(key: str, value: Any) -> StepSet:
+    """Parse ``steps``: ``"all"``/``null``, an int, ``"a-b"`` (inclusive), ``{start, end}`` or a list.
+
+    Args:
+        key: dotted key for error messages.
+        value: the raw value.
+
+    Returns:
+        A :class:`StepSet` with merged, sorted inclusive ranges.
+
+    Raises:
+        ConfigError: on anything else, or a range whose end precedes its start.
+    """
+    allowed = "'all', a step (int), a list of steps, an inclusive range '3-7' or {start: 3, end: 7}"
+    if value is None or (isinstance(value, str) and value.strip().lower() == "all"):
+        return StepSet(None)
+    items: Iterable[Any]
+    if isinstance(value, (list, tuple)):
+        items = value
+        if not value:
+            raise ConfigError(key, value, allowed + " (an empty list would select no step; use enable=false)")
+    else:
+        items = [value]
+    ranges: list[tuple[int, int]] = []
+    for item in items:
+        if isinstance(item, bool):
+            raise ConfigError(key, value, allowed)
+        if isinstance(item, int):
+            ranges.append((item, item))
+        elif isinstance(item, str) and item.strip().lstrip("-").isdigit():
+            ranges.append((int(item), int(item)))
+        elif isinstance(item, str) and _RANGE_RE.match(item):
+            m = _RANGE_RE.match(item)
+            assert m is not None
+            ranges.append((int(m.group(1)), int(m.group(2))))
+        elif isinstance(item, Mapping) and set(item) == {"start", "end"}:
+            ranges.append((_int(f"{key}.start", item["start"]), _int(f"{key}.end", item["end"])))
+        else:
+            raise ConfigError(key, value, allowed)
+        if ranges[-1][1] < ranges[-1][0]:
+            raise ConfigError(key, value, "ranges must end at or after their start, e.g. '3-7'")
+    ranges.sort()
+    merged: list[tuple[int, int]] = []
+    for lo, hi in ranges:
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+        else:
+            merged.append((lo, hi))
+    return StepSet(tuple(merged))
+
+
+def normalize_target_path(path: str) -> str:
+    """Return ``path`` unchanged; both ``pkg.mod:Qual.name`` and ``pkg.mod.Qual.name`` are accepted."""
+    return path.strip()
+
+
+def _targets(key: str, value: Any) -> tuple[TargetSpec, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            key, value, "a mapping name -> 'pkg.mod:Class.method' (or {path: ..., optional: true})"
+        )
+    specs = []
+    for name, spec in value.items():
+        tkey = f"{key}.{name}"
+        if spec is None:  # a null entry removes a target another config source added
+            continue
+        if isinstance(spec, str):
+            path, optional = spec, False
+        elif isinstance(spec, Mapping):
+            unknown = set(spec) - {"path", "optional"}
+            if unknown:
+                raise ConfigError(tkey, dict(spec), f"keys 'path' and 'optional' only (got {sorted(unknown)})")
+            path = spec.get("path")
+            optional = _bool(f"{tkey}.optional", spec.get("optional", False))
+        else:
+            raise ConfigError(tkey, spec, "a target path string or {path: ..., optional: true}")
+        if not isinstance(path, str) or not re.match(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$", path.strip()):
+            raise ConfigError(
+                f"{tkey}" + (".path" if isinstance(spec, Mapping) else ""),
+                path,
+                "a path like 'pkg.mod:Class.method' or 'pkg.mod.Class.method'",
+            )
+        specs.append(TargetSpec(name=str(name), path=normalize_target_path(path), optional=optional))
+    return tuple(specs)
+
+
+def _sub(key: str, value: Any, allowed_keys: set[str]) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(key, value, f"a mapping with keys {sorted(allowed_keys)}")
+    unknown = set(value) - allowed_keys
+    if unknown:
+        bad = sorted(unknown)[0]
+        raise ConfigError(f"{key}.{bad}", value[bad], f"no such key; allowed keys are {sorted(allowed_keys)}")
+    return value
+
+
+def _dump_dir(key: str, value: Any) -> str:
+    raw = _str(key, value)
+    assert raw is not None
+    return os.path.abspath(os.path.expanduser(os.path.expandvars(raw)))
+
+
+def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
+    """Validate one ``skip.<role>`` mapping.
+
+    Args:
+        role: the role name.
+        raw: the mapping (plain ``dict``; convert OmegaConf nodes first).
+        prefix: key prefix used in error messages.
+
+    Returns:
+        The :class:`RoleConfig`.
+
+    Raises:
+        ConfigError: the first invalid key, naming it, its value and what is allowed.
+    """
+    key = f"{prefix}.{role}"
+    if not _ROLE_NAME_RE.match(role):
+        raise ConfigError(key, role, "a role name made of letters, digits, '_' and '-'")
+    if raw is None:
+        raw = {}
+    if isinstance(raw, bool):  # `skip.rollout: false` reads as "off"
+        raw = {"enable": raw}
+    data = _sub(key, raw, _ROLE_KEYS)
+    step_raw = data.get("step")
+    if isinstance(step_raw, str):
+        step_raw = {"source": step_raw}
+    step = _sub(f"{key}.step", step_raw, {"source", "arg", "path", "pattern"})
+    bypass_raw = data.get("bypass", {})
+    if bypass_raw is None or bypass_raw is False:
+        bypass_raw = {"when": "never"}
+    bypass = _sub(f"{key}.bypass", bypass_raw, {"when", "arg", "paths", "callable"})
+    fp = _sub(f"{key}.fingerprint", data.get("fingerprint"), {"on_mismatch", "ignore"})
+
+    step_cfg = StepSourceConfig(
+        source=_enum(StepSourceKind, f"{key}.step.source", step.get("source", "auto")),
+        arg=_arg_ref(f"{key}.step.arg", step.get("arg", 0)),
+        path=_str(f"{key}.step.path", step.get("path", "meta_info.global_steps")) or "",
+        pattern=_str(f"{key}.step.pattern", step.get("pattern"), optional=True),
+    )
+    if step_cfg.source is StepSourceKind.REGEX:
+        if step_cfg.pattern is None:
+            raise ConfigError(f"{key}.step.pattern", None, "a regular expression with one group, e.g. 'sample_\\d+_(\\d+)$'")
+        try:
+            compiled = re.compile(step_cfg.pattern)
+        except re.error as exc:
+            raise ConfigError(f"{key}.step.pattern", step_cfg.pattern, f"a valid regular expression ({exc})") from None
+        if compiled.groups < 1:
+            raise ConfigError(f"{key}.step.pattern", step_cfg.pattern, "a regular expression with one capturing group")
+
+    bypass_cfg = BypassConfig(
+        when=_enum(BypassKind, f"{key}.bypass.when", bypass.get("when", "arg")),
+        arg=_arg_ref(f"{key}.bypass.arg", bypass.get("arg", 0)),
+        paths=_paths(f"{key}.bypass.paths", bypass.get("paths", ["meta_info.validate"])),
+        callable=_str(f"{key}.bypass.callable", bypass.get("callable"), optional=True),
+    )
+    if bypass_cfg.when is BypassKind.CALLABLE and not bypass_cfg.callable:
+        raise ConfigError(f"{key}.bypass.callable", None, "a function path 'pkg.mod:fn' when bypass.when=callable")
+
+    calls = data.get("calls_per_step")
+    return RoleConfig(
+        role=role,
+        enable=_bool(f"{key}.enable", data.get("enable", False)),
+        action=_enum(Action, f"{key}.action", data.get("action", "cache")),
+        steps=parse_steps(f"{key}.steps", data.get("steps", "all")),
+        dump_dir=_dump_dir(f"{key}.dump_dir", data.get("dump_dir", DEFAULT_DUMP_DIR)),
+        namespace=_namespace(f"{key}.namespace", data.get("namespace", "default")),
+        targets=_targets(f"{key}.targets", data.get("targets")),
+        step=step_cfg,
+        bypass=bypass_cfg,
+        fingerprint=FingerprintConfig(
+            on_mismatch=_enum(OnMismatch, f"{key}.fingerprint.on_mismatch", fp.get("on_mismatch", "warn")),
+            ignore=_paths(f"{key}.fingerprint.ignore", fp.get("ignore", list(FingerprintConfig().ignore))),
+        ),
+        shard=_enum(ShardKind, f"{key}.shard", data.get("shard", "auto")),
+        restore_rng=_bool(f"{key}.restore_rng", data.get("restore_rng", True)),
+        allow_pickle=_bool(f"{key}.allow_pickle", data.get("allow_pickle", False)),
+        calls_per_step=None if calls is None else _int(f"{key}.calls_per_step", calls, minimum=1),
+        record_steps=None
+        if data.get("record_steps") is None
+        else parse_steps(f"{key}.record_steps", data["record_steps"]),
+    )
+
+
+def _namespace(key: str, value: Any) -> str:
+    text = _str(key, str(value) if isinstance(value, (int, float)) else value)
+    assert text is not None
+    if "/" in text or "\\" in text or text in {".", ".."} or text.startswith("_"):
+        raise ConfigError(key, value, "a folder name without '/', not '.', '..' or starting with '_'")
+    return text
+
+
+def parse_skip(skip: Any, *, prefix: str = "skip") -> SkipConfig:
+    """Validate a whole ``skip`` section (``None`` or missing means every role disabled).
+
+    Args:
+        skip: mapping role name -> role mapping (plain containers).
+        prefix: key prefix used in error messages.
+
+    Returns:
+        The :class:`SkipConfig`.
+
+    Raises:
+        ConfigError: the first invalid key.
+    """
+    if skip is None:
+        return SkipConfig({})
+    if not isinstance(skip, Mapping):
+        raise ConfigError(prefix, skip, "a mapping of role name -> role settings, e.g. skip.rollout.enable=true")
+    return SkipConfig({str(name): parse_role(str(name), raw, prefix=prefix) for name, raw in skip.items()})

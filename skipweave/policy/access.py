@@ -1,0 +1,45 @@
+"""Reading a value out of a call's arguments by a dotted path (attributes, dict keys, list indices)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+MISSING: Any = object()
+"""Sentinel returned when a path does not exist."""
+
+
+def get_path(obj: Any, path: str) -> Any:
+    """Follow ``path`` (``a.b.0.c``) through attributes, mapping keys and sequence indices.
+
+    Each part is tried as a mapping key first, then as an attribute, then as an integer index.
+
+    Returns:
+        The value, or :data:`MISSING` when any part does not exist.
+    """
+    cur = obj
+    if not path:
+        return cur
+    for part in path.split("."):
+        if isinstance(cur, Mapping):
+            if part in cur:
+                cur = cur[part]
+                continue
+            return MISSING
+        nxt = getattr(cur, part, MISSING)
+        if nxt is MISSING and part.lstrip("-").isdigit() and isinstance(cur, Sequence):
+            try:
+                nxt = cur[int(part)]
+            except IndexError:
+                return MISSING
+        if nxt is MISSING:
+            return MISSING
+        cur = nxt
+    return cur
+
+
+def get_arg(args: tuple[Any, ...], kwargs: Mapping[str, Any], ref: int | str) -> Any:
+    """Return positional argument ``ref`` (int) or keyword argument ``ref`` (str), else :data:`MISSING`."""
+    if isinstance(ref, int):
+        return args[ref] if ref < len(args) else MISSING
+    return kwargs.get(ref, MISSING)

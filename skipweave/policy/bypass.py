@@ -1,0 +1,56 @@
+"""Bypass predicates: calls that always run live, record nothing and advance no counter.
+
+The default follows verl: a call whose first argument has ``meta_info["validate"]`` truthy is a
+validation pass and is never recorded or replayed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from skipweave.config.schema import BypassConfig, BypassKind
+from skipweave.policy.access import MISSING, get_arg, get_path
+
+
+def _truthy(value: Any) -> bool:
+    if value is MISSING or value is None:
+        return False
+    if hasattr(value, "any") and callable(value.any):  # numpy / torch arrays: any element set
+        try:
+            return bool(value.any())
+        except (TypeError, ValueError):
+            return False
+    try:
+        return bool(value)
+    except (TypeError, ValueError):
+        return False
+
+
+def make_bypass(
+    cfg: BypassConfig, resolve: Callable[[str], Any]
+) -> Callable[[tuple[Any, ...], Mapping[str, Any]], bool]:
+    """Build the predicate ``(args, kwargs) -> bool`` for one role.
+
+    Args:
+        cfg: the role's bypass settings.
+        resolve: turns ``pkg.mod:fn`` into the function (for ``when: callable``).
+
+    Raises:
+        ImportError, AttributeError: the configured callable does not resolve.
+    """
+    if cfg.when is BypassKind.NEVER:
+        return lambda args, kwargs: False
+    if cfg.when is BypassKind.CALLABLE:
+        assert cfg.callable is not None
+        fn = resolve(cfg.callable)
+        return lambda args, kwargs: bool(fn(args, kwargs))
+    ref, paths = cfg.arg, cfg.paths
+
+    def predicate(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
+        arg = get_arg(args, kwargs, ref)
+        if arg is MISSING:
+            return False
+        return any(_truthy(get_path(arg, p)) for p in paths)
+
+    return predicate

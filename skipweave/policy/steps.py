@@ -1,0 +1,133 @@
+"""Step sources: where the training step of a call comes from.
+
+verl's convention is the default: the step is ``meta_info["global_steps"]`` of the first argument
+when present, else a per-process call counter starting at 1. Other sources cover hosts that keep the
+step elsewhere (``self.state.global_step`` in TRL-style trainers, sample ids such as verl's async
+``sample_<epoch>_<index>``, or an explicit :func:`set_step` call in the host's loop).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from skipweave.config.schema import StepSourceConfig, StepSourceKind
+from skipweave.policy.access import MISSING, get_arg, get_path
+
+_explicit_step: int | None = None
+_lock = threading.Lock()
+
+
+class StepError(RuntimeError):
+    """The configured step source gave no usable step for a call."""
+
+
+def set_step(step: int | None) -> None:
+    """Set the current step for every role whose step source is ``set_step`` (verl's ``SkipManager`` style).
+
+    Args:
+        step: the training step (1-based in verl), or ``None`` to clear it.
+
+    Raises:
+        TypeError: ``step`` is not an int or None.
+    """
+    global _explicit_step
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
+        raise TypeError(f"set_step expects an int or None, got {step!r}")
+    _explicit_step = step
+
+
+def get_step() -> int | None:
+    """Return the step last given to :func:`set_step`, or ``None``."""
+    return _explicit_step
+
+
+def _as_step(value: Any) -> int | None:
+    if value is MISSING or value is None or isinstance(value, bool):
+        return None
+    try:
+        if hasattr(value, "item"):  # numpy / torch scalars
+            value = value.item()
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value)
+    except (TypeError, ValueError):
+        return None
+    return None
+
+
+class StepSource:
+    """Compute the step of one call from a :class:`StepSourceConfig`.
+
+    The call counter is per process and per source (one source per woven target and role) and
+    only advances on calls that are not bypassed (the proxy calls :meth:`step_for` only then).
+    """
+
+    def __init__(self, cfg: StepSourceConfig) -> None:
+        self.cfg = cfg
+        self._counter = 0
+        self._pattern = re.compile(cfg.pattern) if cfg.pattern else None
+        self._lock = threading.Lock()
+
+    def _next_count(self) -> int:
+        with self._lock:
+            self._counter += 1
+            return self._counter
+
+    def step_for(self, instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int:
+        """Return the step of a call.
+
+        Args:
+            instance: the bound instance (``None`` for functions and static methods).
+            args, kwargs: the call's arguments, as the host passed them.
+
+        Raises:
+            StepError: the source is ``arg``/``attr``/``regex``/``set_step`` and gives nothing usable;
+                the message names the source and what was found.
+        """
+        cfg = self.cfg
+        kind = cfg.source
+        if kind is StepSourceKind.AUTO:
+            step = _as_step(get_path(get_arg(args, kwargs, cfg.arg), cfg.path))
+            if step is not None:
+                return step
+            if _explicit_step is not None:
+                return _explicit_step
+            return self._next_count()
+        if kind is StepSourceKind.COUNTER:
+            return self._next_count()
+        if kind is StepSourceKind.SET_STEP:
+            if _explicit_step is None:
+                raise StepError("step source 'set_step' but skipweave.set_step(n) was never called")
+            return _explicit_step
+        if kind is StepSourceKind.ATTR:
+            value = get_path(instance, cfg.path)
+            step = _as_step(value)
+            if step is None:
+                raise StepError(f"step source attr '{cfg.path}' of {type(instance).__name__} gave {_show(value)}")
+            return step
+        value = get_path(get_arg(args, kwargs, cfg.arg), cfg.path)
+        if kind is StepSourceKind.REGEX:
+            assert self._pattern is not None
+            text = value if isinstance(value, str) else None
+            match = self._pattern.search(text) if text is not None else None
+            step = _as_step(match.group(1)) if match else None
+            if step is None:
+                raise StepError(
+                    f"step source regex {self._pattern.pattern!r} on argument {cfg.arg!r} path '{cfg.path}' "
+                    f"found no step in {_show(value)}"
+                )
+            return step
+        step = _as_step(value)
+        if step is None:
+            raise StepError(f"step source arg {cfg.arg!r} path '{cfg.path}' gave {_show(value)}, not an integer")
+        return step
+
+
+def _show(value: Any) -> str:
+    return "nothing (path missing)" if value is MISSING else repr(value)[:80]

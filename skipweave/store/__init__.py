@@ -1,0 +1,1 @@
+"""Store layer: on-disk layout, codecs, atomic commit, manifests, checksums, locks, completeness."""

@@ -1,0 +1,71 @@
+"""Atomic file commits: write under a temporary name, fsync, rename into place.
+
+A reader sees either nothing or the whole file, also when the writer is SIGKILLed at any instant
+(POSIX ``rename`` within one folder is atomic). Temporary names start with ``.tmp-`` so readers
+and ``skipweave gc`` can tell them apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+
+from skipweave.store.layout import TMP_PREFIX
+
+
+def tmp_name(folder: str, final_name: str) -> str:
+    """Return a unique temporary path in ``folder`` for a file that will become ``final_name``."""
+    return os.path.join(folder, f"{TMP_PREFIX}{uuid.uuid4().hex[:12]}-{final_name}")
+
+
+def fsync_file(path: str) -> None:
+    """Flush ``path``'s data to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(folder: str) -> None:
+    """Flush a folder's entries (the renames in it) to disk; ignored where unsupported."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def removing_on_error(paths: list[str]) -> Iterator[list[str]]:
+    """Yield ``paths``; if the block raises, delete every path in it (temporary files) and re-raise."""
+    try:
+        yield paths
+    except BaseException:
+        for p in paths:
+            with contextlib.suppress(OSError):
+                os.unlink(p)
+        raise
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temporary name, fsync, rename).
+
+    Raises:
+        OSError: the write failed; nothing is left behind and an existing ``path`` is untouched.
+    """
+    folder = os.path.dirname(path)
+    tmp = tmp_name(folder, os.path.basename(path))
+    with removing_on_error([tmp]):
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)

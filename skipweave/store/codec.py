@@ -1,0 +1,933 @@
+"""A safe codec turning rollout results into a JSON skeleton plus a flat dict of tensors.
+
+``encode`` walks an object and produces an :class:`Encoded` value:
+
+* ``tree`` -- a JSON-serialisable dict (``json.dumps`` works on it, no NaN/Infinity literals) of the form
+  ``{"codec_version": 1, "root": <node>}``. Every node is a dict with a short type tag ``"t"``
+  (``"tensor"``, ``"ndarray"``, ``"dict"``, ``"list"``, ``"dataproto"``, ...).
+* ``tensors`` -- a flat ``name -> torch.Tensor`` dict (names ``"t0"``, ``"t1"``, ...), every tensor contiguous,
+  on CPU and not sharing storage with another entry, so it can be handed to
+  ``safetensors.torch.save_file`` directly.
+
+``decode`` inverts it. The round trip is exact for the supported types (type, dtype, shape, values, dict key
+order, tuple vs list). Nothing is pickled unless ``allow_pickle=True`` is passed to both functions.
+
+Supported values
+----------------
+* ``None``, ``bool``, ``int`` (any size), ``float`` (incl. nan, +-inf, -0.0), ``complex``, ``str``, ``bytes``,
+  ``bytearray``;
+* ``dict`` (keys of any supported hashable type, key types and order kept), ``collections.OrderedDict``,
+  ``list``, ``tuple``, namedtuples, ``set``, ``frozenset``;
+* ``torch.Tensor`` of any strided dtype (CPU or accelerator; the device string is recorded and restored when
+  available, otherwise the tensor is restored on CPU with a warning logged once per device);
+  ``requires_grad`` is NOT preserved, tensor subclasses (e.g. ``nn.Parameter``) decode as plain tensors,
+  and tensors that were the same Python object decode as one shared tensor;
+* ``torch.Size``, ``torch.dtype``, ``torch.device``;
+* ``numpy.ndarray`` (exact type only) of numeric, bool, datetime, string (``U``/``S``) and object dtype
+  (object elements are encoded element-wise), and numpy scalars (``np.float32(1.5)`` ...);
+* dataclass instances and enum members of importable (module-level) classes;
+* objects shaped like verl's ``DataProto`` (attributes ``batch``, ``non_tensor_batch``, ``meta_info``), with
+  ``batch`` being ``None``, a dict or a ``tensordict.TensorDict``.
+
+Anything else is pickled when ``allow_pickle=True`` (the bytes go into ``tensors`` as a uint8 tensor) and
+refused with :class:`PickleRefused` otherwise.
+
+Decoding does not copy tensor data: decoded tensors and numeric arrays may share memory with the entries of
+``tensors`` passed in.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import dataclasses
+import enum
+import importlib
+import json
+import logging
+import math
+import pickle
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+CODEC_VERSION = 1
+
+__all__ = [
+    "CODEC_VERSION",
+    "CodecError",
+    "Encoded",
+    "PickleRefused",
+    "decode",
+    "encode",
+    "is_dataproto_like",
+    "is_tensordict",
+    "summarize",
+]
+
+
+class CodecError(Exception):
+    """A value cannot be encoded or a tree cannot be decoded; the message names the path and the type."""
+
+
+class PickleRefused(CodecError):
+    """The value needs pickle (to encode or to decode) but ``allow_pickle`` is False."""
+
+
+@dataclass
+class Encoded:
+    """The encoded form of an object.
+
+    Attributes:
+        tree: JSON-serialisable skeleton ``{"codec_version": 1, "root": node}``.
+        tensors: flat ``name -> tensor`` mapping; each tensor is contiguous, on CPU and owns its storage
+            relative to the other entries (ready for ``safetensors.torch.save_file``).
+        pickled: True if any part of the object was pickled (only possible with ``allow_pickle=True``).
+    """
+
+    tree: dict[str, Any]
+    tensors: dict[str, torch.Tensor]
+    pickled: bool
+
+
+# Tensor dtypes that every safetensors release (>= 0.4) stores natively. Others are stored as a raw
+# uint8 view of their bytes and reinterpreted on decode.
+_SAFE_TORCH_DTYPES: frozenset[torch.dtype] = frozenset(
+    {
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+    }
+)
+
+# numpy dtypes stored through ``torch.from_numpy`` (zero copy) when in native byte order.
+_NP_TO_TORCH: dict[np.dtype[Any], torch.dtype] = {
+    np.dtype(np.bool_): torch.bool,
+    np.dtype(np.uint8): torch.uint8,
+    np.dtype(np.int8): torch.int8,
+    np.dtype(np.int16): torch.int16,
+    np.dtype(np.int32): torch.int32,
+    np.dtype(np.int64): torch.int64,
+    np.dtype(np.float16): torch.float16,
+    np.dtype(np.float32): torch.float32,
+    np.dtype(np.float64): torch.float64,
+}
+
+_INT_JSON_LIMIT = 2**63
+_WARNED_DEVICES: set[str] = set()
+
+# --------------------------------------------------------------------------------------------------------
+# small helpers shared with fingerprint.py
+
+
+def is_dataproto_like(obj: Any) -> bool:
+    """Return True if ``obj`` is an instance shaped like verl's ``DataProto``.
+
+    Args:
+        obj: any object.
+
+    Returns:
+        True when ``obj`` is not a class and has the attributes ``batch``, ``non_tensor_batch`` and
+        ``meta_info``.
+    """
+    if isinstance(obj, type):
+        return False
+    try:
+        return all(hasattr(obj, a) for a in ("batch", "non_tensor_batch", "meta_info"))
+    except Exception:  # a property raising something other than AttributeError
+        return False
+
+
+def is_tensordict(obj: Any) -> bool:
+    """Return True if ``obj`` is a ``tensordict`` TensorDict-like instance, without importing tensordict.
+
+    Args:
+        obj: any object.
+
+    Returns:
+        True when the object's class (or a base class) lives in the ``tensordict`` package and it has a
+        ``batch_size`` and an ``items`` method.
+    """
+    if isinstance(obj, type):
+        return False
+    mods = (getattr(c, "__module__", "") or "" for c in type(obj).__mro__)
+    return (
+        any(m == "tensordict" or m.startswith("tensordict.") for m in mods)
+        and hasattr(obj, "batch_size")
+        and callable(getattr(obj, "items", None))
+    )
+
+
+def class_ref(cls: type) -> str:
+    """Return ``"module:qualname"`` for a class.
+
+    Args:
+        cls: the class.
+
+    Returns:
+        The reference string, importable by :func:`import_ref` when the class is defined at module level.
+    """
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def import_ref(ref: str) -> Any:
+    """Import the object named by a ``"module:qualname"`` reference.
+
+    Args:
+        ref: reference produced by :func:`class_ref`.
+
+    Returns:
+        The object.
+
+    Raises:
+        CodecError: if the module cannot be imported or the attribute path does not exist.
+    """
+    mod_name, _, qual = ref.partition(":")
+    if not mod_name or not qual:
+        raise CodecError(f"malformed class reference {ref!r}; expected 'module:qualname'")
+    try:
+        obj: Any = importlib.import_module(mod_name)
+    except Exception as exc:
+        raise CodecError(f"cannot import module {mod_name!r} for class {ref!r}: {exc}") from exc
+    for part in qual.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as exc:
+            raise CodecError(f"cannot import class {ref!r}: {mod_name!r} has no attribute path {qual!r}") from exc
+    return obj
+
+
+def _type_name(obj: Any) -> str:
+    return class_ref(type(obj))
+
+
+def _is_namedtuple(obj: Any) -> bool:
+    return isinstance(obj, tuple) and type(obj) is not tuple and hasattr(type(obj), "_fields")
+
+
+def _key_label(key: Any) -> str:
+    return f"[{key!r}]"
+
+
+def _child(path: str, suffix: str) -> str:
+    """Join a path and a suffix; ``suffix`` is ``"[...]"`` or ``".name"``."""
+    if not path and suffix.startswith("."):
+        return suffix[1:]
+    return path + suffix
+
+
+def _float_node(x: float) -> dict[str, Any]:
+    if math.isnan(x):
+        return {"t": "float", "s": "nan"}
+    if math.isinf(x):
+        return {"t": "float", "s": "inf" if x > 0 else "-inf"}
+    return {"t": "float", "v": x}
+
+
+def _float_from_node(node: Mapping[str, Any]) -> float:
+    if "s" in node:
+        return float(node["s"])
+    return float(node["v"])
+
+
+def _device_available(device: str) -> bool:
+    try:
+        dev = torch.device(device)
+    except Exception:
+        return False
+    if dev.type == "cpu":
+        return True
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            return False
+        return dev.index is None or dev.index < torch.cuda.device_count()
+    backend = getattr(torch, dev.type, None)
+    is_available = getattr(backend, "is_available", None)
+    if not callable(is_available):
+        return False
+    try:
+        if not is_available():
+            return False
+        count = getattr(backend, "device_count", None)
+        return dev.index is None or not callable(count) or dev.index < count()
+    except Exception:
+        return False
+
+
+def _to_recorded_device(t: torch.Tensor, device: str) -> torch.Tensor:
+    if device == "cpu":
+        return t
+    if _device_available(device):
+        return t.to(device)
+    if device not in _WARNED_DEVICES:
+        _WARNED_DEVICES.add(device)
+        logger.warning("recorded on %s, not available here, restored on CPU", device)
+    return t
+
+
+def _torch_dtype(name: str, path: str) -> torch.dtype:
+    dt = getattr(torch, name.removeprefix("torch."), None)
+    if not isinstance(dt, torch.dtype):
+        raise CodecError(f"{path}: unknown torch dtype {name!r}")
+    return dt
+
+
+# --------------------------------------------------------------------------------------------------------
+# encoding
+
+
+class _Encoder:
+    def __init__(self, allow_pickle: bool) -> None:
+        self.allow_pickle = allow_pickle
+        self.tensors: dict[str, torch.Tensor] = {}
+        self.pickled = False
+        self._counter = 0
+        self._storages: set[int] = set()  # untyped storage data_ptr of every stored tensor
+        # id(original tensor/array) -> node, for aliasing; the originals are kept alive in _keep so that
+        # an id can never be reused by another (temporary) object during one encode call.
+        self._by_id: dict[int, dict[str, Any]] = {}
+        self._keep: list[Any] = []
+        self._stack: set[int] = set()  # ids of containers on the current path (cycle detection)
+
+    # -- state snapshots, so a failed optional sub-encoding leaves no trace -------------------------------
+    def snapshot(self) -> tuple[int, int, set[int], dict[int, dict[str, Any]], bool]:
+        return self._counter, len(self.tensors), set(self._storages), dict(self._by_id), self.pickled
+
+    def rollback(self, snap: tuple[int, int, set[int], dict[int, dict[str, Any]], bool]) -> None:
+        counter, n_tensors, storages, by_id, pickled = snap
+        for key in list(self.tensors)[n_tensors:]:
+            del self.tensors[key]
+        self._counter, self._storages, self._by_id, self.pickled = counter, storages, by_id, pickled
+
+    # -- tensor storage --------------------------------------------------------------------------------
+    def _add(self, t: torch.Tensor) -> str:
+        """Store a contiguous CPU tensor, cloning it only if its storage is already used by another entry."""
+        ptr = t.untyped_storage().data_ptr()
+        if t.untyped_storage().nbytes() > 0 and ptr != 0:
+            if ptr in self._storages:
+                t = t.clone()
+                ptr = t.untyped_storage().data_ptr()
+            self._storages.add(ptr)
+        key = f"t{self._counter}"
+        self._counter += 1
+        self.tensors[key] = t
+        return key
+
+    def _store_torch(self, t: torch.Tensor) -> tuple[str, str]:
+        """Return (key, storage mode) for a contiguous CPU tensor; mode is "native" or "bytes"."""
+        if t.dtype in _SAFE_TORCH_DTYPES:
+            return self._add(t), "native"
+        return self._add(t.reshape(-1).view(torch.uint8)), "bytes"
+
+    # -- dispatch ---------------------------------------------------------------------------------------
+    def encode(self, obj: Any, path: str) -> dict[str, Any]:
+        if obj is None:
+            return {"t": "none"}
+        tp = type(obj)
+        if tp is bool:
+            return {"t": "bool", "v": obj}
+        if tp is int:
+            if -_INT_JSON_LIMIT <= obj < _INT_JSON_LIMIT:
+                return {"t": "int", "v": obj}
+            return {"t": "int", "s": str(obj)}
+        if tp is float:
+            return _float_node(obj)
+        if tp is str:
+            return {"t": "str", "v": obj}
+        if tp is bytes or tp is bytearray:
+            return {"t": tp.__name__, "b64": base64.b64encode(obj).decode("ascii")}
+        if tp is complex:
+            return {"t": "complex", "re": _float_node(obj.real), "im": _float_node(obj.imag)}
+        if isinstance(obj, torch.Tensor):
+            return self._encode_tensor(obj, path)
+        if tp is np.ndarray:
+            return self._encode_ndarray(obj, path)
+        if isinstance(obj, np.generic) and obj.dtype.kind != "V":
+            arr = np.asarray(obj)
+            return {"t": "npscalar", "dtype": arr.dtype.str, "b64": base64.b64encode(arr.tobytes()).decode("ascii")}
+        if isinstance(obj, enum.Enum):
+            return self._encode_enum(obj, path)
+        if tp is torch.Size:
+            return {"t": "torch_size", "v": [int(x) for x in obj]}
+        if tp is torch.dtype:
+            return {"t": "torch_dtype", "v": str(obj)}
+        if tp is torch.device:
+            return {"t": "torch_device", "v": str(obj)}
+        if tp in (dict, collections.OrderedDict, list, tuple, set, frozenset) or _is_namedtuple(obj):
+            return self._guarded(obj, path, self._encode_container)
+        if is_tensordict(obj):
+            return self._guarded(obj, path, self._encode_tensordict)
+        if is_dataproto_like(obj):
+            return self._guarded(obj, path, self._encode_dataproto)
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            return self._guarded(obj, path, self._encode_dataclass)
+        return self._encode_pickle(obj, path)
+
+    def _guarded(self, obj: Any, path: str, fn: Callable[[Any, str], dict[str, Any]]) -> dict[str, Any]:
+        oid = id(obj)
+        if oid in self._stack:
+            raise CodecError(f"{path}: reference cycle through a {_type_name(obj)} cannot be encoded")
+        self._stack.add(oid)
+        try:
+            return fn(obj, path)
+        finally:
+            self._stack.discard(oid)
+
+    # -- leaves -----------------------------------------------------------------------------------------
+    def _encode_tensor(self, obj: torch.Tensor, path: str) -> dict[str, Any]:
+        cached = self._by_id.get(id(obj))
+        if cached is not None:
+            return dict(cached)
+        if obj.layout != torch.strided:
+            return self._encode_pickle(obj, path, reason=f"tensor layout {obj.layout} is not supported")
+        device = str(obj.device)
+        if obj.device.type == "meta":
+            raise CodecError(f"{path}: meta tensors carry no data and cannot be encoded")
+        t = obj.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        t = t.resolve_conj().resolve_neg()
+        if not t.is_contiguous():
+            t = t.contiguous()
+        key, mode = self._store_torch(t)
+        node: dict[str, Any] = {
+            "t": "tensor",
+            "k": key,
+            "dtype": str(obj.dtype),
+            "shape": list(obj.shape),
+            "device": device,
+        }
+        if mode != "native":
+            node["storage"] = mode
+        self._by_id[id(obj)] = node
+        self._keep.append(obj)
+        return node
+
+    def _encode_ndarray(self, arr: np.ndarray, path: str) -> dict[str, Any]:
+        cached = self._by_id.get(id(arr))
+        if cached is not None:
+            return dict(cached)
+        dt = arr.dtype
+        node: dict[str, Any] = {"t": "ndarray", "dtype": dt.str, "shape": list(arr.shape)}
+        if dt.kind == "O":
+            oid = id(arr)
+            if oid in self._stack:
+                raise CodecError(f"{path}: reference cycle through an object array cannot be encoded")
+            self._stack.add(oid)
+            try:
+                flat_path = path if arr.ndim == 1 else _child(path, ".flat")
+                node["items"] = [self.encode(el, _child(flat_path, f"[{i}]")) for i, el in enumerate(arr.flat)]
+            finally:
+                self._stack.discard(oid)
+        elif dt.kind in ("U", "S"):
+            items = arr.reshape(-1).tolist()
+            if dt.kind == "S":
+                node["items"] = [base64.b64encode(b).decode("ascii") for b in items]
+            else:
+                node["items"] = items
+        elif dt.fields is not None or dt.kind == "V" or dt.hasobject:
+            return self._encode_pickle(arr, path, reason=f"numpy dtype {dt!r} (structured/void) is not supported")
+        else:
+            c = np.ascontiguousarray(arr)
+            if dt.isnative and dt in _NP_TO_TORCH:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # read-only arrays: we never write to the tensor
+                    t = torch.from_numpy(c)
+                node["k"], _ = self._store_torch(t)
+            else:
+                raw = c.reshape(-1).view(np.uint8)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    node["k"] = self._add(torch.from_numpy(raw))
+                node["storage"] = "bytes"
+        self._by_id[id(arr)] = node
+        self._keep.append(arr)
+        return node
+
+    def _encode_enum(self, obj: enum.Enum, path: str) -> dict[str, Any]:
+        cls = type(obj)
+        ref = self._class_ref_checked(cls, path)
+        name = obj.name
+        if name is not None and cls.__members__.get(name) is obj:
+            return {"t": "enum", "cls": ref, "name": name}
+        return {"t": "enum", "cls": ref, "value": self.encode(obj.value, _child(path, ".value"))}
+
+    def _encode_pickle(self, obj: Any, path: str, reason: str | None = None) -> dict[str, Any]:
+        tname = _type_name(obj)
+        if not self.allow_pickle:
+            why = f" ({reason})" if reason else ""
+            raise PickleRefused(
+                f"cannot encode {path or '<root>'} of type {tname} without pickle{why}; "
+                "set skip.<role>.allow_pickle=true to allow pickling it"
+            )
+        try:
+            data = pickle.dumps(obj, protocol=pickle.DEFAULT_PROTOCOL)
+        except Exception as exc:
+            raise CodecError(f"cannot pickle {path or '<root>'} of type {tname}: {exc}") from exc
+        key = self._add(torch.from_numpy(np.frombuffer(data, dtype=np.uint8).copy()))
+        self.pickled = True
+        return {"t": "pickle", "k": key, "type": tname, "nbytes": len(data)}
+
+    # -- containers -------------------------------------------------------------------------------------
+    def _encode_container(self, obj: Any, path: str) -> dict[str, Any]:
+        tp = type(obj)
+        if tp is dict or tp is collections.OrderedDict:
+            node: dict[str, Any] = {"t": "dict"}
+            if tp is collections.OrderedDict:
+                node["ordered"] = True
+            if all(type(k) is str for k in obj):
+                node["v"] = {k: self.encode(v, _child(path, _key_label(k))) for k, v in obj.items()}
+            else:
+                node["kv"] = [
+                    [
+                        self.encode(k, _child(path, f"<key {k!r}>")),
+                        self.encode(v, _child(path, _key_label(k))),
+                    ]
+                    for k, v in obj.items()
+                ]
+            return node
+        if tp is list or tp is tuple:
+            return {
+                "t": tp.__name__,
+                "v": [self.encode(v, _child(path, f"[{i}]")) for i, v in enumerate(obj)],
+            }
+        if tp is set or tp is frozenset:
+            items = [self.encode(v, _child(path, f"<item {v!r}>")) for v in obj]
+            items.sort(key=lambda n: json.dumps(n, sort_keys=True))  # deterministic trees across processes
+            return {"t": tp.__name__, "v": items}
+        # namedtuple
+        ref = self._class_ref_checked(tp, path)
+        return {
+            "t": "namedtuple",
+            "cls": ref,
+            "v": {f: self.encode(getattr(obj, f), _child(path, f".{f}")) for f in tp._fields},
+        }
+
+    def _encode_dataclass(self, obj: Any, path: str) -> dict[str, Any]:
+        ref = self._class_ref_checked(type(obj), path)
+        fields = {
+            f.name: self.encode(getattr(obj, f.name), _child(path, f".{f.name}")) for f in dataclasses.fields(obj)
+        }
+        return {"t": "dataclass", "cls": ref, "v": fields}
+
+    def _encode_tensordict(self, obj: Any, path: str) -> dict[str, Any]:
+        ref = self._class_ref_checked(type(obj), path)
+        device = getattr(obj, "device", None)
+        items: dict[str, Any] = {}
+        for k, v in obj.items():
+            if type(k) is not str:
+                raise CodecError(f"{path}: TensorDict key {k!r} of type {_type_name(k)} is not supported")
+            items[k] = self.encode(v, _child(path, _key_label(k)))
+        return {
+            "t": "tensordict",
+            "cls": ref,
+            "batch_size": [int(x) for x in obj.batch_size],
+            "device": None if device is None else str(device),
+            "v": items,
+        }
+
+    def _encode_dataproto(self, obj: Any, path: str) -> dict[str, Any]:
+        ref = self._class_ref_checked(type(obj), path)
+        node: dict[str, Any] = {"t": "dataproto", "cls": ref}
+        for attr in ("batch", "non_tensor_batch", "meta_info"):
+            node[attr] = self.encode(getattr(obj, attr), _child(path, f".{attr}"))
+        extra: dict[str, Any] = {}
+        for name, value in getattr(obj, "__dict__", {}).items():
+            if name in ("batch", "non_tensor_batch", "meta_info") or type(name) is not str:
+                continue
+            snap = self.snapshot()
+            allow = self.allow_pickle
+            self.allow_pickle = False  # extras are kept only if natively supported
+            try:
+                extra[name] = self.encode(value, _child(path, f".{name}"))
+            except CodecError as exc:
+                self.rollback(snap)
+                logger.debug("not recording attribute %s: %s", _child(path, f".{name}"), exc)
+            finally:
+                self.allow_pickle = allow
+        if extra:
+            node["extra"] = extra
+        return node
+
+    def _class_ref_checked(self, cls: type, path: str) -> str:
+        if "<locals>" in cls.__qualname__:
+            raise CodecError(
+                f"{path}: class {class_ref(cls)} is defined inside a function and could not be imported "
+                "when decoding; define it at module level"
+            )
+        return class_ref(cls)
+
+
+def encode(obj: Any, *, allow_pickle: bool = False, root_name: str = "obj") -> Encoded:
+    """Encode ``obj`` into a JSON skeleton and a flat dict of CPU tensors.
+
+    Contiguous CPU tensors and native-endian numeric numpy arrays are not copied (the entries of
+    ``Encoded.tensors`` share memory with them); non-contiguous or accelerator tensors are copied to
+    contiguous CPU tensors, and a tensor whose storage is already used by another entry is cloned so the
+    result can be saved with safetensors.
+
+    Args:
+        obj: the value to encode (see the module docstring for the supported types).
+        allow_pickle: pickle values the codec does not support instead of refusing them.
+        root_name: name of ``obj`` used as the start of paths in error messages (e.g. ``"result"``).
+
+    Returns:
+        An :class:`Encoded` with ``tree == {"codec_version": 1, "root": node}``.
+
+    Raises:
+        PickleRefused: a value needs pickle and ``allow_pickle`` is False; the message names its path
+            (e.g. ``result.batch['x']``) and type and says how to opt in.
+        CodecError: a value cannot be encoded at all (reference cycle, meta tensor, class defined inside a
+            function, unpicklable object).
+    """
+    enc = _Encoder(allow_pickle)
+    root = enc.encode(obj, root_name)
+    return Encoded(tree={"codec_version": CODEC_VERSION, "root": root}, tensors=enc.tensors, pickled=enc.pickled)
+
+
+# --------------------------------------------------------------------------------------------------------
+# decoding
+
+
+class _Decoder:
+    def __init__(self, tensors: Mapping[str, torch.Tensor], allow_pickle: bool) -> None:
+        self.tensors = tensors
+        self.allow_pickle = allow_pickle
+        self._cache: dict[tuple[str, str], Any] = {}  # (kind, key) -> decoded tensor/array (aliasing)
+
+    def _raw(self, node: Mapping[str, Any], path: str) -> torch.Tensor:
+        key = node.get("k")
+        if not isinstance(key, str) or key not in self.tensors:
+            raise CodecError(f"{path}: tensor entry {key!r} is missing from the stored tensors")
+        t = self.tensors[key]
+        if not isinstance(t, torch.Tensor):
+            raise CodecError(f"{path}: stored entry {key!r} is a {_type_name(t)}, not a tensor")
+        return t
+
+    def decode(self, node: Any, path: str) -> Any:
+        if not isinstance(node, Mapping) or "t" not in node:
+            raise CodecError(f"{path}: malformed codec node {node!r:.200}")
+        tag = node["t"]
+        try:
+            fn = _DECODERS[tag]
+        except KeyError:
+            raise CodecError(f"{path}: unknown codec node type {tag!r}") from None
+        try:
+            return fn(self, node, path)
+        except CodecError:
+            raise
+        except Exception as exc:
+            raise CodecError(f"{path}: cannot decode {tag!r} node: {type(exc).__name__}: {exc}") from exc
+
+    # -- leaves -----------------------------------------------------------------------------------------
+    def _tensor(self, node: Mapping[str, Any], path: str) -> torch.Tensor:
+        ck = ("tensor", str(node.get("k")))
+        if ck in self._cache:
+            return self._cache[ck]  # type: ignore[no-any-return]
+        raw = self._raw(node, path)
+        dtype = _torch_dtype(node["dtype"], path)
+        shape = [int(x) for x in node["shape"]]
+        if node.get("storage", "native") == "bytes":
+            t = raw.reshape(-1).view(torch.uint8).view(dtype).reshape(shape)
+        else:
+            if raw.dtype != dtype:
+                raise CodecError(f"{path}: stored tensor has dtype {raw.dtype}, expected {dtype}")
+            t = raw.reshape(shape)
+        t = _to_recorded_device(t, str(node.get("device", "cpu")))
+        self._cache[ck] = t
+        return t
+
+    def _ndarray(self, node: Mapping[str, Any], path: str) -> np.ndarray:
+        dt = np.dtype(node["dtype"])
+        shape = tuple(int(x) for x in node["shape"])
+        arr: np.ndarray
+        if dt.kind == "O":
+            items = node["items"]
+            arr = np.empty(shape, dtype=object)
+            flat = arr.reshape(-1)
+            if len(items) != flat.size:
+                raise CodecError(f"{path}: object array has {len(items)} items, expected {flat.size}")
+            flat_path = path if len(shape) == 1 else _child(path, ".flat")
+            for i, item in enumerate(items):
+                flat[i] = self.decode(item, _child(flat_path, f"[{i}]"))
+            return arr
+        if dt.kind in ("U", "S"):
+            items = node["items"]
+            if dt.kind == "S":
+                items = [base64.b64decode(s) for s in items]
+            arr = np.array(items, dtype=dt).reshape(shape)
+            if arr.dtype != dt:
+                arr = arr.astype(dt)
+            return arr
+        ck = ("ndarray", str(node.get("k")))
+        if ck in self._cache:
+            return self._cache[ck]  # type: ignore[no-any-return]
+        raw = self._raw(node, path)
+        if node.get("storage", "native") == "bytes":
+            arr = raw.reshape(-1).view(torch.uint8).numpy().view(dt).reshape(shape)
+        else:
+            arr = raw.numpy().reshape(shape)
+            if arr.dtype != dt:
+                raise CodecError(f"{path}: stored array has dtype {arr.dtype}, expected {dt}")
+        self._cache[ck] = arr
+        return arr
+
+    def _npscalar(self, node: Mapping[str, Any], path: str) -> Any:
+        dt = np.dtype(node["dtype"])
+        return np.frombuffer(base64.b64decode(node["b64"]), dtype=dt)[0]
+
+    def _pickle(self, node: Mapping[str, Any], path: str) -> Any:
+        if not self.allow_pickle:
+            raise PickleRefused(
+                f"{path or '<root>'} (type {node.get('type')}): this entry was recorded with allow_pickle=true; "
+                "loading it would unpickle data, which can run arbitrary code. Set skip.<role>.allow_pickle=true "
+                "(decode(..., allow_pickle=True)) if you trust this recording"
+            )
+        raw = self._raw(node, path)
+        return pickle.loads(raw.contiguous().numpy().tobytes())
+
+    def _enum(self, node: Mapping[str, Any], path: str) -> Any:
+        cls = import_ref(node["cls"])
+        if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
+            raise CodecError(f"{path}: {node['cls']!r} is not an Enum class")
+        if "name" in node:
+            return cls[node["name"]]
+        return cls(self.decode(node["value"], _child(path, ".value")))
+
+    # -- containers -------------------------------------------------------------------------------------
+    def _dict(self, node: Mapping[str, Any], path: str) -> dict[Any, Any]:
+        out: dict[Any, Any] = collections.OrderedDict() if node.get("ordered") else {}
+        if "v" in node:
+            for k, v in node["v"].items():
+                out[k] = self.decode(v, _child(path, _key_label(k)))
+        else:
+            for kn, vn in node["kv"]:
+                k = self.decode(kn, _child(path, "<key>"))
+                out[k] = self.decode(vn, _child(path, _key_label(k)))
+        return out
+
+    def _seq(self, node: Mapping[str, Any], path: str) -> Any:
+        items = [self.decode(v, _child(path, f"[{i}]")) for i, v in enumerate(node["v"])]
+        return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[node["t"]](items)
+
+    def _namedtuple(self, node: Mapping[str, Any], path: str) -> Any:
+        cls = import_ref(node["cls"])
+        if not (isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")):
+            raise CodecError(f"{path}: {node['cls']!r} is not a namedtuple class")
+        values = {k: self.decode(v, _child(path, f".{k}")) for k, v in node["v"].items()}
+        return tuple.__new__(cls, tuple(values[f] for f in cls._fields))
+
+    def _dataclass(self, node: Mapping[str, Any], path: str) -> Any:
+        cls = import_ref(node["cls"])
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+            raise CodecError(f"{path}: {node['cls']!r} is not a dataclass; refusing to construct it")
+        obj = cls.__new__(cls)
+        for name, vn in node["v"].items():
+            object.__setattr__(obj, name, self.decode(vn, _child(path, f".{name}")))
+        return obj
+
+    def _tensordict(self, node: Mapping[str, Any], path: str) -> Any:
+        try:
+            cls = import_ref(node.get("cls") or "tensordict:TensorDict")
+        except CodecError as exc:
+            raise CodecError(
+                f"{path}: this entry holds a TensorDict ({node.get('cls')}); the 'tensordict' package is "
+                f"needed to decode it: {exc}"
+            ) from exc
+        items = {k: self.decode(v, _child(path, _key_label(k))) for k, v in node["v"].items()}
+        device = node.get("device")
+        if device is not None and not _device_available(device):
+            _to_recorded_device(torch.empty(0), device)  # logs the once-per-device warning
+            device = "cpu"
+        return cls(items, batch_size=[int(x) for x in node["batch_size"]], device=device)
+
+    def _dataproto(self, node: Mapping[str, Any], path: str) -> Any:
+        ref = node["cls"]
+        try:
+            cls = import_ref(ref)
+        except CodecError as exc:
+            raise CodecError(f"{path}: cannot import the DataProto-like class {ref!r} to rebuild it: {exc}") from exc
+        if not isinstance(cls, type):
+            raise CodecError(f"{path}: {ref!r} is not a class")
+        obj = cls.__new__(cls)
+        for attr in ("batch", "non_tensor_batch", "meta_info"):
+            object.__setattr__(obj, attr, self.decode(node[attr], _child(path, f".{attr}")))
+        for name, vn in node.get("extra", {}).items():
+            object.__setattr__(obj, name, self.decode(vn, _child(path, f".{name}")))
+        return obj
+
+
+_DECODERS: dict[str, Callable[[_Decoder, Mapping[str, Any], str], Any]] = {
+    "none": lambda d, n, p: None,
+    "bool": lambda d, n, p: bool(n["v"]),
+    "int": lambda d, n, p: int(n["s"]) if "s" in n else int(n["v"]),
+    "float": lambda d, n, p: _float_from_node(n),
+    "complex": lambda d, n, p: complex(_float_from_node(n["re"]), _float_from_node(n["im"])),
+    "str": lambda d, n, p: str(n["v"]),
+    "bytes": lambda d, n, p: base64.b64decode(n["b64"]),
+    "bytearray": lambda d, n, p: bytearray(base64.b64decode(n["b64"])),
+    "torch_size": lambda d, n, p: torch.Size([int(x) for x in n["v"]]),
+    "torch_dtype": lambda d, n, p: _torch_dtype(n["v"], p),
+    "torch_device": lambda d, n, p: torch.device(n["v"]),
+    "tensor": _Decoder._tensor,
+    "ndarray": _Decoder._ndarray,
+    "npscalar": _Decoder._npscalar,
+    "pickle": _Decoder._pickle,
+    "enum": _Decoder._enum,
+    "dict": _Decoder._dict,
+    "list": _Decoder._seq,
+    "tuple": _Decoder._seq,
+    "set": _Decoder._seq,
+    "frozenset": _Decoder._seq,
+    "namedtuple": _Decoder._namedtuple,
+    "dataclass": _Decoder._dataclass,
+    "tensordict": _Decoder._tensordict,
+    "dataproto": _Decoder._dataproto,
+}
+
+
+def _check_root(tree: Mapping[str, Any]) -> Any:
+    if not isinstance(tree, Mapping) or "codec_version" not in tree or "root" not in tree:
+        raise CodecError("not a codec tree: expected a dict with 'codec_version' and 'root'")
+    version = tree["codec_version"]
+    if version != CODEC_VERSION:
+        raise CodecError(
+            f"unknown codec_version {version!r} (this skipweave understands {CODEC_VERSION}); "
+            "the recording was written by a different skipweave version"
+        )
+    return tree["root"]
+
+
+def decode(
+    tree: dict[str, Any],
+    tensors: Mapping[str, torch.Tensor],
+    *,
+    allow_pickle: bool = False,
+    root_name: str = "obj",
+) -> Any:
+    """Rebuild the object encoded by :func:`encode`.
+
+    Tensors are moved to their recorded device when it exists here, otherwise they stay on CPU and a
+    warning is logged once per device. Tensor data is not copied when the device is CPU.
+
+    Args:
+        tree: ``Encoded.tree`` (possibly after a JSON round trip).
+        tensors: ``Encoded.tensors`` or the dict returned by ``safetensors.torch.load_file``.
+        allow_pickle: allow unpickling entries that were recorded with ``allow_pickle=True``.
+        root_name: name used as the start of paths in error messages.
+
+    Returns:
+        The decoded object.
+
+    Raises:
+        PickleRefused: the tree contains a pickled entry and ``allow_pickle`` is False.
+        CodecError: unknown ``codec_version``, malformed tree, missing tensor, or a class (dataclass, enum,
+            DataProto-like, TensorDict) that cannot be imported here.
+    """
+    root = _check_root(tree)
+    return _Decoder(tensors, allow_pickle).decode(root, root_name)
+
+
+# --------------------------------------------------------------------------------------------------------
+# summary
+
+
+def _leaf_row(node: Mapping[str, Any], path: str) -> dict[str, Any]:
+    tag = node["t"]
+    if tag == "tensor":
+        return {"path": path, "kind": "tensor", "dtype": node["dtype"], "shape": list(node["shape"])}
+    if tag == "ndarray":
+        return {"path": path, "kind": "ndarray", "dtype": str(np.dtype(node["dtype"])), "shape": list(node["shape"])}
+    if tag == "npscalar":
+        return {"path": path, "kind": "npscalar", "dtype": str(np.dtype(node["dtype"])), "shape": []}
+    if tag in ("enum", "pickle"):
+        return {"path": path, "kind": tag, "dtype": node.get("cls") or node.get("type"), "shape": []}
+    if tag == "torch_size":
+        return {"path": path, "kind": tag, "dtype": "torch.Size", "shape": [len(node["v"])]}
+    if tag == "none":
+        return {"path": path, "kind": "none", "dtype": "NoneType", "shape": []}
+    return {"path": path, "kind": tag, "dtype": tag, "shape": []}
+
+
+def _walk(node: Mapping[str, Any], path: str) -> Iterator[dict[str, Any]]:
+    tag = node.get("t")
+    if tag == "dict":
+        if "v" in node:
+            for k, v in node["v"].items():
+                yield from _walk(v, _child(path, _key_label(k)))
+        else:
+            for kn, vn in node["kv"]:
+                yield from _walk(vn, _child(path, _key_label(_summary_key(kn))))
+    elif tag in ("list", "tuple", "set", "frozenset"):
+        for i, v in enumerate(node["v"]):
+            yield from _walk(v, _child(path, f"[{i}]"))
+    elif tag in ("namedtuple", "dataclass"):
+        for k, v in node["v"].items():
+            yield from _walk(v, _child(path, f".{k}"))
+    elif tag == "tensordict":
+        for k, v in node["v"].items():
+            yield from _walk(v, _child(path, _key_label(k)))
+    elif tag == "dataproto":
+        for attr in ("batch", "non_tensor_batch", "meta_info"):
+            yield from _walk(node[attr], _child(path, f".{attr}"))
+        for k, v in node.get("extra", {}).items():
+            yield from _walk(v, _child(path, f".{k}"))
+    else:
+        yield _leaf_row(node, path)
+
+
+def _summary_key(node: Mapping[str, Any]) -> Any:
+    """Best-effort Python value of a dict key node, for display only (no tensors needed)."""
+    tag = node.get("t")
+    if tag in ("str", "bool"):
+        return node["v"]
+    if tag == "int":
+        return int(node["s"]) if "s" in node else node["v"]
+    if tag == "float":
+        return _float_from_node(node)
+    if tag == "none":
+        return None
+    if tag == "tuple":
+        return tuple(_summary_key(n) for n in node["v"])
+    if tag == "enum":
+        return f"{node['cls']}.{node.get('name', '?')}"
+    return f"<{tag}>"
+
+
+def summarize(tree: Mapping[str, Any], *, root: str = "") -> list[dict[str, Any]]:
+    """List the leaves of an encoded tree without needing its tensors.
+
+    Containers (dict, list, tuple, set, namedtuple, dataclass, TensorDict, DataProto-like) are expanded;
+    object-dtype numpy arrays are reported as one leaf. Empty containers produce no row.
+
+    Args:
+        tree: ``Encoded.tree`` (the ``{"codec_version": ..., "root": ...}`` wrapper) or a bare node.
+        root: prefix for the paths (default empty, so a DataProto root gives ``"batch['input_ids']"``).
+
+    Returns:
+        One dict per leaf: ``{"path": str, "kind": str, "dtype": str, "shape": list[int]}``. ``kind`` is the
+        node type tag (``"tensor"``, ``"ndarray"``, ``"int"``, ``"str"``, ``"pickle"``, ...); ``dtype`` is
+        e.g. ``"torch.bfloat16"`` / ``"int64"`` for arrays, the numpy dtype for numpy scalars, the class
+        reference for enums and pickled values, otherwise the tag; ``shape`` is ``[]`` for scalars.
+
+    Raises:
+        CodecError: unknown ``codec_version`` or malformed tree.
+    """
+    node = _check_root(tree) if "codec_version" in tree else tree
+    try:
+        return list(_walk(node, root))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise CodecError(f"malformed codec tree: {type(exc).__name__}: {exc}") from exc

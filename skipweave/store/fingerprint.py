@@ -1,0 +1,333 @@
+"""Stable fingerprints of a call's inputs.
+
+:func:`fingerprint` hashes the positional and keyword arguments of a call with xxh3-128 into a hex digest
+that is identical across processes and machines (no ``id()``, no ``hash()``, no memory addresses). It hashes:
+
+* tensors by dtype, shape and raw bytes (device and ``requires_grad`` are NOT part of the digest, so the
+  same values on CPU and GPU match); contiguous CPU tensors are hashed in place without a copy;
+* numpy arrays by dtype, shape and bytes; object arrays element-wise; numpy scalars by dtype and bytes;
+* ``None``, ``bool``, ``int``, ``float`` (bit pattern: ``0.0 != -0.0``), ``complex``, ``str``, ``bytes``;
+* dicts by their items regardless of insertion order (like ``==``); lists and tuples in order (a list and a
+  tuple differ); sets regardless of order;
+* dataclasses by class and fields; DataProto-like objects by class, ``batch``, ``non_tensor_batch`` and
+  ``meta_info``; TensorDicts by batch size and items; enum members by class and name;
+* functions/classes/modules by qualified name; other objects with a ``__dict__`` by class name plus the
+  attributes whose values the codec supports natively (others are skipped);
+* anything else by type name plus ``repr`` when the repr carries no memory address (else type name only).
+
+Parts of the inputs can be excluded with ``ignore`` paths, see :func:`fingerprint`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import re
+import struct
+import types
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import xxhash
+
+from skipweave.store.codec import class_ref, is_dataproto_like, is_tensordict
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["fingerprint"]
+
+_ADDRESS_RE = re.compile(r" at 0x[0-9a-fA-F]+")
+_Pattern = tuple[str, ...]
+
+
+class _Unsupported(Exception):
+    """Raised in strict mode for values the codec could not encode without pickle."""
+
+
+def _u64(n: int) -> bytes:
+    return n.to_bytes(8, "little", signed=False)
+
+
+class _Hasher:
+    def __init__(self, h: Any) -> None:
+        self.h = h
+        self.stack: set[int] = set()
+
+    # -- primitives of the byte stream: every item is tag + length + payload, so the stream is unambiguous --
+    def put(self, tag: bytes, payload: bytes = b"") -> None:
+        self.h.update(tag + _u64(len(payload)) + payload)
+
+    def put_str(self, tag: bytes, s: str) -> None:
+        self.put(tag, s.encode("utf-8", "surrogatepass"))
+
+    def put_buffer(self, tag: bytes, buf: Any, nbytes: int) -> None:
+        self.h.update(tag + _u64(nbytes))
+        if nbytes:
+            self.h.update(buf)
+
+    # -- dispatch -------------------------------------------------------------------------------------------
+    def feed(self, obj: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool) -> None:
+        """Hash ``obj``; ``pats`` are the ignore patterns whose prefix matches ``path`` so far."""
+        if obj is None:
+            self.put(b"N")
+            return
+        tp = type(obj)
+        if tp is bool:
+            self.put(b"b", b"\x01" if obj else b"\x00")
+        elif tp is int:
+            self.put_str(b"i", str(obj))
+        elif tp is float:
+            self.put(b"f", struct.pack("<d", obj))
+        elif tp is complex:
+            self.put(b"c", struct.pack("<dd", obj.real, obj.imag))
+        elif tp is str:
+            self.put_str(b"s", obj)
+        elif tp is bytes or tp is bytearray:
+            self.put(b"y", bytes(obj))
+        elif isinstance(obj, torch.Tensor):
+            self._tensor(obj, strict)
+        elif tp is np.ndarray:
+            self._ndarray(obj, path, pats, strict)
+        elif isinstance(obj, np.generic):
+            self.put_str(b"g", obj.dtype.str)
+            self.put(b"G", np.asarray(obj).tobytes())
+        elif isinstance(obj, enum.Enum):
+            self.put_str(b"e", class_ref(type(obj)))
+            self.put_str(b"E", str(obj.name))
+        elif tp is torch.Size or tp is torch.dtype or tp is torch.device:
+            self.put_str(b"T" + tp.__name__.encode(), str(obj))
+        elif isinstance(obj, (dict, list, tuple, set, frozenset)) and not hasattr(obj, "__dataclass_fields__"):
+            self._guard(obj, path, pats, strict, self._container)
+        elif is_tensordict(obj):
+            self._guard(obj, path, pats, strict, self._tensordict)
+        elif is_dataproto_like(obj):
+            self._guard(obj, path, pats, strict, self._dataproto)
+        elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            self._guard(obj, path, pats, strict, self._dataclass)
+        elif isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
+            if strict:
+                raise _Unsupported
+            self.put_str(b"F", f"{getattr(obj, '__module__', '')}:{getattr(obj, '__qualname__', repr(obj))}")
+        elif isinstance(obj, types.ModuleType):
+            if strict:
+                raise _Unsupported
+            self.put_str(b"M", obj.__name__)
+        elif hasattr(obj, "__dict__"):
+            if strict:
+                raise _Unsupported
+            self._guard(obj, path, pats, strict, self._object)
+        else:
+            if strict:
+                raise _Unsupported
+            self._opaque(obj)
+
+    def _guard(self, obj: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool, fn: Any) -> None:
+        oid = id(obj)
+        if oid in self.stack:
+            self.put(b"@")  # reference cycle: hash a marker, stays deterministic
+            return
+        self.stack.add(oid)
+        try:
+            fn(obj, path, pats, strict)
+        finally:
+            self.stack.discard(oid)
+
+    def child(
+        self, comp: str, value: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool
+    ) -> bool:
+        """Hash ``value`` at ``path + (comp,)`` unless ignored; return False if it was ignored."""
+        sub = _advance(pats, len(path), comp)
+        if sub is None:
+            return False
+        self.feed(value, path + (comp,), sub, strict)
+        return True
+
+    # -- leaves ------------------------------------------------------------------------------------------------
+    def _tensor(self, t: torch.Tensor, strict: bool) -> None:
+        if t.layout != torch.strided or t.device.type == "meta":
+            if strict:
+                raise _Unsupported
+            self.put_str(b"t?", f"{t.layout}:{t.dtype}:{list(t.shape)}:{t.device.type}")
+            if t.device.type != "meta":
+                self._tensor(t.to_dense(), strict)
+            return
+        x = t.detach()
+        if x.device.type != "cpu":
+            x = x.cpu()
+        x = x.resolve_conj().resolve_neg()
+        if not x.is_contiguous():
+            x = x.contiguous()
+        self.put_str(b"t", str(x.dtype))
+        self.put_str(b"S", ",".join(str(d) for d in x.shape))
+        raw = x.reshape(-1).view(torch.uint8).numpy()
+        self.put_buffer(b"B", raw, raw.nbytes)
+
+    def _ndarray(self, arr: np.ndarray, path: tuple[str, ...], pats: list[_Pattern], strict: bool) -> None:
+        self.put_str(b"a", arr.dtype.str)
+        self.put_str(b"S", ",".join(str(d) for d in arr.shape))
+        if arr.dtype.hasobject:
+            if arr.dtype.kind != "O":
+                self.put(b"A?", repr(arr.dtype.descr).encode())
+                self.put_str(b"A", repr(arr.tolist()))
+                return
+            self.put(b"(")
+            for el in arr.flat:
+                self.feed(el, path, [], strict)
+            self.put(b")")
+            return
+        if arr.dtype.fields is not None:
+            self.put_str(b"A?", repr(arr.dtype.descr))
+        c = np.ascontiguousarray(arr)
+        if c.dtype.itemsize == 0 or c.size == 0:
+            self.put_buffer(b"B", b"", 0)
+            return
+        raw = c.reshape(-1).view(np.uint8)
+        self.put_buffer(b"B", raw, raw.nbytes)
+
+    def _opaque(self, obj: Any) -> None:
+        name = class_ref(type(obj))
+        try:
+            r = repr(obj)
+        except Exception:
+            r = None
+        if r is None or _ADDRESS_RE.search(r):
+            self.put_str(b"o", name)
+        else:
+            self.put_str(b"O", name)
+            self.put_str(b"R", r)
+
+    # -- containers --------------------------------------------------------------------------------------------
+    def _container(self, obj: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool) -> None:
+        if isinstance(obj, dict):
+            self.put_str(b"{", class_ref(type(obj)))
+            entries = []
+            for k, v in obj.items():
+                entries.append((_digest_of(k), k, v))
+            entries.sort(key=lambda e: e[0])
+            for kd, k, v in entries:
+                sub = _advance(pats, len(path), _comp(k))
+                if sub is None:
+                    continue
+                self.put(b"k", kd)
+                self.feed(v, path + (_comp(k),), sub, strict)
+            self.put(b"}")
+        elif isinstance(obj, (set, frozenset)):
+            self.put_str(b"<", class_ref(type(obj)))
+            for d in sorted(_digest_of(v) for v in obj):
+                self.put(b"m", d)
+            self.put(b">")
+        else:
+            self.put_str(b"[", class_ref(type(obj)))
+            fields = getattr(type(obj), "_fields", None) if isinstance(obj, tuple) else None
+            for i, v in enumerate(obj):
+                comp = fields[i] if fields is not None and i < len(fields) else str(i)
+                if self.child(comp, v, path, pats, strict):
+                    self.put_str(b"#", comp)
+            self.put(b"]")
+
+    def _dataclass(self, obj: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool) -> None:
+        self.put_str(b"D", class_ref(type(obj)))
+        for f in dataclasses.fields(obj):
+            if self.child(f.name, getattr(obj, f.name), path, pats, strict):
+                self.put_str(b"#", f.name)
+        self.put(b"d")
+
+    def _dataproto(self, obj: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool) -> None:
+        self.put_str(b"P", class_ref(type(obj)))
+        for attr in ("batch", "non_tensor_batch", "meta_info"):
+            if self.child(attr, getattr(obj, attr), path, pats, strict):
+                self.put_str(b"#", attr)
+        self.put(b"p")
+
+    def _tensordict(self, obj: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool) -> None:
+        self.put_str(b"X", ",".join(str(int(d)) for d in obj.batch_size))
+        for k in sorted(obj.keys(), key=str):
+            if self.child(str(k), obj[k], path, pats, strict):
+                self.put_str(b"#", str(k))
+        self.put(b"x")
+
+    def _object(self, obj: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool) -> None:
+        self.put_str(b"J", class_ref(type(obj)))
+        attrs = vars(obj)
+        for name in sorted(a for a in attrs if isinstance(a, str)):
+            sub = _advance(pats, len(path), name)
+            if sub is None:
+                continue
+            h = _Hasher(xxhash.xxh3_128())
+            h.stack = self.stack
+            try:
+                h.feed(attrs[name], path + (name,), sub, True)
+            except _Unsupported:
+                logger.debug("fingerprint: skipping attribute %s of %s", name, class_ref(type(obj)))
+                continue
+            self.put_str(b"#", name)
+            self.put(b"v", h.h.digest())
+        self.put(b"j")
+
+
+def _comp(key: Any) -> str:
+    """The ignore-path component naming a dict key."""
+    return key if isinstance(key, str) else str(key)
+
+
+def _digest_of(obj: Any) -> bytes:
+    h = _Hasher(xxhash.xxh3_128())
+    h.feed(obj, (), [], False)
+    return bytes(h.h.digest())
+
+
+def _advance(pats: list[_Pattern], depth: int, comp: str) -> list[_Pattern] | None:
+    """Patterns still alive after stepping into ``comp`` at ``depth``; None if one matches completely."""
+    if not pats:
+        return pats
+    alive = []
+    for p in pats:
+        if p[depth] == "*" or p[depth] == comp:
+            if len(p) == depth + 1:
+                return None
+            alive.append(p)
+    return alive
+
+
+def fingerprint(args: tuple[Any, ...], kwargs: Mapping[str, Any], *, ignore: Sequence[str] = ()) -> str:
+    """Return a stable hex digest (xxh3-128, 32 hex characters) of a call's inputs.
+
+    The digest does not depend on the process (hash seed, memory addresses), on dict insertion order, on
+    keyword order, or on the device of tensors; it does depend on dtypes, shapes and exact bit patterns.
+
+    Args:
+        args: positional arguments of the call.
+        kwargs: keyword arguments of the call.
+        ignore: dotted paths to leave out, relative to the call. The first component is an argument index
+            (``"0"``) or a keyword name, later components are attribute names, dataclass fields,
+            TensorDict keys, dict keys (non-str keys by ``str(key)``), sequence indices or namedtuple
+            field names; ``"*"`` matches any single component, e.g. ``"0.meta_info.timing"``,
+            ``"*.meta_info.global_steps"``, ``"prompts.non_tensor_batch.uid"``. An ignored part contributes
+            nothing (an ignored dict entry hashes as if the key were absent). Elements of object arrays
+            and set members cannot be addressed. Components cannot contain dots.
+
+    Returns:
+        The lowercase hex digest.
+
+    Raises:
+        ValueError: an ignore path is empty or has an empty component.
+    """
+    pats: list[_Pattern] = []
+    for p in ignore:
+        parts = tuple(p.split("."))
+        if not p or any(not c for c in parts):
+            raise ValueError(f"invalid ignore path {p!r}: expected dotted components like '0.meta_info.timing'")
+        pats.append(parts)
+    h = _Hasher(xxhash.xxh3_128())
+    h.put(b"call-v1")
+    for i, a in enumerate(args):
+        if h.child(str(i), a, (), pats, False):
+            h.put_str(b"#", str(i))
+    h.put(b";")
+    for name in sorted(kwargs):
+        if h.child(name, kwargs[name], (), pats, False):
+            h.put_str(b"=", name)
+    return str(h.h.hexdigest())

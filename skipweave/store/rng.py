@@ -1,0 +1,126 @@
+"""Capture and restore the global random number generator states (Python, numpy, torch CPU and CUDA).
+
+The captured state is a plain dict of ints, floats, strings, numpy arrays and tensors, so
+``skipweave.store.codec.encode`` can store it without pickle.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RNG_STATE_FORMAT", "capture_rng_state", "restore_rng_state"]
+
+RNG_STATE_FORMAT = 1
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """Capture the global RNG states of Python's ``random``, numpy's legacy ``np.random`` and torch.
+
+    Returns:
+        A dict::
+
+            {
+              "format": 1,
+              "python": {"version": int, "state": np.ndarray int64 (625,), "gauss_next": float | None},
+              "numpy": {"bit_generator": str, "key": np.ndarray uint32 (624,), "pos": int,
+                        "has_gauss": int, "cached_gaussian": float},
+              "torch_cpu": torch.Tensor uint8 (CPU, ~5 KiB),
+              "torch_cuda": [torch.Tensor uint8, one per visible CUDA device],  # only if CUDA is available
+            }
+
+        Python's internal state tuple of 625 ints is kept as an int64 array (all values are < 2**32) so it
+        is stored compactly as a tensor rather than as 625 JSON nodes.
+
+    Raises:
+        RuntimeError: if torch cannot read a CUDA generator state (e.g. a broken CUDA setup).
+    """
+    py_version, py_internal, py_gauss = random.getstate()
+    np_state = np.random.get_state(legacy=True)
+    assert isinstance(np_state, tuple)  # legacy=True always gives the 5-tuple
+    bit_generator, key, pos, has_gauss, cached_gaussian = np_state
+    state: dict[str, Any] = {
+        "format": RNG_STATE_FORMAT,
+        "python": {
+            "version": int(py_version),
+            "state": np.asarray(py_internal, dtype=np.int64),
+            "gauss_next": None if py_gauss is None else float(py_gauss),
+        },
+        "numpy": {
+            "bit_generator": str(bit_generator),
+            "key": np.array(key, dtype=np.uint32, copy=True),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
+        "torch_cpu": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["torch_cuda"] = list(torch.cuda.get_rng_state_all())
+    return state
+
+
+def restore_rng_state(state: Mapping[str, Any]) -> None:
+    """Restore RNG states captured by :func:`capture_rng_state` (possibly after an encode/decode round trip).
+
+    Missing sections are left untouched. CUDA states are skipped (debug log) when CUDA is not available; if
+    fewer CUDA devices are visible than were recorded, only the visible ones are restored (warning).
+
+    Args:
+        state: the captured dict.
+
+    Raises:
+        ValueError: unknown ``format`` or a malformed section.
+    """
+    fmt = state.get("format", RNG_STATE_FORMAT)
+    if fmt != RNG_STATE_FORMAT:
+        raise ValueError(f"unknown RNG state format {fmt!r}; expected {RNG_STATE_FORMAT}")
+    try:
+        py = state.get("python")
+        if py is not None:
+            gauss = py.get("gauss_next")
+            random.setstate(
+                (
+                    int(py["version"]),
+                    tuple(int(x) for x in np.asarray(py["state"]).tolist()),
+                    None if gauss is None else float(gauss),
+                )
+            )
+        nps = state.get("numpy")
+        if nps is not None:
+            np.random.set_state(
+                (
+                    str(nps["bit_generator"]),
+                    np.asarray(nps["key"], dtype=np.uint32),
+                    int(nps["pos"]),
+                    int(nps["has_gauss"]),
+                    float(nps["cached_gaussian"]),
+                )
+            )
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"malformed RNG state: {type(exc).__name__}: {exc}") from exc
+    cpu = state.get("torch_cpu")
+    if cpu is not None:
+        torch.set_rng_state(torch.as_tensor(cpu, dtype=torch.uint8).cpu())
+    cuda = state.get("torch_cuda")
+    if cuda is not None:
+        if not torch.cuda.is_available():
+            logger.debug("RNG state has %d CUDA generator states but CUDA is not available; skipped", len(cuda))
+            return
+        n = torch.cuda.device_count()
+        if n < len(cuda):
+            logger.warning(
+                "RNG state has %d CUDA generator states but only %d devices are visible; restoring %d",
+                len(cuda),
+                n,
+                n,
+            )
+        for i, s in enumerate(list(cuda)[:n]):
+            torch.cuda.set_rng_state(torch.as_tensor(s, dtype=torch.uint8).cpu(), device=i)

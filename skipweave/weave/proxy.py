@@ -1,0 +1,261 @@
+"""Skip proxies: the wrapt wrapper that decides, per call, to bypass, replay or call through and record.
+
+One :class:`SkipProxy` serves one (role, target) pair. Its decision path::
+
+    bypass predicate (validation) ──► run live, record nothing, advance no counter
+    step from the step source ──► not in ``steps`` ──► run live
+    call index within (step, shard) ──► action picks the serving step ──► replay (hit)
+                                                                  └──► call through + record (miss)
+
+Async targets (``async def``, or anything ``inspect.iscoroutinefunction`` reports as such) get a
+proxy that returns an awaitable on every path, replays included. A plain ``def`` whose ``__wrapped__``
+chain holds an ``async def`` is a sync-or-await helper such as verl's ``auto_await``: it runs the
+coroutine to completion when called plainly but hands it back when its caller's frame is a
+coroutine. For such targets (``bridge=True``) the proxy follows the same rule from the caller's frame
+and calls the helper from a coroutine frame of its own when the caller is one, so the helper keeps
+making the choice it would make without skipweave.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from skipweave import report
+from skipweave.config.schema import OnMismatch, RoleConfig, ShardKind, TargetSpec
+from skipweave.policy.actions import choose_step
+from skipweave.policy.steps import StepSource
+from skipweave.store import codec
+from skipweave.store.fingerprint import fingerprint
+from skipweave.store.manifest import EntryInvalid
+from skipweave.store.rng import capture_rng_state, restore_rng_state
+from skipweave.store.step_store import StepStore
+
+logger = logging.getLogger(__name__)
+
+_CORO_FLAGS = inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+class FingerprintMismatch(RuntimeError):
+    """A replayed entry was recorded for other inputs and ``fingerprint.on_mismatch`` is ``error``."""
+
+
+class _Decision:
+    """What the proxy decided for one non-bypassed call."""
+
+    __slots__ = ("step", "call", "shard", "served", "fp", "replace")
+
+    def __init__(self, step: int, call: int, shard: str, served: int | None) -> None:
+        self.step, self.call, self.shard, self.served = step, call, shard, served
+        self.fp: str | None = None
+        self.replace = False
+
+
+def annotate(result: Any, status: str, step: int | None, served: int | None) -> None:
+    """Put ``{"status", "step", "served_step"}`` under ``meta_info["skipweave"]`` of a DataProto-like result.
+
+    Hosts read it without importing skipweave (e.g. ``out.meta_info.get("skipweave", {})``); results
+    without a ``meta_info`` dict are left untouched.
+    """
+    meta = getattr(result, "meta_info", None)
+    if isinstance(meta, dict):
+        meta["skipweave"] = {"status": status, "step": step, "served_step": served}
+
+
+def shard_label(kind: ShardKind) -> str:
+    """Return this process's shard label: ``r<RANK>`` for ``auto``/``rank``, ``r0`` otherwise."""
+    if kind is ShardKind.NONE:
+        return "r0"
+    rank = os.environ.get("RANK", "0").strip() or "0"
+    return "r" + (rank if rank.isdigit() else "0")
+
+
+class SkipProxy:
+    """The wrapt wrapper of one target of one role.
+
+    Args:
+        role: the validated role config.
+        target: the target spec.
+        store: the role's :class:`StepStore`.
+        bypass: predicate ``(args, kwargs) -> bool`` (see :mod:`skipweave.policy.bypass`).
+        is_async: the target is a coroutine function.
+        bridge: the target is a sync-or-await helper around a coroutine function (see above).
+
+    A proxy set inactive (``active = False``) passes every call straight through; unweave does that
+    when another tool's non-wrapt wrapper sits above ours and the patch cannot be spliced out.
+    """
+
+    def __init__(
+        self,
+        role: RoleConfig,
+        target: TargetSpec,
+        store: StepStore,
+        bypass: Callable[[tuple[Any, ...], Mapping[str, Any]], bool],
+        *,
+        is_async: bool,
+        bridge: bool = False,
+    ) -> None:
+        self.role = role
+        self.target = target
+        self.store = store
+        self.bypass = bypass
+        self.is_async = is_async
+        self.bridge = bridge
+        self.active = True
+        self.steps = role.steps
+        self.step_source = StepSource(role.step)
+        self._calls: dict[tuple[int, str], int] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ wrapt entry point
+    def __call__(self, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not self.active:
+            return wrapped(*args, **kwargs)
+        if self.bypass(args, kwargs):
+            return self._live_bypass(wrapped, args, kwargs, None)
+        step = self.step_source.step_for(instance, args, kwargs)
+        if step not in self.steps:
+            return self._live_bypass(wrapped, args, kwargs, step)
+        decision = self._decide(step, args, kwargs)
+        if self.is_async:
+            return self._async_path(wrapped, args, kwargs, decision)
+        if self.bridge and sys._getframe(1).f_code.co_flags & _CORO_FLAGS:
+            return self._async_path(wrapped, args, kwargs, decision, maybe_sync=True)
+        return self._sync_path(wrapped, args, kwargs, decision)
+
+    # ------------------------------------------------------------------ paths
+    def _live_bypass(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                     step: int | None) -> Any:
+        report.event(report.BYPASS, role=self.role.role, target=self.target.name, step=step)
+        result = wrapped(*args, **kwargs)
+        if inspect.isawaitable(result):
+            return self._annotated_awaitable(result, step)
+        annotate(result, report.BYPASS, step, None)
+        return result
+
+    async def _annotated_awaitable(self, awaitable: Awaitable[Any], step: int | None) -> Any:
+        result = await awaitable
+        annotate(result, report.BYPASS, step, None)
+        return result
+
+    def _sync_path(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                   d: _Decision) -> Any:
+        found, value = self._try_replay(d, args, kwargs)
+        if found:
+            return value
+        self._fingerprint(d, args, kwargs)  # before the call: the host may mutate its inputs
+        t0 = time.perf_counter()
+        result = wrapped(*args, **kwargs)
+        if inspect.isawaitable(result):  # a plain def that hands back an awaitable
+            return self._finish_awaitable(result, d, t0)
+        return self._after_live(result, d, time.perf_counter() - t0)
+
+    async def _finish_awaitable(self, awaitable: Awaitable[Any], d: _Decision, t0: float) -> Any:
+        result = await awaitable
+        return self._after_live(result, d, time.perf_counter() - t0)
+
+    async def _async_path(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                          d: _Decision, maybe_sync: bool = False) -> Any:
+        found, value = self._try_replay(d, args, kwargs)
+        if found:
+            return value
+        self._fingerprint(d, args, kwargs)
+        t0 = time.perf_counter()
+        result = wrapped(*args, **kwargs)  # called from this coroutine's frame
+        if not maybe_sync or inspect.isawaitable(result):
+            result = await result
+        return self._after_live(result, d, time.perf_counter() - t0)
+
+    # ------------------------------------------------------------------ decision and store
+    def _decide(self, step: int, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> _Decision:
+        shard = shard_label(self.role.shard)
+        with self._lock:
+            call = self._calls.get((step, shard), 0)
+            self._calls[(step, shard)] = call + 1
+        self.store.prepare_part(step, self.target.name, shard)
+        recorded = self.store.recorded_steps(self.target.name, shard)
+        served = choose_step(self.role.action, step, recorded, self.role.record_steps)
+        if served is not None and served != step:
+            # A repeat serves the same call index of another step; that step must hold it.
+            if call not in self.store.part_info(served, self.target.name, shard).calls:
+                served = None
+        return _Decision(step, call, shard, served)
+
+    def _fingerprint(self, d: _Decision, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+        if d.fp is None:
+            d.fp = fingerprint(args, kwargs, ignore=self.role.fingerprint.ignore)
+        return d.fp
+
+    def _try_replay(self, d: _Decision, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[bool, Any]:
+        if d.served is None:
+            return False, None
+        key = self.store.key(d.served, self.target.name, d.shard, d.call)
+        t0 = time.perf_counter()
+        try:
+            loaded = self.store.load(key)
+        except FileNotFoundError:
+            return False, None
+        except EntryInvalid as exc:
+            self.store.discard(key, reason=str(exc))
+            d.served = None
+            d.replace = True
+            return False, None
+        if d.served == d.step and loaded.manifest.get("input_fingerprint") != self._fingerprint(d, args, kwargs):
+            policy = self.role.fingerprint.on_mismatch
+            where = f"role {self.role.role} target {self.target.name} step {d.step} call {d.call}"
+            if policy is OnMismatch.ERROR:
+                raise FingerprintMismatch(
+                    f"{where}: the recorded entry was made for other inputs "
+                    f"(recorded {loaded.manifest.get('input_fingerprint')}, live {d.fp}); set "
+                    f"skip.{self.role.role}.fingerprint.on_mismatch=warn or regenerate, or add the differing "
+                    f"fields to skip.{self.role.role}.fingerprint.ignore"
+                )
+            if policy is OnMismatch.REGENERATE:
+                logger.warning("skipweave: %s: inputs differ from the recording; regenerating", where)
+                d.served = None
+                d.replace = True
+                return False, None
+            logger.warning(
+                "skipweave: %s: inputs differ from the recording (fingerprint %s vs %s); serving the "
+                "recording anyway (fingerprint.on_mismatch=warn)",
+                where, loaded.manifest.get("input_fingerprint"), d.fp,
+            )
+        if self.role.restore_rng and loaded.rng_state:
+            restore_rng_state(loaded.rng_state)
+        result = loaded.result
+        annotate(result, report.HIT, d.step, d.served)
+        report.event(
+            report.HIT, role=self.role.role, target=self.target.name, step=d.step, served=d.served,
+            nbytes=loaded.bytes, seconds=time.perf_counter() - t0,
+            saved=float(loaded.manifest.get("generation_seconds") or 0.0),
+        )
+        return True, result
+
+    def _after_live(self, result: Any, d: _Decision, seconds: float) -> Any:
+        rng = capture_rng_state() if self.role.restore_rng else None
+        key = self.store.key(d.step, self.target.name, d.shard, d.call)
+        nbytes = 0
+        try:
+            nbytes = self.store.record(
+                key, result, target_path=self.target.path, fingerprint=d.fp or "",
+                rng_state=rng, seconds=seconds, replace=d.replace,
+            )
+        except codec.PickleRefused as exc:
+            report.record_failed()
+            logger.warning("skipweave: not recording %s: %s", key, exc)
+        except Exception as exc:  # a failed record never fails the training call
+            report.record_failed()
+            logger.warning(
+                "skipweave: recording %s under %s failed (%s: %s); the live result is returned and nothing "
+                "partial was left", key, self.store.dump_dir, type(exc).__name__, exc,
+            )
+        report.event(report.MISS, role=self.role.role, target=self.target.name, step=d.step,
+                     nbytes=nbytes, seconds=seconds)
+        annotate(result, report.MISS, d.step, None)
+        return result

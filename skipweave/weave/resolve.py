@@ -1,0 +1,116 @@
+"""Turn a target path into (module name, attribute path) without importing the host's module.
+
+Two spellings are accepted: ``pkg.mod:Class.method`` (module explicit) and the dotted form Hydra uses
+for ``_target_`` (``pkg.mod.Class.method``), where the module is the longest prefix that is a module.
+Finding that prefix imports parent *packages* only (their ``__init__``), never the target module
+itself, so a target in a module not yet imported can be patched when the host first imports it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+
+class TargetNotFound(LookupError):
+    """A target path does not resolve; the message names the path and the part that failed."""
+
+    def __init__(self, path: str, failed: str, reason: str) -> None:
+        self.path = path
+        self.failed = failed
+        super().__init__(f"target '{path}' does not resolve: {reason} (failed at '{failed}')")
+
+
+@dataclass(frozen=True)
+class ResolvedPath:
+    """A target path split into its module and the attribute path inside it."""
+
+    path: str
+    module: str
+    attr: str  # e.g. "Class.method" or "func"
+
+
+def split_path(path: str) -> ResolvedPath:
+    """Split ``path`` into module and attribute path.
+
+    Raises:
+        TargetNotFound: no prefix of ``path`` is an importable module, or nothing is left for the attribute.
+    """
+    if ":" in path:
+        module, _, attr = path.partition(":")
+        if not attr:
+            raise TargetNotFound(path, path, "nothing after ':'")
+        if module not in sys.modules and _find_spec(module) is None:
+            raise TargetNotFound(path, module, f"no module named '{module}'")
+        return ResolvedPath(path, module, attr)
+    parts = path.split(".")
+    module = ""
+    for i in range(1, len(parts)):
+        candidate = ".".join(parts[:i])
+        if candidate in sys.modules:
+            module = candidate
+            mod = sys.modules[candidate]
+            if not hasattr(mod, "__path__"):
+                break  # a plain module: the rest are attributes
+            continue
+        spec = _find_spec(candidate)
+        if spec is None:
+            break
+        module = candidate
+        if spec.submodule_search_locations is None:
+            break
+    if not module:
+        raise TargetNotFound(path, parts[0], f"no module named '{parts[0]}'")
+    attr = path[len(module) + 1:]
+    if not attr:
+        raise TargetNotFound(path, path, "the path names a module; name a function or Class.method inside it")
+    return ResolvedPath(path, module, attr)
+
+
+def _find_spec(name: str) -> Any:
+    try:
+        return importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+
+
+def resolve_owner(module_obj: Any, rpath: ResolvedPath) -> tuple[Any, str]:
+    """Walk ``rpath.attr`` inside an imported module; return ``(owner, final attribute name)``.
+
+    Classes decorated ``@ray.remote`` resolve to Ray's ``ActorClass``; the walk continues through
+    the user's class it holds, so ``pkg.mod.Worker.generate`` patches ``Worker.generate``.
+
+    Raises:
+        TargetNotFound: a part is missing.
+    """
+    owner = module_obj
+    parts = rpath.attr.split(".")
+    walked = rpath.module
+    for part in parts[:-1]:
+        walked += "." + part
+        nxt = getattr(owner, part, None)
+        if nxt is None:
+            raise TargetNotFound(rpath.path, walked, f"'{type(owner).__name__}' has no attribute '{part}'")
+        owner = unwrap_actor_class(nxt)
+    final = parts[-1]
+    if not hasattr(owner, final):
+        raise TargetNotFound(rpath.path, f"{walked}.{final}", f"'{getattr(owner, '__name__', owner)}' has no "
+                             f"attribute '{final}'")
+    return owner, final
+
+
+def unwrap_actor_class(obj: Any) -> Any:
+    """Return the user's class behind a Ray ``ActorClass``; any other object unchanged."""
+    meta = getattr(type(obj), "__ray_metadata__", None) or getattr(obj, "__ray_metadata__", None)
+    modified = getattr(meta, "modified_class", None)
+    if modified is not None:
+        return modified
+    return obj
+
+
+def import_module(name: str) -> Any:
+    """Import a module by name (thin wrapper kept for a single place of import)."""
+    return importlib.import_module(name)

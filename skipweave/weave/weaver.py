@@ -1,0 +1,220 @@
+"""The weaver: turn a validated :class:`SkipConfig` into wrapt patches, and take them off again.
+
+Modelled on OpenTelemetry's ``instrument()``/``uninstrument()`` pair: :meth:`Weaver.weave` is
+idempotent (the same plan twice is a no-op, never a double wrap) and :meth:`Weaver.unweave` removes
+exactly skipweave's wrappers, splicing them out from under other tools' wrapt wrappers.
+
+Targets in modules not yet imported are patched from a post-import hook (ddtrace's approach), so the
+host library is never imported just to be patched and ``from mod import func`` copies made after the
+import see the patch.
+"""
+
+from __future__ import annotations
+
+import atexit
+import inspect
+import json
+import logging
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import wrapt
+
+from skipweave.config.schema import RoleConfig, SkipConfig, TargetSpec
+from skipweave.policy.bypass import make_bypass
+from skipweave.store.step_store import StepStore
+from skipweave.weave.proxy import SkipProxy
+from skipweave.weave.resolve import ResolvedPath, TargetNotFound, resolve_owner, split_path
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Patch:
+    """One applied (or pending) patch.
+
+    Attributes:
+        role, target: what it serves.
+        rpath: module and attribute path.
+        proxy: the wrapper's decision object, once created.
+        owner, attr: where the wrapper was installed.
+        handle: the wrapt ``FunctionWrapper`` installed (identity used to remove it).
+        pending: waiting for the module's first import.
+    """
+
+    role: RoleConfig
+    target: TargetSpec
+    rpath: ResolvedPath
+    proxy: SkipProxy | None = None
+    owner: Any = None
+    attr: str = ""
+    handle: Any = None
+    pending: bool = True
+
+
+@dataclass
+class _State:
+    plan_key: str | None = None
+    plan: SkipConfig | None = None
+    patches: list[Patch] = field(default_factory=list)
+    stores: dict[tuple[str, str, str], StepStore] = field(default_factory=dict)
+    generation: int = 0
+
+
+class Weaver:
+    """Owns the patches of one process. Use the module-level :func:`weave` / :func:`unweave`."""
+
+    def __init__(self) -> None:
+        self._state = _State()
+        self._lock = threading.RLock()
+        self._atexit = False
+
+    @property
+    def plan(self) -> SkipConfig | None:
+        """The plan currently woven, or ``None``."""
+        return self._state.plan
+
+    @property
+    def patches(self) -> list[Patch]:
+        """The patches of the current plan (applied and pending)."""
+        return list(self._state.patches)
+
+    def weave(self, plan: SkipConfig) -> list[Patch]:
+        """Patch every target of every enabled role of ``plan``.
+
+        Weaving the plan already woven does nothing; another plan first unweaves the current one.
+        Every target is split and checked before anything is patched.
+
+        Returns:
+            The patches (applied now, or pending until their module is imported).
+
+        Raises:
+            TargetNotFound: a non-optional target path does not resolve (nothing is patched).
+        """
+        key = json.dumps(plan.to_config(), sort_keys=True, default=str)
+        with self._lock:
+            if key == self._state.plan_key:
+                return self.patches
+            if self._state.plan_key is not None:
+                self.unweave()
+            patches: list[Patch] = []
+            for role in plan.enabled_roles:
+                for target in role.targets:
+                    try:
+                        rpath = split_path(target.path)
+                    except TargetNotFound as exc:
+                        if target.optional:
+                            logger.info("skipweave: optional target %s skipped: %s", target.path, exc)
+                            continue
+                        raise
+                    patches.append(Patch(role, target, rpath))
+            # Eagerly check targets whose module is already imported, before patching any.
+            for p in patches:
+                mod = sys.modules.get(p.rpath.module)
+                if mod is not None and not p.target.optional:
+                    resolve_owner(mod, p.rpath)
+            self._state = _State(key, plan, [], {}, self._state.generation + 1)
+            generation = self._state.generation
+            for p in patches:
+                self._state.patches.append(p)
+                wrapt.register_post_import_hook(self._hook(p, generation), p.rpath.module)
+            if not self._atexit:
+                self._atexit = True
+                atexit.register(self.close_parts)
+            applied = sum(not p.pending for p in patches)
+            logger.info(
+                "skipweave: woven %d target(s) of role(s) %s (%d waiting for their module's import)",
+                applied, ", ".join(r.role for r in plan.enabled_roles) or "-", len(patches) - applied,
+            )
+            return self.patches
+
+    def _hook(self, patch: Patch, generation: int) -> Any:
+        def on_import(module: Any) -> None:
+            with self._lock:
+                if generation != self._state.generation or not patch.pending:
+                    return  # unwoven (or re-woven) since the hook was registered
+                try:
+                    self._apply(patch, module)
+                except TargetNotFound as exc:
+                    if patch.target.optional:
+                        logger.info("skipweave: optional target %s skipped: %s", patch.target.path, exc)
+                        return
+                    raise
+
+        return on_import
+
+    def _store(self, role: RoleConfig) -> StepStore:
+        key = (role.dump_dir, role.namespace, role.role)
+        store = self._state.stores.get(key)
+        if store is None:
+            store = StepStore(role.dump_dir, role.namespace, role.role,
+                              allow_pickle=role.allow_pickle, calls_per_step=role.calls_per_step)
+            self._state.stores[key] = store
+        return store
+
+    def _apply(self, patch: Patch, module: Any) -> None:
+        owner, attr = resolve_owner(module, patch.rpath)
+        original = inspect.getattr_static(owner, attr)
+        func = original.__func__ if isinstance(original, (classmethod, staticmethod)) else original
+        is_async = inspect.iscoroutinefunction(func)
+        bridge = not is_async and _wraps_coroutine_function(func)
+        bypass = make_bypass(patch.role.bypass, _resolve_callable)
+        proxy = SkipProxy(patch.role, patch.target, self._store(patch.role), bypass, is_async=is_async,
+                          bridge=bridge)
+        handle = wrapt.wrap_function_wrapper(owner, attr, proxy)
+        patch.proxy, patch.owner, patch.attr, patch.handle, patch.pending = proxy, owner, attr, handle, False
+        logger.debug("skipweave: patched %s (%s) for role %s", patch.target.path,
+                     "async" if is_async else "sync", patch.role.role)
+
+    def unweave(self) -> None:
+        """Remove every skipweave patch of this process, restoring exactly the originals.
+
+        A wrapper buried under another tool's wrapt wrapper is spliced out; one under a non-wrapt
+        wrapper (e.g. a ``functools.wraps`` closure) cannot be, and is made a pass-through instead,
+        with a warning. Parts this process recorded are closed (marked complete).
+        """
+        with self._lock:
+            self.close_parts()
+            for p in reversed(self._state.patches):
+                if p.pending or p.handle is None:
+                    continue
+                assert p.proxy is not None
+                p.proxy.active = False
+                try:
+                    wrapt.unwrap_object(p.owner, p.attr, p.handle, missing_ok=True)
+                except wrapt.WrapperNotOutermostError as exc:
+                    logger.warning("skipweave: %s stays wrapped under another tool's wrapper and now passes "
+                                   "every call through (%s)", p.target.path, exc)
+            self._state = _State(generation=self._state.generation + 1)
+
+    def close_parts(self) -> None:
+        """Mark every part this process recorded as complete (at unweave and interpreter exit)."""
+        for store in list(self._state.stores.values()):
+            try:
+                store.close_all()
+            except OSError as exc:
+                logger.warning("skipweave: could not close recorded steps under %s: %s", store.dump_dir, exc)
+
+
+def _wraps_coroutine_function(func: Any) -> bool:
+    """True when ``func`` is a plain function wrapping an ``async def`` (verl's ``auto_await`` shape)."""
+    seen = 0
+    inner = getattr(func, "__wrapped__", None)
+    while inner is not None and seen < 16:
+        if inspect.iscoroutinefunction(inner):
+            return True
+        inner, seen = getattr(inner, "__wrapped__", None), seen + 1
+    return False
+
+
+def _resolve_callable(path: str) -> Any:
+    rpath = split_path(path)
+    module = __import__(rpath.module, fromlist=["_"])
+    owner, attr = resolve_owner(module, rpath)
+    return getattr(owner, attr)
+
+
+WEAVER = Weaver()
+"""The process-wide weaver behind :func:`skipweave.weave` and :func:`skipweave.unweave`."""
