@@ -7,6 +7,7 @@ app of the environment — costs no torch or ray import):
 - :func:`set_step`: tell skipweave the current training step (verl's ``SkipManager`` style).
 - :func:`counters`: hits, misses, bypasses, bytes and seconds saved in this process.
 - :class:`ConfigError`: a bad ``skip`` value, raised before anything is patched.
+- :class:`TargetNotFound`: a target path that does not resolve (names the failing part).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from skipweave.api import counters, set_step, unweave, weave, woven_plan
     from skipweave.config.errors import ConfigError
+    from skipweave.weaving.resolve import TargetNotFound
 
 _LAZY = {
     "weave": "skipweave.api",
@@ -26,9 +28,10 @@ _LAZY = {
     "set_step": "skipweave.api",
     "counters": "skipweave.api",
     "ConfigError": "skipweave.config.errors",
+    "TargetNotFound": "skipweave.weaving.resolve",
 }
 
-__all__ = ["ConfigError", "__version__", "counters", "set_step", "unweave", "weave", "woven_plan"]
+__all__ = ["ConfigError", "TargetNotFound", "__version__", "counters", "set_step", "unweave", "weave", "woven_plan"]
 
 
 def __getattr__(name: str) -> Any:

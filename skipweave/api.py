@@ -9,7 +9,7 @@ from skipweave.config.loader import load_skip_config
 from skipweave.config.schema import SkipConfig
 from skipweave.policy.steps import set_step
 from skipweave.report import counters
-from skipweave.weave.weaver import WEAVER, Patch
+from skipweave.weaving.weaver import WEAVER, Patch
 
 __all__ = ["counters", "set_step", "unweave", "weave", "woven_plan"]
 
@@ -36,7 +36,7 @@ def weave(
 
     Raises:
         skipweave.ConfigError: a bad value (naming key, value and what is allowed); nothing is patched.
-        skipweave.weave.resolve.TargetNotFound: a non-optional target does not resolve; nothing is patched.
+        skipweave.weaving.resolve.TargetNotFound: a non-optional target does not resolve; nothing is patched.
     """
     if profile is not None:
         from skipweave.config.profiles import compose_profile

@@ -306,6 +306,15 @@ def _str(key: str, value: Any, *, optional: bool = False) -> str | None:
     return value
 
 
+def _optional_path(key: str, value: Any) -> str:
+    """A dotted path inside an argument; ``""`` or ``null`` means the argument itself."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ConfigError(key, value, "a dotted path such as 'meta_info.global_steps', or '' for the argument itself")
+    return value
+
+
 def _paths(key: str, value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -457,7 +466,7 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
     step_cfg = StepSourceConfig(
         source=_enum(StepSourceKind, f"{key}.step.source", step.get("source", "auto")),
         arg=_arg_ref(f"{key}.step.arg", step.get("arg", 0)),
-        path=_str(f"{key}.step.path", step.get("path", "meta_info.global_steps")) or "",
+        path=_optional_path(f"{key}.step.path", step.get("path", "meta_info.global_steps")),
         pattern=_str(f"{key}.step.pattern", step.get("pattern"), optional=True),
     )
     if step_cfg.source is StepSourceKind.REGEX:

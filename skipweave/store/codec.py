@@ -152,22 +152,32 @@ def is_dataproto_like(obj: Any) -> bool:
 
 
 def is_tensordict(obj: Any) -> bool:
-    """Return True if ``obj`` is a ``tensordict`` TensorDict-like instance, without importing tensordict.
+    """Return True if ``obj`` is a ``tensordict`` TensorDict (any ``TensorDictBase``), without importing it.
 
     Args:
         obj: any object.
 
     Returns:
-        True when the object's class (or a base class) lives in the ``tensordict`` package and it has a
-        ``batch_size`` and an ``items`` method.
+        True when a class in the object's MRO is ``tensordict``'s ``TensorDictBase``.
     """
     if isinstance(obj, type):
         return False
-    mods = (getattr(c, "__module__", "") or "" for c in type(obj).__mro__)
+    return any(
+        c.__name__ == "TensorDictBase" and (getattr(c, "__module__", "") or "").startswith("tensordict")
+        for c in type(obj).__mro__
+    )
+
+
+def _is_tensorclass(obj: Any) -> bool:
+    return not isinstance(obj, type) and getattr(type(obj), "_is_tensorclass", False) is True
+
+
+def _is_non_tensor_data(obj: Any) -> bool:
+    tp = type(obj)
     return (
-        any(m == "tensordict" or m.startswith("tensordict.") for m in mods)
-        and hasattr(obj, "batch_size")
-        and callable(getattr(obj, "items", None))
+        _is_tensorclass(obj)
+        and tp.__name__ == "NonTensorData"
+        and (getattr(tp, "__module__", "") or "").startswith("tensordict")
     )
 
 
@@ -370,6 +380,10 @@ class _Encoder:
             return self._guarded(obj, path, self._encode_container)
         if is_tensordict(obj):
             return self._guarded(obj, path, self._encode_tensordict)
+        if _is_non_tensor_data(obj):
+            return self._guarded(obj, path, self._encode_non_tensor_data)
+        if _is_tensorclass(obj):
+            return self._encode_pickle(obj, path, reason="tensorclass instances are not supported")
         if is_dataproto_like(obj):
             return self._guarded(obj, path, self._encode_dataproto)
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -526,17 +540,34 @@ class _Encoder:
     def _encode_tensordict(self, obj: Any, path: str) -> dict[str, Any]:
         ref = self._class_ref_checked(type(obj), path)
         device = getattr(obj, "device", None)
+        node: dict[str, Any] = {
+            "t": "tensordict",
+            "cls": ref,
+            "batch_size": [int(x) for x in obj.batch_size],
+            "device": None if device is None else str(device),
+        }
+        parts = getattr(obj, "tensordicts", None)
+        if isinstance(parts, (list, tuple)) and isinstance(getattr(obj, "stack_dim", None), int):
+            # lazy stack (LazyStackedTensorDict / NonTensorStack): keep the stacked parts
+            node["stack_dim"] = int(obj.stack_dim)
+            node["stack"] = [self.encode(td, _child(path, f".tensordicts[{i}]")) for i, td in enumerate(parts)]
+            return node
         items: dict[str, Any] = {}
         for k, v in obj.items():
             if type(k) is not str:
                 raise CodecError(f"{path}: TensorDict key {k!r} of type {_type_name(k)} is not supported")
             items[k] = self.encode(v, _child(path, _key_label(k)))
+        node["v"] = items
+        return node
+
+    def _encode_non_tensor_data(self, obj: Any, path: str) -> dict[str, Any]:
+        device = getattr(obj, "device", None)
         return {
-            "t": "tensordict",
-            "cls": ref,
+            "t": "nontensordata",
+            "cls": self._class_ref_checked(type(obj), path),
             "batch_size": [int(x) for x in obj.batch_size],
             "device": None if device is None else str(device),
-            "v": items,
+            "data": self.encode(obj.data, _child(path, ".data")),
         }
 
     def _encode_dataproto(self, obj: Any, path: str) -> dict[str, Any]:
@@ -739,20 +770,38 @@ class _Decoder:
             object.__setattr__(obj, name, self.decode(vn, _child(path, f".{name}")))
         return obj
 
-    def _tensordict(self, node: Mapping[str, Any], path: str) -> Any:
+    def _import_tensordict_class(self, node: Mapping[str, Any], path: str) -> Any:
+        ref = node.get("cls") or "tensordict:TensorDict"
         try:
-            cls = import_ref(node.get("cls") or "tensordict:TensorDict")
+            return import_ref(ref)
         except CodecError as exc:
             raise CodecError(
-                f"{path}: this entry holds a TensorDict ({node.get('cls')}); the 'tensordict' package is "
-                f"needed to decode it: {exc}"
+                f"{path}: this entry holds a {ref}; the 'tensordict' package is needed to decode it: {exc}"
             ) from exc
-        items = {k: self.decode(v, _child(path, _key_label(k))) for k, v in node["v"].items()}
+
+    def _td_device(self, node: Mapping[str, Any]) -> str | None:
         device = node.get("device")
         if device is not None and not _device_available(device):
             _to_recorded_device(torch.empty(0), device)  # logs the once-per-device warning
-            device = "cpu"
+            return "cpu"
+        return None if device is None else str(device)
+
+    def _tensordict(self, node: Mapping[str, Any], path: str) -> Any:
+        cls = self._import_tensordict_class(node, path)
+        device = self._td_device(node)
+        if "stack" in node:
+            parts = [self.decode(n, _child(path, f".tensordicts[{i}]")) for i, n in enumerate(node["stack"])]
+            return cls(*parts, stack_dim=int(node["stack_dim"]))
+        if getattr(cls, "__name__", "") != "TensorDict":
+            # other TensorDictBase subclasses cannot be rebuilt from items: return a plain TensorDict
+            cls = import_ref("tensordict:TensorDict")
+        items = {k: self.decode(v, _child(path, _key_label(k))) for k, v in node["v"].items()}
         return cls(items, batch_size=[int(x) for x in node["batch_size"]], device=device)
+
+    def _nontensordata(self, node: Mapping[str, Any], path: str) -> Any:
+        cls = self._import_tensordict_class(node, path)
+        data = self.decode(node["data"], _child(path, ".data"))
+        return cls(data=data, batch_size=[int(x) for x in node["batch_size"]], device=self._td_device(node))
 
     def _dataproto(self, node: Mapping[str, Any], path: str) -> Any:
         ref = node["cls"]
@@ -795,6 +844,7 @@ _DECODERS: dict[str, Callable[[_Decoder, Mapping[str, Any], str], Any]] = {
     "namedtuple": _Decoder._namedtuple,
     "dataclass": _Decoder._dataclass,
     "tensordict": _Decoder._tensordict,
+    "nontensordata": _Decoder._nontensordata,
     "dataproto": _Decoder._dataproto,
 }
 
@@ -878,8 +928,14 @@ def _walk(node: Mapping[str, Any], path: str) -> Iterator[dict[str, Any]]:
         for k, v in node["v"].items():
             yield from _walk(v, _child(path, f".{k}"))
     elif tag == "tensordict":
-        for k, v in node["v"].items():
-            yield from _walk(v, _child(path, _key_label(k)))
+        if "stack" in node:
+            for i, v in enumerate(node["stack"]):
+                yield from _walk(v, _child(path, f".tensordicts[{i}]"))
+        else:
+            for k, v in node["v"].items():
+                yield from _walk(v, _child(path, _key_label(k)))
+    elif tag == "nontensordata":
+        yield from _walk(node["data"], _child(path, ".data"))
     elif tag == "dataproto":
         for attr in ("batch", "non_tensor_batch", "meta_info"):
             yield from _walk(node[attr], _child(path, f".{attr}"))

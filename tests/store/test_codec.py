@@ -122,6 +122,9 @@ def assert_same(a: Any, b: Any, path: str = "") -> None:
         assert a.dtype == b.dtype and np.asarray(a).tobytes() == np.asarray(b).tobytes(), path
     elif isinstance(a, float):
         assert struct.pack("<d", a) == struct.pack("<d", b) or (math.isnan(a) and math.isnan(b)), path
+    elif isinstance(a, complex):
+        assert_same(a.real, b.real, f"{path}.real")
+        assert_same(a.imag, b.imag, f"{path}.imag")
     elif isinstance(a, dict):
         assert list(a.keys()) == list(b.keys()), path
         for (ka, va), kb in zip(a.items(), b.keys(), strict=True):
@@ -296,7 +299,7 @@ def test_numpy_arrays(name: str, tmp_path: Path) -> None:
     arr = NUMPY_ARRAYS[name]
     out = roundtrip({"a": arr}, tmp_path)["a"]
     assert type(out) is np.ndarray and out.dtype == arr.dtype and out.shape == arr.shape
-    if arr.dtype.kind not in "fc":
+    if arr.dtype.kind not in "fcmM":
         assert np.array_equal(out, arr)
     else:
         assert np.array_equal(out, arr, equal_nan=True)
@@ -486,6 +489,21 @@ def test_tensordict_batch(tmp_path: Path) -> None:
     assert type(out.batch) is type(td) and list(out.batch.batch_size) == [2]
     assert torch.equal(out.batch["input_ids"], td["input_ids"])
     assert torch.equal(out.batch["nested", "a"], td["nested", "a"])
+    assert summarize(tree)[0] == {"path": "batch['input_ids']", "kind": "tensor", "dtype": "torch.int64", "shape": [2, 4]}
+
+
+def test_tensordict_non_tensor_data_and_lazy_stack(tmp_path: Path) -> None:
+    tensordict = pytest.importorskip("tensordict")
+    td = tensordict.TensorDict({"x": torch.ones(2, 3)}, batch_size=[2])
+    td["note"] = "hello"
+    stack = tensordict.LazyStackedTensorDict(
+        tensordict.TensorDict({"a": torch.ones(2)}, []), tensordict.TensorDict({"a": torch.zeros(2)}, []), stack_dim=0
+    )
+    enc = encode({"td": td, "stack": stack})
+    tree, tensors = via_file(enc, tmp_path)
+    out = decode(tree, tensors)
+    assert out["td"]["note"] == "hello" and torch.equal(out["td"]["x"], td["x"])
+    assert type(out["stack"]) is type(stack) and torch.equal(out["stack"]["a"], stack["a"])
 
 
 def test_tensordict_missing_package_is_a_clear_error() -> None:

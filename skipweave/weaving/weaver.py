@@ -25,8 +25,8 @@ import wrapt
 from skipweave.config.schema import RoleConfig, SkipConfig, TargetSpec
 from skipweave.policy.bypass import make_bypass
 from skipweave.store.step_store import StepStore
-from skipweave.weave.proxy import SkipProxy
-from skipweave.weave.resolve import ResolvedPath, TargetNotFound, resolve_owner, split_path
+from skipweave.weaving.proxy import SkipProxy
+from skipweave.weaving.resolve import ResolvedPath, TargetNotFound, resolve_owner, split_path
 
 logger = logging.getLogger(__name__)
 

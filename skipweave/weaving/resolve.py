@@ -44,7 +44,12 @@ def split_path(path: str) -> ResolvedPath:
         if not attr:
             raise TargetNotFound(path, path, "nothing after ':'")
         if module not in sys.modules and _find_spec(module) is None:
-            raise TargetNotFound(path, module, f"no module named '{module}'")
+            parts = module.split(".")
+            failed = next(
+                (".".join(parts[: i + 1]) for i in range(len(parts)) if _find_spec(".".join(parts[: i + 1])) is None),
+                module,
+            )
+            raise TargetNotFound(path, failed, f"no module named '{failed}'")
         return ResolvedPath(path, module, attr)
     parts = path.split(".")
     module = ""

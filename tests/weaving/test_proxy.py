@@ -1,0 +1,224 @@
+"""Proxy decisions with real patches and a real store: actions, steps, bypass, RNG, fingerprints, failures."""
+
+from __future__ import annotations
+
+import logging
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import skipweave
+from skipweave.weaving.proxy import FingerprintMismatch
+from tests.conftest import HOST_SOURCE
+
+
+def _run(mod: Any, steps: list[int], cfg: dict[str, Any], validate_at: int | None = None) -> list[Any]:
+    skipweave.unweave()
+    skipweave.weave(cfg)
+    g = mod.Gen()
+    outs = []
+    for s in steps:
+        if validate_at == s:
+            g.generate(mod.Batch(step=s, validate=True))
+        outs.append(g.generate(mod.Batch(step=s)))
+    return outs
+
+
+def _cfg(dump: Path, name: str, **role: Any) -> dict[str, Any]:
+    return {"skip": {"rollout": {"enable": True, "dump_dir": str(dump),
+                                 "targets": {"g": f"{name}.Gen.generate"}, **role}}}
+
+
+def _served(outs: list[Any]) -> list[Any]:
+    return [o.meta_info["skipweave"]["served_step"] for o in outs]
+
+
+@pytest.fixture
+def mod(host_module: Any) -> Any:
+    name, _ = host_module(HOST_SOURCE)
+    return sys.modules[name]
+
+
+def test_cache_records_each_step_and_replays_it(mod: Any, tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, mod.__name__, steps=[1, "3-4"])
+    live = _run(mod, [1, 2, 3, 4], cfg, validate_at=3)
+    assert len(mod.CALLS) == 5
+    assert [o.meta_info["skipweave"]["status"] for o in live] == ["miss", "bypass", "miss", "miss"]
+    assert sorted(p.name for p in (tmp_path / "default" / "rollout").iterdir()) == ["1", "3", "4"]
+    again = _run(mod, [1, 2, 3, 4], cfg, validate_at=3)
+    assert len(mod.CALLS) == 5 + 2  # step 2 (not eligible) and the validation call ran live
+    assert [o.meta_info["skipweave"]["status"] for o in again] == ["hit", "bypass", "hit", "hit"]
+    for a, b in zip(live, again):
+        if b.meta_info["skipweave"]["status"] == "hit":
+            assert torch.equal(a.batch["y"], b.batch["y"])
+
+
+def test_repeat_serves_nearest_earlier_then_later(mod: Any, tmp_path: Path) -> None:
+    name = mod.__name__
+    _run(mod, [3, 5], _cfg(tmp_path, name, steps=[3, 5]))
+    outs = _run(mod, [1, 3, 4, 5, 9], _cfg(tmp_path, name, action="repeat"))
+    assert _served(outs) == [3, 3, 3, 5, 5]
+    assert len(mod.CALLS) == 2
+
+
+def test_repeat_records_only_when_nothing_is_recorded(mod: Any, tmp_path: Path) -> None:
+    outs = _run(mod, [1, 2, 3], _cfg(tmp_path, mod.__name__, action="repeat"))
+    assert [o.meta_info["skipweave"]["status"] for o in outs] == ["miss", "hit", "hit"]
+    assert len(mod.CALLS) == 1
+
+
+def test_repeat_cycle_and_repeat_last_over_record_steps(mod: Any, tmp_path: Path) -> None:
+    name = mod.__name__
+    outs = _run(mod, [1, 2, 3, 4, 5], _cfg(tmp_path / "c", name, action="repeat_cycle", record_steps="1-2"))
+    assert _served(outs) == [None, None, 1, 2, 1]
+    outs = _run(mod, [1, 2, 3, 4], _cfg(tmp_path / "l", name, action="repeat_last", record_steps="1-2"))
+    assert _served(outs) == [None, None, 2, 2]
+
+
+def test_bypassed_call_advances_no_counter(mod: Any, tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, mod.__name__, step={"source": "counter"})
+    skipweave.weave(cfg)
+    g = mod.Gen()
+    g.generate(mod.Batch(validate=True))
+    g.generate(mod.Batch())
+    g.generate(mod.Batch(validate=True))
+    g.generate(mod.Batch())
+    assert sorted(p.name for p in (tmp_path / "default" / "rollout").iterdir()) == ["1", "2"]
+
+
+def test_several_calls_per_step_replay_in_order(mod: Any, tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, mod.__name__)
+    live = _run(mod, [1, 1, 1, 2], cfg)
+    again = _run(mod, [1, 1, 1, 2], cfg)
+    assert len(mod.CALLS) == 4
+    for a, b in zip(live, again):
+        assert torch.equal(a.batch["y"], b.batch["y"])
+
+
+@pytest.mark.parametrize("restore", [True, False])
+def test_replay_restores_rng_state_the_real_call_left(mod: Any, tmp_path: Path, restore: bool) -> None:
+    cfg = _cfg(tmp_path, mod.__name__, restore_rng=restore)
+
+    def one_run() -> tuple[float, float, float]:
+        random.seed(0)
+        np.random.seed(0)
+        torch.manual_seed(0)
+        _run(mod, [1], cfg)
+        return random.random(), float(np.random.rand()), float(torch.rand(1))
+
+    live, replay = one_run(), one_run()
+    assert (live == replay) is restore
+
+
+def test_fingerprint_mismatch_warn_regenerate_error(mod: Any, tmp_path: Path, caplog: Any) -> None:
+    name = mod.__name__
+    skipweave.weave(_cfg(tmp_path, name))
+    mod.Gen().generate(mod.Batch(step=1))
+
+    def replay(policy: str) -> Any:
+        skipweave.unweave()
+        skipweave.weave(_cfg(tmp_path, name, fingerprint={"on_mismatch": policy}))
+        return mod.Gen().generate(mod.Batch(step=1, x=torch.arange(4) * 7))
+
+    with caplog.at_level(logging.WARNING):
+        out = replay("warn")
+    assert out.meta_info["skipweave"]["status"] == "hit" and "inputs differ" in caplog.text
+    with pytest.raises(FingerprintMismatch, match="fingerprint.on_mismatch"):
+        replay("error")
+    out = replay("regenerate")
+    assert out.meta_info["skipweave"]["status"] == "miss" and len(mod.CALLS) == 2
+    out = replay("error")  # the regenerated entry matches the new inputs
+    assert out.meta_info["skipweave"]["status"] == "hit"
+
+
+def test_uid_is_ignored_by_default_fingerprint(mod: Any, tmp_path: Path, caplog: Any) -> None:
+    cfg = _cfg(tmp_path, mod.__name__, fingerprint={"on_mismatch": "error"})
+    _run(mod, [1], cfg)
+    outs = _run(mod, [1], cfg)  # Batch() draws a fresh random uid each time
+    assert outs[0].meta_info["skipweave"]["status"] == "hit"
+
+
+def test_step_sources_attr_kwarg_regex(host_module: Any, tmp_path: Path) -> None:
+    name, _ = host_module('''
+import torch
+CALLS = []
+class State:
+    global_step = 0
+class Trainer:
+    def __init__(self):
+        self.state = State()
+    def rollout(self, prompts):
+        CALLS.append(self.state.global_step)
+        return torch.rand(2)
+def gen(prompts, *, step):
+    CALLS.append(step)
+    return torch.rand(2)
+def sample(sample_id):
+    CALLS.append(sample_id)
+    return torch.rand(2)
+''')
+    m = sys.modules[name]
+    cfg = {"skip": {
+        "a": {"enable": True, "dump_dir": str(tmp_path), "targets": {"t": f"{name}.Trainer.rollout"},
+              "step": {"source": "attr", "path": "state.global_step"}},
+        "b": {"enable": True, "dump_dir": str(tmp_path), "targets": {"t": f"{name}.gen"},
+              "step": {"source": "arg", "arg": "step", "path": ""}},
+        "c": {"enable": True, "dump_dir": str(tmp_path), "targets": {"t": f"{name}.sample"},
+              "step": {"source": "regex", "arg": 0, "path": "", "pattern": r"sample_\d+_(\d+)$"}},
+    }}
+    skipweave.weave(cfg)
+    t = m.Trainer()
+    t.state.global_step = 7
+    t.rollout("p")
+    m.gen("p", step=4)
+    m.sample("sample_0_12")
+    root = tmp_path / "default"
+    assert [p.name for p in (root / "a").iterdir()] == ["7"]
+    assert [p.name for p in (root / "b").iterdir()] == ["4"]
+    assert [p.name for p in (root / "c").iterdir()] == ["12"]
+
+
+def test_unencodable_result_is_returned_live_and_nothing_is_written(host_module: Any, tmp_path: Path,
+                                                                    caplog: Any) -> None:
+    name, _ = host_module('''
+import threading
+class Gen:
+    def generate(self, b):
+        return threading.Lock()
+''')
+    m = sys.modules[name]
+    skipweave.weave({"skip": {"r": {"enable": True, "dump_dir": str(tmp_path), "targets": {"g": f"{name}.Gen.generate"},
+                                    "step": "counter"}}})
+    with caplog.at_level(logging.WARNING):
+        out = m.Gen().generate(None)
+    assert type(out).__name__ == "lock"
+    assert "allow_pickle" in caplog.text
+    assert not list(tmp_path.rglob("*.manifest.json")) and not list(tmp_path.rglob(".tmp-*"))
+    assert skipweave.counters()["record_failures"] >= 1
+
+
+def test_pickled_entry_is_refused_without_opt_in(host_module: Any, tmp_path: Path) -> None:
+    name, _ = host_module('''
+import fractions
+CALLS = []
+class Gen:
+    def generate(self, b):
+        CALLS.append(1)
+        return fractions.Fraction(1, 3)
+''')
+    m = sys.modules[name]
+    role = {"enable": True, "dump_dir": str(tmp_path), "targets": {"g": f"{name}.Gen.generate"}, "step": "counter"}
+    skipweave.weave({"skip": {"r": {**role, "allow_pickle": True}}})
+    m.Gen().generate(None)
+    skipweave.unweave()
+    skipweave.weave({"skip": {"r": {**role, "allow_pickle": True}}})
+    assert m.Gen().generate(None) == m.fractions.Fraction(1, 3) and m.CALLS == [1]
+    skipweave.unweave()
+    skipweave.weave({"skip": {"r": role}})
+    with pytest.raises(Exception, match="allow_pickle"):
+        m.Gen().generate(None)
