@@ -5,8 +5,8 @@
 * ``tree`` -- a JSON-serialisable dict (``json.dumps`` works on it, no NaN/Infinity literals) of the form
   ``{"codec_version": 1, "root": <node>}``. Every node is a dict with a short type tag ``"t"``
   (``"tensor"``, ``"ndarray"``, ``"dict"``, ``"list"``, ``"dataproto"``, ...).
-* ``tensors`` -- a flat ``name -> torch.Tensor`` dict (names ``"t0"``, ``"t1"``, ...), every tensor contiguous,
-  on CPU and not sharing storage with another entry, so it can be handed to
+* ``tensors`` -- a flat ``name -> torch.Tensor`` dict (names ``"t0"``, ``"t1"``, ...), every tensor
+  contiguous, on CPU and not sharing storage with another entry, so it can be handed to
   ``safetensors.torch.save_file`` directly.
 
 ``decode`` inverts it. The round trip is exact for the supported types (type, dtype, shape, values, dict key
@@ -216,7 +216,9 @@ def import_ref(ref: str) -> Any:
         try:
             obj = getattr(obj, part)
         except AttributeError as exc:
-            raise CodecError(f"cannot import class {ref!r}: {mod_name!r} has no attribute path {qual!r}") from exc
+            raise CodecError(
+                f"cannot import class {ref!r}: {mod_name!r} has no attribute path {qual!r}"
+            ) from exc
     return obj
 
 
@@ -367,7 +369,11 @@ class _Encoder:
             return self._encode_ndarray(obj, path)
         if isinstance(obj, np.generic) and obj.dtype.kind != "V":
             arr = np.asarray(obj)
-            return {"t": "npscalar", "dtype": arr.dtype.str, "b64": base64.b64encode(arr.tobytes()).decode("ascii")}
+            return {
+                "t": "npscalar",
+                "dtype": arr.dtype.str,
+                "b64": base64.b64encode(arr.tobytes()).decode("ascii"),
+            }
         if isinstance(obj, enum.Enum):
             return self._encode_enum(obj, path)
         if tp is torch.Size:
@@ -443,7 +449,9 @@ class _Encoder:
             self._stack.add(oid)
             try:
                 flat_path = path if arr.ndim == 1 else _child(path, ".flat")
-                node["items"] = [self.encode(el, _child(flat_path, f"[{i}]")) for i, el in enumerate(arr.flat)]
+                node["items"] = [
+                    self.encode(el, _child(flat_path, f"[{i}]")) for i, el in enumerate(arr.flat)
+                ]
             finally:
                 self._stack.discard(oid)
         elif dt.kind in ("U", "S"):
@@ -453,7 +461,9 @@ class _Encoder:
             else:
                 node["items"] = items
         elif dt.fields is not None or dt.kind == "V" or dt.hasobject:
-            return self._encode_pickle(arr, path, reason=f"numpy dtype {dt!r} (structured/void) is not supported")
+            return self._encode_pickle(
+                arr, path, reason=f"numpy dtype {dt!r} (structured/void) is not supported"
+            )
         else:
             c = np.ascontiguousarray(arr)
             if dt.isnative and dt in _NP_TO_TORCH:
@@ -533,7 +543,8 @@ class _Encoder:
     def _encode_dataclass(self, obj: Any, path: str) -> dict[str, Any]:
         ref = self._class_ref_checked(type(obj), path)
         fields = {
-            f.name: self.encode(getattr(obj, f.name), _child(path, f".{f.name}")) for f in dataclasses.fields(obj)
+            f.name: self.encode(getattr(obj, f.name), _child(path, f".{f.name}"))
+            for f in dataclasses.fields(obj)
         }
         return {"t": "dataclass", "cls": ref, "v": fields}
 
@@ -550,7 +561,9 @@ class _Encoder:
         if isinstance(parts, (list, tuple)) and isinstance(getattr(obj, "stack_dim", None), int):
             # lazy stack (LazyStackedTensorDict / NonTensorStack): keep the stacked parts
             node["stack_dim"] = int(obj.stack_dim)
-            node["stack"] = [self.encode(td, _child(path, f".tensordicts[{i}]")) for i, td in enumerate(parts)]
+            node["stack"] = [
+                self.encode(td, _child(path, f".tensordicts[{i}]")) for i, td in enumerate(parts)
+            ]
             return node
         items: dict[str, Any] = {}
         for k, v in obj.items():
@@ -626,7 +639,9 @@ def encode(obj: Any, *, allow_pickle: bool = False, root_name: str = "obj") -> E
     """
     enc = _Encoder(allow_pickle)
     root = enc.encode(obj, root_name)
-    return Encoded(tree={"codec_version": CODEC_VERSION, "root": root}, tensors=enc.tensors, pickled=enc.pickled)
+    return Encoded(
+        tree={"codec_version": CODEC_VERSION, "root": root}, tensors=enc.tensors, pickled=enc.pickled
+    )
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -723,9 +738,9 @@ class _Decoder:
     def _pickle(self, node: Mapping[str, Any], path: str) -> Any:
         if not self.allow_pickle:
             raise PickleRefused(
-                f"{path or '<root>'} (type {node.get('type')}): this entry was recorded with allow_pickle=true; "
-                "loading it would unpickle data, which can run arbitrary code. Set skip.<role>.allow_pickle=true "
-                "(decode(..., allow_pickle=True)) if you trust this recording"
+                f"{path or '<root>'} (type {node.get('type')}): this entry was recorded with "
+                "allow_pickle=true; loading it would unpickle data, which can run arbitrary code. Set "
+                "skip.<role>.allow_pickle=true (decode(..., allow_pickle=True)) if you trust this recording"
             )
         raw = self._raw(node, path)
         return pickle.loads(raw.contiguous().numpy().tobytes())
@@ -808,10 +823,13 @@ class _Decoder:
         try:
             cls = import_ref(ref)
         except CodecError as exc:
-            raise CodecError(f"{path}: cannot import the DataProto-like class {ref!r} to rebuild it: {exc}") from exc
+            raise CodecError(
+                f"{path}: cannot import the DataProto-like class {ref!r} to rebuild it: {exc}"
+            ) from exc
         if not isinstance(cls, type):
             raise CodecError(f"{path}: {ref!r} is not a class")
-        obj = cls.__new__(cls)
+        klass: Any = cls
+        obj = klass.__new__(klass)
         for attr in ("batch", "non_tensor_batch", "meta_info"):
             object.__setattr__(obj, attr, self.decode(node[attr], _child(path, f".{attr}")))
         for name, vn in node.get("extra", {}).items():
@@ -900,7 +918,12 @@ def _leaf_row(node: Mapping[str, Any], path: str) -> dict[str, Any]:
     if tag == "tensor":
         return {"path": path, "kind": "tensor", "dtype": node["dtype"], "shape": list(node["shape"])}
     if tag == "ndarray":
-        return {"path": path, "kind": "ndarray", "dtype": str(np.dtype(node["dtype"])), "shape": list(node["shape"])}
+        return {
+            "path": path,
+            "kind": "ndarray",
+            "dtype": str(np.dtype(node["dtype"])),
+            "shape": list(node["shape"]),
+        }
     if tag == "npscalar":
         return {"path": path, "kind": "npscalar", "dtype": str(np.dtype(node["dtype"])), "shape": []}
     if tag in ("enum", "pickle"):

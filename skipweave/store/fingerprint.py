@@ -99,7 +99,9 @@ class _Hasher:
             self.put_str(b"E", str(obj.name))
         elif tp is torch.Size or tp is torch.dtype or tp is torch.device:
             self.put_str(b"T" + tp.__name__.encode(), str(obj))
-        elif isinstance(obj, (dict, list, tuple, set, frozenset)) and not hasattr(obj, "__dataclass_fields__"):
+        elif isinstance(obj, (dict, list, tuple, set, frozenset)) and not hasattr(
+            obj, "__dataclass_fields__"
+        ):
             self._guard(obj, path, pats, strict, self._container)
         elif is_tensordict(obj):
             self._guard(obj, path, pats, strict, self._tensordict)
@@ -135,9 +137,7 @@ class _Hasher:
         finally:
             self.stack.discard(oid)
 
-    def child(
-        self, comp: str, value: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool
-    ) -> bool:
+    def child(self, comp: str, value: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool) -> bool:
         """Hash ``value`` at ``path + (comp,)`` unless ignored; return False if it was ignored."""
         sub = _advance(pats, len(path), comp)
         if sub is None:
@@ -145,7 +145,7 @@ class _Hasher:
         self.feed(value, path + (comp,), sub, strict)
         return True
 
-    # -- leaves ------------------------------------------------------------------------------------------------
+    # -- leaves ----------------------------------------------------------------------------------------
     def _tensor(self, t: torch.Tensor, strict: bool) -> None:
         if t.layout != torch.strided or t.device.type == "meta":
             if strict:
@@ -199,7 +199,7 @@ class _Hasher:
             self.put_str(b"O", name)
             self.put_str(b"R", r)
 
-    # -- containers --------------------------------------------------------------------------------------------
+    # -- containers ------------------------------------------------------------------------------------
     def _container(self, obj: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool) -> None:
         if isinstance(obj, dict):
             self.put_str(b"{", class_ref(type(obj)))
@@ -319,7 +319,9 @@ def fingerprint(args: tuple[Any, ...], kwargs: Mapping[str, Any], *, ignore: Seq
     for p in ignore:
         parts = tuple(p.split("."))
         if not p or any(not c for c in parts):
-            raise ValueError(f"invalid ignore path {p!r}: expected dotted components like '0.meta_info.timing'")
+            raise ValueError(
+                f"invalid ignore path {p!r}: expected dotted components like '0.meta_info.timing'"
+            )
         pats.append(parts)
     h = _Hasher(xxhash.xxh3_128())
     h.put(b"call-v1")

@@ -319,7 +319,9 @@ def test_object_arrays(tmp_path: Path) -> None:
     for i in range(2):
         for j in range(3):
             grid[i, j] = f"cell{i}{j}" if j else {"i": i, "t": torch.tensor([i])}
-    out = roundtrip({"uid": uid, "mixed": mixed, "grid": grid, "empty": np.empty((0,), dtype=object)}, tmp_path)
+    out = roundtrip(
+        {"uid": uid, "mixed": mixed, "grid": grid, "empty": np.empty((0,), dtype=object)}, tmp_path
+    )
     assert out["grid"].shape == (2, 3) and out["grid"][1, 0]["i"] == 1
     assert isinstance(out["mixed"][1], list) and isinstance(out["mixed"][3], np.ndarray)
 
@@ -347,7 +349,7 @@ def test_numpy_scalars(tmp_path: Path) -> None:
 
 
 def test_python_scalars_and_containers(tmp_path: Path) -> None:
-    obj = {
+    obj: dict[Any, Any] = {
         "none": None,
         "bools": [True, False],
         "ints": (0, -1, 2**200, -(2**70), 2**63 - 1, -(2**63)),
@@ -362,7 +364,7 @@ def test_python_scalars_and_containers(tmp_path: Path) -> None:
         "nested": [({"a": (1, [2, 3])},)],
         1: "int key",
         2.5: "float key",
-        True: "bool key",
+        False: "bool key",
         None: "none key",
         (1, "a"): "tuple key",
         "z": "str key after others",
@@ -375,6 +377,7 @@ def test_python_scalars_and_containers(tmp_path: Path) -> None:
     out = roundtrip(obj, tmp_path)
     assert list(out) == list(obj)
     assert type(out["odict"]) is collections.OrderedDict and type(out["namedtuple"]) is Pair
+    assert [type(k) for k in out][12:14] == [int, float] and False in out and type(list(out)[14]) is bool
 
 
 def test_dict_key_order_is_kept(tmp_path: Path) -> None:
@@ -437,9 +440,9 @@ def _make_proto() -> DataProto:
     }
     proto.non_tensor_batch = {
         "uid": np.array(["u0", "u1", "u2", "u3"], dtype=object),
-        "raw_prompt": np.array([[{"role": "user", "content": f"q{i}"}] for i in range(4)] + [None], dtype=object)[
-            :4
-        ],
+        "raw_prompt": np.array(
+            [[{"role": "user", "content": f"q{i}"}] for i in range(4)] + [None], dtype=object
+        )[:4],
         "scores": np.array([0.1, 0.2, 0.3, 0.4]),
     }
     proto.meta_info = {"global_steps": 3, "timing": {"gen": 1.25}, "eos_token_id": [1, 2], "temperature": 1.0}
@@ -478,7 +481,10 @@ def test_dataproto_unimportable_class_names_it() -> None:
 def test_tensordict_batch(tmp_path: Path) -> None:
     tensordict = pytest.importorskip("tensordict")
     td = tensordict.TensorDict(
-        {"input_ids": torch.arange(8).reshape(2, 4), "nested": tensordict.TensorDict({"a": torch.ones(2)}, [2])},
+        {
+            "input_ids": torch.arange(8).reshape(2, 4),
+            "nested": tensordict.TensorDict({"a": torch.ones(2)}, [2]),
+        },
         batch_size=[2],
     )
     proto = DataProto.__new__(DataProto)
@@ -489,7 +495,12 @@ def test_tensordict_batch(tmp_path: Path) -> None:
     assert type(out.batch) is type(td) and list(out.batch.batch_size) == [2]
     assert torch.equal(out.batch["input_ids"], td["input_ids"])
     assert torch.equal(out.batch["nested", "a"], td["nested", "a"])
-    assert summarize(tree)[0] == {"path": "batch['input_ids']", "kind": "tensor", "dtype": "torch.int64", "shape": [2, 4]}
+    assert summarize(tree)[0] == {
+        "path": "batch['input_ids']",
+        "kind": "tensor",
+        "dtype": "torch.int64",
+        "shape": [2, 4],
+    }
 
 
 def test_tensordict_non_tensor_data_and_lazy_stack(tmp_path: Path) -> None:
@@ -497,7 +508,9 @@ def test_tensordict_non_tensor_data_and_lazy_stack(tmp_path: Path) -> None:
     td = tensordict.TensorDict({"x": torch.ones(2, 3)}, batch_size=[2])
     td["note"] = "hello"
     stack = tensordict.LazyStackedTensorDict(
-        tensordict.TensorDict({"a": torch.ones(2)}, []), tensordict.TensorDict({"a": torch.zeros(2)}, []), stack_dim=0
+        tensordict.TensorDict({"a": torch.ones(2)}, []),
+        tensordict.TensorDict({"a": torch.zeros(2)}, []),
+        stack_dim=0,
     )
     enc = encode({"td": td, "stack": stack})
     tree, tensors = via_file(enc, tmp_path)
@@ -515,7 +528,13 @@ def test_tensordict_missing_package_is_a_clear_error() -> None:
         pytest.skip("tensordict is installed")
     tree = {
         "codec_version": 1,
-        "root": {"t": "tensordict", "cls": "tensordict._td:TensorDict", "batch_size": [1], "device": None, "v": {}},
+        "root": {
+            "t": "tensordict",
+            "cls": "tensordict._td:TensorDict",
+            "batch_size": [1],
+            "device": None,
+            "v": {},
+        },
     }
     with pytest.raises(CodecError, match="tensordict"):
         decode(tree, {})
@@ -558,7 +577,7 @@ def test_pickle_refused_on_encode_names_path_and_type() -> None:
 
 
 def test_pickle_allowed_roundtrip_and_refused_on_decode(tmp_path: Path) -> None:
-    obj = {"opaque": Opaque(5), "t": torch.arange(3), "fn": math.sqrt}
+    obj: dict[str, Any] = {"opaque": Opaque(5), "t": torch.arange(3), "fn": math.sqrt}
     enc = encode(obj, allow_pickle=True)
     assert enc.pickled
     assert not encode({"t": torch.arange(3)}).pickled

@@ -157,7 +157,9 @@ def test_ignore_paths() -> None:
 
 
 def test_ignore_into_dataclass_and_object_attributes() -> None:
-    assert fingerprint((Cfg(1.0, ["a"]),), {}, ignore=["0.lr"]) == fingerprint((Cfg(2.0, ["a"]),), {}, ignore=["0.lr"])
+    assert fingerprint((Cfg(1.0, ["a"]),), {}, ignore=["0.lr"]) == fingerprint(
+        (Cfg(2.0, ["a"]),), {}, ignore=["0.lr"]
+    )
     h1, h2 = Holder(torch.ones(3)), Holder(torch.zeros(3))
     assert fingerprint((h1,), {}, ignore=["0.t"]) == fingerprint((h2,), {}, ignore=["0.t"])
 
@@ -201,7 +203,8 @@ _SCRIPT = textwrap.dedent(
         {"uid": np.array(["a", "b", "c"], dtype=object), "n": np.arange(3)},
         {"tags": {"s1", "s2", "s3", "s4"}, "frozen": frozenset({"q", "r"}), "step": 7, 3.5: None},
     )
-    print(fingerprint((p, Holder()), {"cfg": {"b": [1, 2.5, "x"], "a": (b"y", None)}}, ignore=["*.meta_info.step"]))
+    kw = {"cfg": {"b": [1, 2.5, "x"], "a": (b"y", None)}}
+    print(fingerprint((p, Holder()), kw, ignore=["*.meta_info.step"]))
     """
 )
 
@@ -212,7 +215,11 @@ def test_stable_across_processes_with_different_hash_seeds() -> None:
         env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO)}
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-c", _SCRIPT], env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+                [sys.executable, "-c", _SCRIPT],
+                env=env,
+                cwd=str(REPO),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
             )
         )
     outs = []

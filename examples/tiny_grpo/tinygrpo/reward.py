@@ -16,7 +16,7 @@ def compute_score(raw_prompt: str, response_ids: Sequence[int], response_length:
 
     Tokens after the first EOS are not part of the response, so stopping early scores less.
     """
-    target = int(raw_prompt[0])
+    target = int(raw_prompt[-1])
     return sum(1 for t in response_ids if int(t) == target) / float(response_length)
 
 

@@ -1,0 +1,77 @@
+"""Validation of ``skip.<role>``: every bad value names the key, the value and what is allowed."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from omegaconf import OmegaConf
+
+from skipweave.config import ConfigError, load_skip_config, parse_skip
+from skipweave.config.schema import Action, StepSet
+
+
+@pytest.mark.parametrize(
+    ("role", "key", "fragment"),
+    [
+        ({"action": "bogus"}, "skip.rollout.action", "'cache', 'repeat'"),
+        ({"enable": "yes"}, "skip.rollout.enable", "true or false"),
+        ({"steps": "3-1"}, "skip.rollout.steps", "end at or after"),
+        ({"steps": []}, "skip.rollout.steps", "no step"),
+        ({"steps": "often"}, "skip.rollout.steps", "inclusive range"),
+        ({"targets": ["a"]}, "skip.rollout.targets", "mapping name"),
+        ({"targets": {"g": "not a path!"}}, "skip.rollout.targets.g", "pkg.mod:Class.method"),
+        ({"step": {"source": "regex"}}, "skip.rollout.step.pattern", "one group"),
+        ({"step": {"source": "regex", "pattern": "nogroup"}}, "skip.rollout.step.pattern", "capturing group"),
+        ({"fingerprint": {"on_mismatch": "shrug"}}, "skip.rollout.fingerprint.on_mismatch", "'warn'"),
+        ({"colour": "red"}, "skip.rollout.colour", "no such key"),
+        ({"calls_per_step": 0}, "skip.rollout.calls_per_step", ">= 1"),
+        ({"namespace": "../x"}, "skip.rollout.namespace", "folder name"),
+    ],
+)
+def test_bad_values_name_key_value_and_allowed(role: dict[str, object], key: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_skip({"rollout": role})
+    assert info.value.key == key
+    assert key in str(info.value) and fragment in str(info.value)
+
+
+def test_steps_forms() -> None:
+    assert parse_skip({"r": {"steps": "all"}}).roles["r"].steps == StepSet(None)
+    s = parse_skip({"r": {"steps": [1, "3-5", {"start": 9, "end": 10}, "4..6"]}}).roles["r"].steps
+    assert s.ranges == ((1, 1), (3, 6), (9, 10))
+    assert 4 in s and 7 not in s and 10 in s
+    assert parse_skip({"r": {"steps": 2}}).roles["r"].steps.ranges == ((2, 2),)
+
+
+def test_dump_dir_is_expanded_and_made_absolute_once(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(str(tmp_path))
+    role = parse_skip({"r": {"dump_dir": "rel/d"}}).roles["r"]
+    assert role.dump_dir == os.path.join(str(tmp_path), "rel", "d")
+    assert parse_skip({"r": {"dump_dir": "~/x"}}).roles["r"].dump_dir == os.path.expanduser("~/x")
+
+
+def test_targets_accept_both_spellings_and_optional_and_null_removes() -> None:
+    role = parse_skip({"r": {"targets": {
+        "a": "pkg.mod.Class.method", "b": "pkg.mod:Class.method",
+        "c": {"path": "x.y:f", "optional": True}, "d": None,
+    }}}).roles["r"]
+    assert [(t.name, t.path, t.optional) for t in role.targets] == [
+        ("a", "pkg.mod.Class.method", False), ("b", "pkg.mod:Class.method", False), ("c", "x.y:f", True)]
+
+
+def test_whole_app_config_omegaconf_and_no_skip_means_disabled() -> None:
+    cfg = OmegaConf.create({"trainer": {"steps": 3}, "d": "/tmp/x",
+                            "skip": {"rollout": {"enable": True, "dump_dir": "${d}", "action": "repeat",
+                                                 "targets": {"g": "m:f"}}}})
+    plan = load_skip_config(cfg)
+    assert plan.roles["rollout"].dump_dir == "/tmp/x" and plan.roles["rollout"].action is Action.REPEAT
+    assert load_skip_config({"trainer": {}}).roles == {}
+    assert load_skip_config(None).roles == {}
+
+
+def test_to_config_round_trips() -> None:
+    plan = parse_skip({"r": {"enable": True, "steps": [1, "4-6"], "targets": {"g": "m:f"},
+                             "record_steps": "1-2", "action": "repeat_cycle"}})
+    again = parse_skip(plan.to_config()["skip"])
+    assert again == plan
