@@ -2,7 +2,15 @@
 
 from skipweave.config.errors import ConfigError
 from skipweave.config.loader import load_skip_config, to_container
-from skipweave.config.schema import Action, RoleConfig, SkipConfig, StepSet, TargetSpec, parse_role, parse_skip
+from skipweave.config.schema import (
+    Action,
+    RoleConfig,
+    SkipConfig,
+    StepSet,
+    TargetSpec,
+    parse_role,
+    parse_skip,
+)
 
 __all__ = [
     "Action",

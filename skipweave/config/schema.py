@@ -394,7 +394,8 @@ def _targets(key: str, value: Any) -> tuple[TargetSpec, ...]:
         if spec is None:  # a null entry removes a target another config source added
             continue
         if isinstance(spec, str):
-            path, optional = spec, False
+            path: Any = spec
+            optional = False
         elif isinstance(spec, Mapping):
             unknown = set(spec) - {"path", "optional"}
             if unknown:
@@ -471,7 +472,9 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
     )
     if step_cfg.source is StepSourceKind.REGEX:
         if step_cfg.pattern is None:
-            raise ConfigError(f"{key}.step.pattern", None, "a regular expression with one group, e.g. 'sample_\\d+_(\\d+)$'")
+            raise ConfigError(
+                f"{key}.step.pattern", None, "a regular expression with one group, e.g. 'sample_\\d+_(\\d+)$'"
+            )
         try:
             compiled = re.compile(step_cfg.pattern)
         except re.error as exc:

@@ -114,7 +114,9 @@ class SkipProxy:
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ wrapt entry point
-    def __call__(self, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def __call__(
+        self, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         if not self.active:
             return wrapped(*args, **kwargs)
         if self.bypass(args, kwargs):

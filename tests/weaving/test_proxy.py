@@ -53,7 +53,7 @@ def test_cache_records_each_step_and_replays_it(mod: Any, tmp_path: Path) -> Non
     again = _run(mod, [1, 2, 3, 4], cfg, validate_at=3)
     assert len(mod.CALLS) == 5 + 2  # step 2 (not eligible) and the validation call ran live
     assert [o.meta_info["skipweave"]["status"] for o in again] == ["hit", "bypass", "hit", "hit"]
-    for a, b in zip(live, again):
+    for a, b in zip(live, again, strict=False):
         if b.meta_info["skipweave"]["status"] == "hit":
             assert torch.equal(a.batch["y"], b.batch["y"])
 
@@ -96,7 +96,7 @@ def test_several_calls_per_step_replay_in_order(mod: Any, tmp_path: Path) -> Non
     live = _run(mod, [1, 1, 1, 2], cfg)
     again = _run(mod, [1, 1, 1, 2], cfg)
     assert len(mod.CALLS) == 4
-    for a, b in zip(live, again):
+    for a, b in zip(live, again, strict=False):
         assert torch.equal(a.batch["y"], b.batch["y"])
 
 

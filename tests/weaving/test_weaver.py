@@ -70,7 +70,7 @@ def test_async_target_stays_a_coroutine_function_and_replays_awaitable(host_modu
     skipweave.weave(_cfg(tmp_path / "d", {"agen": f"{name}.Gen.agenerate"}))
     replayed = asyncio.run(run())
     assert len(mod.CALLS) == 3
-    for a, b in zip(live, replayed):
+    for a, b in zip(live, replayed, strict=False):
         assert torch.equal(a.batch["y"], b.batch["y"])
         assert b.meta_info["skipweave"]["status"] == "hit"
 
