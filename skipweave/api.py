@@ -45,12 +45,31 @@ def weave(
     elif overrides:
         raise TypeError("overrides= needs profile=; put plain values into cfg instead")
     plan = cfg if isinstance(cfg, SkipConfig) else load_skip_config(cfg)
-    return WEAVER.weave(plan)
+    patches = WEAVER.weave(plan)
+    _propagate_to_ray_workers(plan)
+    return patches
 
 
 def unweave() -> None:
     """Remove every skipweave patch of this process and restore the originals exactly."""
     WEAVER.unweave()
+    from skipweave.integrations import ray_workers
+
+    ray_workers.stop()
+
+
+def _propagate_to_ray_workers(plan: SkipConfig) -> None:
+    """Make the Ray workers of a later ``ray.init`` weave ``plan`` too (see docs/ray.md).
+
+    A plan without enabled roles stops an earlier propagation, so workers never weave a stale plan.
+    The module imports neither ray nor torch.
+    """
+    from skipweave.integrations import ray_workers
+
+    if plan.enabled_roles:
+        ray_workers.propagate(plan.to_config())
+    else:
+        ray_workers.stop()
 
 
 def woven_plan() -> SkipConfig | None:

@@ -216,9 +216,7 @@ def import_ref(ref: str) -> Any:
         try:
             obj = getattr(obj, part)
         except AttributeError as exc:
-            raise CodecError(
-                f"cannot import class {ref!r}: {mod_name!r} has no attribute path {qual!r}"
-            ) from exc
+            raise CodecError(f"cannot import class {ref!r}: {mod_name!r} has no attribute path {qual!r}") from exc
     return obj
 
 
@@ -449,9 +447,7 @@ class _Encoder:
             self._stack.add(oid)
             try:
                 flat_path = path if arr.ndim == 1 else _child(path, ".flat")
-                node["items"] = [
-                    self.encode(el, _child(flat_path, f"[{i}]")) for i, el in enumerate(arr.flat)
-                ]
+                node["items"] = [self.encode(el, _child(flat_path, f"[{i}]")) for i, el in enumerate(arr.flat)]
             finally:
                 self._stack.discard(oid)
         elif dt.kind in ("U", "S"):
@@ -461,9 +457,7 @@ class _Encoder:
             else:
                 node["items"] = items
         elif dt.fields is not None or dt.kind == "V" or dt.hasobject:
-            return self._encode_pickle(
-                arr, path, reason=f"numpy dtype {dt!r} (structured/void) is not supported"
-            )
+            return self._encode_pickle(arr, path, reason=f"numpy dtype {dt!r} (structured/void) is not supported")
         else:
             c = np.ascontiguousarray(arr)
             if dt.isnative and dt in _NP_TO_TORCH:
@@ -543,8 +537,7 @@ class _Encoder:
     def _encode_dataclass(self, obj: Any, path: str) -> dict[str, Any]:
         ref = self._class_ref_checked(type(obj), path)
         fields = {
-            f.name: self.encode(getattr(obj, f.name), _child(path, f".{f.name}"))
-            for f in dataclasses.fields(obj)
+            f.name: self.encode(getattr(obj, f.name), _child(path, f".{f.name}")) for f in dataclasses.fields(obj)
         }
         return {"t": "dataclass", "cls": ref, "v": fields}
 
@@ -561,9 +554,7 @@ class _Encoder:
         if isinstance(parts, (list, tuple)) and isinstance(getattr(obj, "stack_dim", None), int):
             # lazy stack (LazyStackedTensorDict / NonTensorStack): keep the stacked parts
             node["stack_dim"] = int(obj.stack_dim)
-            node["stack"] = [
-                self.encode(td, _child(path, f".tensordicts[{i}]")) for i, td in enumerate(parts)
-            ]
+            node["stack"] = [self.encode(td, _child(path, f".tensordicts[{i}]")) for i, td in enumerate(parts)]
             return node
         items: dict[str, Any] = {}
         for k, v in obj.items():
@@ -639,9 +630,7 @@ def encode(obj: Any, *, allow_pickle: bool = False, root_name: str = "obj") -> E
     """
     enc = _Encoder(allow_pickle)
     root = enc.encode(obj, root_name)
-    return Encoded(
-        tree={"codec_version": CODEC_VERSION, "root": root}, tensors=enc.tensors, pickled=enc.pickled
-    )
+    return Encoded(tree={"codec_version": CODEC_VERSION, "root": root}, tensors=enc.tensors, pickled=enc.pickled)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -823,9 +812,7 @@ class _Decoder:
         try:
             cls = import_ref(ref)
         except CodecError as exc:
-            raise CodecError(
-                f"{path}: cannot import the DataProto-like class {ref!r} to rebuild it: {exc}"
-            ) from exc
+            raise CodecError(f"{path}: cannot import the DataProto-like class {ref!r} to rebuild it: {exc}") from exc
         if not isinstance(cls, type):
             raise CodecError(f"{path}: {ref!r} is not a class")
         klass: Any = cls

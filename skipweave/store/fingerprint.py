@@ -99,9 +99,7 @@ class _Hasher:
             self.put_str(b"E", str(obj.name))
         elif tp is torch.Size or tp is torch.dtype or tp is torch.device:
             self.put_str(b"T" + tp.__name__.encode(), str(obj))
-        elif isinstance(obj, (dict, list, tuple, set, frozenset)) and not hasattr(
-            obj, "__dataclass_fields__"
-        ):
+        elif isinstance(obj, (dict, list, tuple, set, frozenset)) and not hasattr(obj, "__dataclass_fields__"):
             self._guard(obj, path, pats, strict, self._container)
         elif is_tensordict(obj):
             self._guard(obj, path, pats, strict, self._tensordict)
@@ -319,9 +317,7 @@ def fingerprint(args: tuple[Any, ...], kwargs: Mapping[str, Any], *, ignore: Seq
     for p in ignore:
         parts = tuple(p.split("."))
         if not p or any(not c for c in parts):
-            raise ValueError(
-                f"invalid ignore path {p!r}: expected dotted components like '0.meta_info.timing'"
-            )
+            raise ValueError(f"invalid ignore path {p!r}: expected dotted components like '0.meta_info.timing'")
         pats.append(parts)
     h = _Hasher(xxhash.xxh3_128())
     h.put(b"call-v1")

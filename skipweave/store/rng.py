@@ -112,9 +112,7 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
     cuda = state.get("torch_cuda")
     if cuda is not None:
         if not torch.cuda.is_available():
-            logger.debug(
-                "RNG state has %d CUDA generator states but CUDA is not available; skipped", len(cuda)
-            )
+            logger.debug("RNG state has %d CUDA generator states but CUDA is not available; skipped", len(cuda))
             return
         n = torch.cuda.device_count()
         if n < len(cuda):

@@ -157,9 +157,7 @@ def test_ignore_paths() -> None:
 
 
 def test_ignore_into_dataclass_and_object_attributes() -> None:
-    assert fingerprint((Cfg(1.0, ["a"]),), {}, ignore=["0.lr"]) == fingerprint(
-        (Cfg(2.0, ["a"]),), {}, ignore=["0.lr"]
-    )
+    assert fingerprint((Cfg(1.0, ["a"]),), {}, ignore=["0.lr"]) == fingerprint((Cfg(2.0, ["a"]),), {}, ignore=["0.lr"])
     h1, h2 = Holder(torch.ones(3)), Holder(torch.zeros(3))
     assert fingerprint((h1,), {}, ignore=["0.t"]) == fingerprint((h2,), {}, ignore=["0.t"])
 
@@ -180,9 +178,9 @@ def test_tensordict_batch() -> None:
     assert fingerprint((p1,), {}, ignore=["0.batch.a"]) == fingerprint((p2,), {}, ignore=["0.batch.a"])
 
 
-_SCRIPT = textwrap.dedent(
+_CASE = textwrap.dedent(
     """
-    import dataclasses, sys
+    import dataclasses
     import numpy as np, torch
     from skipweave.store.fingerprint import fingerprint
 
@@ -197,35 +195,39 @@ _SCRIPT = textwrap.dedent(
             self.names = {"x", "y", "zeta", "alpha"}
             self.cb = print
 
-    g = torch.Generator().manual_seed(0)
-    p = DataProto(
-        {"ids": torch.randint(0, 100, (3, 5), generator=g), "lp": torch.randn(3, 5, generator=g).half()},
-        {"uid": np.array(["a", "b", "c"], dtype=object), "n": np.arange(3)},
-        {"tags": {"s1", "s2", "s3", "s4"}, "frozen": frozenset({"q", "r"}), "step": 7, 3.5: None},
-    )
-    kw = {"cfg": {"b": [1, 2.5, "x"], "a": (b"y", None)}}
-    print(fingerprint((p, Holder()), kw, ignore=["*.meta_info.step"]))
+    def run():
+        g = torch.Generator().manual_seed(0)
+        p = DataProto(
+            {"ids": torch.randint(0, 100, (3, 5), generator=g), "lp": torch.randn(3, 5, generator=g).half()},
+            {"uid": np.array(["a", "b", "c"], dtype=object), "n": np.arange(3)},
+            {"tags": {"s1", "s2", "s3", "s4"}, "frozen": frozenset({"q", "r"}), "step": 7, 3.5: None},
+        )
+        kw = {"cfg": {"b": [1, 2.5, "x"], "a": (b"y", None)}, "names": {"n1", "n2", "n3"}}
+        return fingerprint((p, Holder()), kw, ignore=["*.meta_info.step"])
     """
 )
 
 
-def test_stable_across_processes_with_different_hash_seeds() -> None:
-    procs = []
-    for seed in ("1", "12345"):
-        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO)}
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-c", _SCRIPT],
-                env=env,
-                cwd=str(REPO),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
-        )
-    outs = []
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err.decode()
-        outs.append(out.decode().strip())
-    assert outs[0] == outs[1]
-    assert len(outs[0]) == 32
+def test_stable_across_processes_with_different_hash_seeds(tmp_path: Path) -> None:
+    (tmp_path / "fp_case_mod.py").write_text(_CASE)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import fp_case_mod  # type: ignore[import-not-found]
+
+        here = fp_case_mod.run()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("fp_case_mod", None)
+    # a child process with a different string-hash seed (set/dict iteration orders differ) must agree
+    seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"
+    env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    proc = subprocess.run(
+        [sys.executable, "-c", "import fp_case_mod; print(fp_case_mod.run())"],
+        env=env,
+        cwd=str(REPO),
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.decode().strip() == here
+    assert len(here) == 32

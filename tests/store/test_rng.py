@@ -41,9 +41,7 @@ def test_capture_encode_file_decode_restore(tmp_path: Path) -> None:
     assert not enc.pickled
     (tmp_path / "rng.json").write_text(json.dumps(enc.tree, allow_nan=False))
     save_file(enc.tensors, str(tmp_path / "rng.safetensors"))
-    decoded = decode(
-        json.loads((tmp_path / "rng.json").read_text()), load_file(str(tmp_path / "rng.safetensors"))
-    )
+    decoded = decode(json.loads((tmp_path / "rng.json").read_text()), load_file(str(tmp_path / "rng.safetensors")))
 
     _draw()  # advance everything
     restore_rng_state(decoded)

@@ -1,0 +1,1 @@
+"""Hydra search-path plugin of skipweave (found by Hydra under the ``hydra_plugins`` namespace package)."""

@@ -1,0 +1,1 @@
+"""The ``skipweave`` command line (entry point ``skipweave.cli.main:main``)."""

@@ -1,0 +1,52 @@
+"""The ``skipweave`` command: one module per subcommand.
+
+Adding a subcommand: write ``skipweave/cli/<name>.py`` with ``register(subparsers)`` — which adds a
+parser and sets ``func`` to a ``(args) -> int`` handler — and list the module in :data:`SUBCOMMANDS`.
+Keep module-level imports light: every subcommand's module is imported to build the parser.
+
+Arguments after a lone ``--`` are not parsed; they reach the handler as ``args.command`` (a list,
+``None`` when there is no ``--``), e.g. the program that ``skipweave run`` launches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+SUBCOMMANDS: tuple[str, ...] = ("skipweave.cli.run",)
+"""Modules providing a subcommand each (see the module docstring)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the ``skipweave`` parser with every subcommand of :data:`SUBCOMMANDS` registered."""
+    from skipweave import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="skipweave", description="Record and replay the rollouts of RL-for-LLM trainers."
+    )
+    parser.add_argument("--version", action="version", version=f"skipweave {__version__}")
+    subparsers = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
+    subparsers.required = True
+    for name in SUBCOMMANDS:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``skipweave`` command line; return the exit status."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] | None = None
+    if "--" in args_list:
+        cut = args_list.index("--")
+        args_list, command = args_list[:cut], args_list[cut + 1:]
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    args.command = command
+    status: int = args.func(args)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""``skipweave run --skip PROFILE [OVERRIDES...] -- COMMAND...``: run a program woven with a profile.
+
+Example::
+
+    skipweave run --skip rollout_cache skip.rollout.dump_dir=/data/rollouts \\
+        +skip.rollout.targets.gen=my_pkg.rollout.Manager.generate -- python train.py --epochs 3
+
+The overrides use Hydra's command-line syntax, exactly as after ``+skip=rollout_cache`` in a Hydra app.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+EXIT_CONFIG = 2
+EXIT_NOT_FOUND = 127
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``run`` subcommand to ``subparsers``."""
+    parser = subparsers.add_parser(
+        "run",
+        help="run a program with a skip profile woven in (no change to the program)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="skipweave run --skip PROFILE [OVERRIDE ...] -- COMMAND [ARG ...]",
+    )
+    parser.add_argument("--skip", required=True, metavar="PROFILE",
+                        help="profile to weave: rollout_cache, rollout_repeat, async_rollout_cache, off")
+    parser.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                        help="Hydra-style overrides, e.g. skip.rollout.dump_dir=/x +skip.rollout.targets.gen=m.C.f")
+    parser.add_argument("--print-plan", action="store_true",
+                        help="print the composed plan as JSON and exit without running anything")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Compose and validate the plan, then replace this process with the command (returns only on error)."""
+    from skipweave.config.errors import ConfigError
+    from skipweave.integrations.launcher import child_env, compose_plan, exec_command, preflight
+    from skipweave.integrations.startup import failure_message
+    from skipweave.weaving.resolve import TargetNotFound
+
+    try:
+        plan = compose_plan(args.skip, args.overrides)
+    except ConfigError as exc:
+        print(f"skipweave run: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.print_plan:
+        print(json.dumps(plan.to_config(), indent=2))
+        return 0
+    if not args.command:
+        print("skipweave run: nothing to run; put the command after '--', e.g. "
+              "skipweave run --skip rollout_cache -- python train.py", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        preflight(plan, args.command)
+    except TargetNotFound as exc:
+        print(failure_message(exc, plan, where=f"skipweave run --skip {args.skip}"), file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        exec_command(args.command, child_env(plan))
+    except (FileNotFoundError, PermissionError) as exc:
+        print(f"skipweave run: cannot run {args.command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_NOT_FOUND

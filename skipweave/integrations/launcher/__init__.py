@@ -1,0 +1,121 @@
+"""``skipweave run``: weave a program that does not use Hydra, with no change to its source.
+
+The parent (this module) composes the profile and overrides exactly as Hydra would, validates the
+plan, and replaces itself (``exec``) with the command, adding two environment variables:
+
+- ``SKIPWEAVE_PLAN``: the validated plan as JSON (``SkipConfig.to_config()``);
+- ``PYTHONPATH``: :data:`BOOTSTRAP_DIR` first, whose ``sitecustomize`` makes every Python process of
+  the program weave that plan (see :mod:`skipweave.integrations.launcher.bootstrap`) and then runs
+  the user's own ``sitecustomize``, if any, instead of hiding it.
+
+Both variables are inherited, so child processes (``torchrun`` ranks, multiprocessing workers, the
+workers of a Ray cluster started by the program) are woven too. ``python -S``, ``-I`` and ``-E``
+skip ``sitecustomize`` or ``PYTHONPATH`` and so are not woven.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from typing import NoReturn
+
+from skipweave.config.schema import SkipConfig
+from skipweave.integrations.launcher.bootstrap import PLAN_ENV, top_module
+from skipweave.weaving.resolve import TargetNotFound
+
+BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap_site")
+"""Folder holding the bootstrap ``sitecustomize.py``, put first on the child's ``PYTHONPATH``."""
+
+
+def compose_plan(profile: str, overrides: Sequence[str] = ()) -> SkipConfig:
+    """Compose ``profile`` with ``overrides`` (Hydra command-line syntax) and validate it.
+
+    Raises:
+        skipweave.ConfigError: an unknown profile, an override Hydra rejects, or a bad value.
+    """
+    from skipweave.config import load_skip_config
+    from skipweave.config.profiles import compose_profile
+
+    return load_skip_config(compose_profile(profile, overrides=overrides))
+
+
+def child_env(plan: SkipConfig, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Return the environment of the launched command: ``environ`` plus the plan and the bootstrap."""
+    env = dict(os.environ if environ is None else environ)
+    env[PLAN_ENV] = json.dumps(plan.to_config(), separators=(",", ":"))
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOTSTRAP_DIR]
+    env["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP_DIR, *rest])
+    return env
+
+
+def preflight(plan: SkipConfig, command: Sequence[str], environ: Mapping[str, str] | None = None) -> None:
+    """Check, before launching, that each non-optional target's top-level module can be found.
+
+    Only when the command runs this very interpreter on a script (``python script.py``) or a module
+    (``python -m pkg``), whose import path is then known: the script's folder (or the working
+    folder), ``PYTHONPATH``, and this interpreter's own path. Other commands (``torchrun``, a shell)
+    are checked by each process when it imports the target's package.
+
+    Raises:
+        skipweave.TargetNotFound: a target's top-level module exists nowhere on that path.
+    """
+    first = _script_dir(command)
+    if first is None:
+        return
+    env = os.environ if environ is None else environ
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    saved = list(sys.path)
+    sys.path[:0] = [first, *extra]
+    try:
+        for role in plan.enabled_roles:
+            for target in role.targets:
+                top = top_module(target.path)
+                if target.optional or top in sys.modules:
+                    continue
+                try:
+                    found = importlib.util.find_spec(top) is not None
+                except (ImportError, ValueError):
+                    found = False
+                if not found:
+                    raise TargetNotFound(target.path, top, f"no module named '{top}' (searched {first} and "
+                                         "PYTHONPATH too)")
+    finally:
+        sys.path[:] = saved
+        sys.path_importer_cache.pop(first, None)
+
+
+def _script_dir(command: Sequence[str]) -> str | None:
+    """Return the folder Python will put first on ``sys.path`` for ``command``, if it runs this Python."""
+    if len(command) < 2:
+        return None
+    exe = shutil.which(command[0])
+    if exe is None or os.path.abspath(exe) != os.path.abspath(sys.executable):
+        return None
+    args = list(command[1:])
+    while args and args[0].startswith("-") and args[0] not in ("-m", "-c"):
+        if args[0] in ("-W", "-X"):
+            args = args[2:]
+        else:
+            args = args[1:]
+    if not args:
+        return None
+    if args[0] in ("-m", "-c"):
+        return os.getcwd()
+    return os.path.dirname(os.path.realpath(args[0]))
+
+
+def exec_command(command: Sequence[str], env: Mapping[str, str]) -> NoReturn:
+    """Replace this process with ``command`` (searched on ``PATH``) in ``env``; signals and exit status
+    are then the command's own.
+
+    Raises:
+        FileNotFoundError: the command does not exist.
+        PermissionError: it is not executable.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvpe(command[0], list(command), dict(env))

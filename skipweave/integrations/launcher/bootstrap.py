@@ -1,0 +1,113 @@
+"""Child side of ``skipweave run``: weave the plan from ``SKIPWEAVE_PLAN`` when the host needs it.
+
+Called at start-up of every Python process of the launched program (see ``bootstrap_site``). Weaving
+imports the store (and so torch); many processes of a program never touch a target — ``torchrun``'s
+own process, Ray's helper processes — so the weave waits for the first import of a target's
+top-level package, then runs once for the whole plan. A process that never imports one pays for a
+JSON parse and a post-import hook only.
+
+A weave that fails then (a target's class or method does not exist) stops the process with the same
+one-paragraph message the Hydra callback gives, and exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+from typing import Any, NoReturn
+
+from skipweave.config.schema import SkipConfig, parse_skip
+
+logger = logging.getLogger(__name__)
+
+PLAN_ENV = "SKIPWEAVE_PLAN"
+"""Environment variable holding the plan as JSON (``SkipConfig.to_config()``)."""
+
+FAILURE_EXIT = 2
+"""Exit status of a process whose weave failed."""
+
+
+def read_plan(environ: Any = None) -> SkipConfig | None:
+    """Return the plan in ``SKIPWEAVE_PLAN``, or ``None`` when the variable is unset or empty.
+
+    Raises:
+        skipweave.ConfigError: the JSON is not a valid plan (names the key).
+        ValueError: the variable is not JSON, or has no top-level ``skip``.
+    """
+    raw = (os.environ if environ is None else environ).get(PLAN_ENV, "")
+    if not raw.strip():
+        return None
+    data = json.loads(raw)
+    if not isinstance(data, dict) or "skip" not in data:
+        raise ValueError(f"{PLAN_ENV} holds no {{'skip': ...}} mapping")
+    return parse_skip(data["skip"])
+
+
+def top_module(path: str) -> str:
+    """Return the top-level package of a target path (``pkg.mod:Cls.m`` or ``pkg.mod.Cls.m``) -> ``pkg``."""
+    return path.partition(":")[0].split(".", 1)[0]
+
+
+class DeferredWeave:
+    """Post-import hook: weave ``plan`` once, at the first import of any target's top-level package."""
+
+    def __init__(self, plan: SkipConfig) -> None:
+        self.plan = plan
+        self.done = False
+        self._lock = threading.Lock()
+
+    def __call__(self, module: Any) -> None:
+        with self._lock:
+            if self.done:
+                return
+            self.done = True
+        from skipweave.integrations.startup import failure_message, weave_plan
+
+        try:
+            weave_plan(self.plan)
+        except Exception as exc:  # noqa: BLE001 - a failed weave must stop the run
+            fail(failure_message(exc, self.plan, where="skipweave run"))
+
+
+def fail(message: str) -> NoReturn:
+    """Print ``message`` to stderr and end the process at once with :data:`FAILURE_EXIT`.
+
+    ``os._exit``: the failure may surface inside the host's ``import`` statement, in any thread, or
+    during interpreter start-up, where ``SystemExit`` would be caught, end one thread only, or abort
+    start-up with a traceback.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    try:
+        sys.stderr.write(message.rstrip() + "\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(FAILURE_EXIT)
+
+
+def bootstrap(environ: Any = None) -> DeferredWeave | None:
+    """Register the deferred weave of the plan in ``SKIPWEAVE_PLAN``; do nothing without one.
+
+    Returns:
+        The hook registered, or ``None`` (no plan, or no enabled role with targets).
+    """
+    try:
+        plan = read_plan(environ)
+    except Exception as exc:  # noqa: BLE001 - a corrupt plan must not pass silently
+        fail(f"skipweave: {PLAN_ENV} is not a valid plan ({exc}); launch through `skipweave run`.")
+    if plan is None or not plan.enabled_roles:
+        return None
+    import wrapt
+
+    hook = DeferredWeave(plan)
+    roots = {top_module(t.path) for role in plan.enabled_roles for t in role.targets}
+    for root in sorted(roots):
+        wrapt.register_post_import_hook(hook, root)
+    logger.debug("skipweave: weave deferred until the first import of %s", ", ".join(sorted(roots)))
+    return hook

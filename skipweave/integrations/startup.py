@@ -1,0 +1,97 @@
+"""Weaving at a program's start-up, shared by the Hydra callback and the ``skipweave run`` launcher.
+
+What both need beyond :func:`skipweave.weave`: weaving nothing (and importing nothing heavy) when no
+role is enabled; proving before the task runs that every non-optional target resolves, even one in a
+module the host has not imported yet; and a one-paragraph message that names the key, the value or
+the failing part of a target path when that fails.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from typing import Any
+
+from skipweave.config.errors import ConfigError
+from skipweave.config.schema import SkipConfig
+
+logger = logging.getLogger(__name__)
+
+
+def weave_plan(plan: SkipConfig, *, import_targets: bool = True) -> list[Any]:
+    """Weave ``plan`` and, with ``import_targets``, import every non-optional target's module now.
+
+    Importing the module makes a target that cannot resolve fail here, before the host's task runs,
+    rather than at the host's own first import of it. Optional targets are never imported early:
+    that keeps a profile's declared host targets (verl's, say) from pulling their library in.
+
+    Args:
+        plan: the validated plan.
+        import_targets: import the modules of non-optional targets still waiting for their import.
+
+    Returns:
+        The weaver's patches; ``[]`` without importing the weaver (nor torch) when no role is enabled.
+
+    Raises:
+        skipweave.TargetNotFound: a non-optional target does not resolve (names the failing part).
+        ImportError: a non-optional target's module fails to import; the message names the target.
+    """
+    if not plan.enabled_roles:
+        if "skipweave.api" in sys.modules:  # an earlier job of a multirun wove something
+            sys.modules["skipweave.api"].unweave()
+        logger.info("skipweave: no role enabled; nothing woven")
+        return []
+    from skipweave.api import weave
+
+    patches = weave(plan)
+    if import_targets:
+        for patch in patches:
+            if patch.pending and not patch.target.optional:
+                try:
+                    importlib.import_module(patch.rpath.module)
+                except ImportError as exc:
+                    raise ImportError(
+                        f"target '{patch.target.path}' is in module '{patch.rpath.module}', which fails to "
+                        f"import: {exc}"
+                    ) from exc
+    if not patches:
+        roles = ", ".join(r.role for r in plan.enabled_roles)
+        logger.warning(
+            "skipweave: role(s) %s enabled but none of their targets exists in this environment (the "
+            "profile's host targets are optional); add one with +skip.<role>.targets.<name>=pkg.mod.Class.method",
+            roles,
+        )
+    return list(patches)
+
+
+def target_key(plan: SkipConfig | None, path: str) -> str | None:
+    """Return the config key (``skip.<role>.targets.<name>``) that declares target ``path``, if any."""
+    for role in (plan.roles.values() if plan is not None else ()):
+        for target in role.targets:
+            if target.path == path:
+                return f"skip.{role.role}.targets.{target.name}"
+    return None
+
+
+def failure_message(exc: BaseException, plan: SkipConfig | None = None, *, where: str = "") -> str:
+    """Return a one-paragraph explanation of a failed start-up weave, naming key, value or path part.
+
+    Args:
+        exc: what :func:`weave_plan` (or config loading) raised.
+        plan: the plan, when it was valid, to name the config key of a failing target.
+        where: how the user selected skipweave, e.g. ``"+skip=rollout_cache"``, for the hint.
+    """
+    from skipweave.weaving.resolve import TargetNotFound
+
+    how = f" ({where})" if where else ""
+    if isinstance(exc, ConfigError):
+        detail = f"{exc}. Fix {exc.key} on the command line or in the config"
+    elif isinstance(exc, TargetNotFound):
+        key = target_key(plan, exc.path)
+        detail = f"{exc}. Fix {key or 'the target path'}, or mark it {{path: ..., optional: true}}"
+    elif isinstance(exc, ImportError):
+        detail = f"{exc}. Mark the target {{path: ..., optional: true}} to import it only when the host does"
+    else:
+        detail = f"{type(exc).__name__}: {exc}"
+    return f"skipweave{how}: the run was stopped before the task started: {detail}."

@@ -1,0 +1,5 @@
+"""A user's own sitecustomize: ``skipweave run`` must still run it."""
+
+import os
+
+os.environ["USER_SITECUSTOMIZE_RAN"] = "1"
