@@ -15,7 +15,14 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-SUBCOMMANDS: tuple[str, ...] = ("skipweave.cli.run",)
+SUBCOMMANDS: tuple[str, ...] = (
+    "skipweave.cli.run",
+    "skipweave.cli.ls",
+    "skipweave.cli.show",
+    "skipweave.cli.verify",
+    "skipweave.cli.gc",
+    "skipweave.cli.import_verl",
+)
 """Modules providing a subcommand each (see the module docstring)."""
 
 
@@ -40,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command: list[str] | None = None
     if "--" in args_list:
         cut = args_list.index("--")
-        args_list, command = args_list[:cut], args_list[cut + 1:]
+        args_list, command = args_list[:cut], args_list[cut + 1 :]
     parser = build_parser()
     args = parser.parse_args(args_list)
     args.command = command

@@ -18,22 +18,47 @@ from typing import Any
 EXIT_CONFIG = 2
 EXIT_NOT_FOUND = 127
 
+DESCRIPTION = """\
+Run COMMAND with a skipweave profile woven into every Python process it starts, with no change to
+the program. The overrides use Hydra's command-line syntax, as after +skip=PROFILE in a Hydra app.
+
+example:
+  skipweave run --skip rollout_cache skip.rollout.dump_dir=/data/rollouts \\
+      +skip.rollout.targets.gen=my_pkg.rollout.Manager.generate -- python train.py --epochs 3
+"""
+
 
 def register(subparsers: Any) -> None:
     """Add the ``run`` subcommand to ``subparsers``."""
     parser = subparsers.add_parser(
         "run",
         help="run a program with a skip profile woven in (no change to the program)",
-        description=__doc__,
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="skipweave run --skip PROFILE [OVERRIDE ...] -- COMMAND [ARG ...]",
     )
-    parser.add_argument("--skip", required=True, metavar="PROFILE",
-                        help="profile to weave: rollout_cache, rollout_repeat, async_rollout_cache, off")
-    parser.add_argument("overrides", nargs="*", metavar="OVERRIDE",
-                        help="Hydra-style overrides, e.g. skip.rollout.dump_dir=/x +skip.rollout.targets.gen=m.C.f")
-    parser.add_argument("--print-plan", action="store_true",
-                        help="print the composed plan as JSON and exit without running anything")
+    parser.add_argument(
+        "--skip",
+        required=True,
+        metavar="PROFILE",
+        help="profile to weave: rollout_cache, rollout_repeat, async_rollout_cache, off",
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="OVERRIDE",
+        help="Hydra-style overrides, e.g. skip.rollout.dump_dir=/x +skip.rollout.targets.gen=m.C.f",
+    )
+    parser.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="do not check, before launching `python script.py`, that the targets' modules exist",
+    )
+    parser.add_argument(
+        "--print-plan",
+        action="store_true",
+        help="print the composed plan as JSON and exit without running anything",
+    )
     parser.set_defaults(func=run)
 
 
@@ -53,11 +78,15 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(plan.to_config(), indent=2))
         return 0
     if not args.command:
-        print("skipweave run: nothing to run; put the command after '--', e.g. "
-              "skipweave run --skip rollout_cache -- python train.py", file=sys.stderr)
+        print(
+            "skipweave run: nothing to run; put the command after '--', e.g. "
+            "skipweave run --skip rollout_cache -- python train.py",
+            file=sys.stderr,
+        )
         return EXIT_CONFIG
     try:
-        preflight(plan, args.command)
+        if not args.no_preflight:
+            preflight(plan, args.command)
     except TargetNotFound as exc:
         print(failure_message(exc, plan, where=f"skipweave run --skip {args.skip}"), file=sys.stderr)
         return EXIT_CONFIG

@@ -22,8 +22,10 @@ not legacy.
 Rules:
 
 - **New-style wins.** A legacy value only fills a ``skip.rollout`` key that the new-style config leaves
-  unset (absent or ``null``); profiles leave ``steps``, ``record_steps``, ``dump_dir`` and ``namespace``
-  null for exactly that reason, while the ``enable`` and ``action`` a profile sets count as set.
+  unset (absent, ``null`` or OmegaConf's missing ``???``); profiles leave ``steps``, ``record_steps``,
+  ``dump_dir`` and ``namespace`` at ``???`` for exactly that reason (a ``???`` also keeps the app's own
+  value when Hydra merges the profile over it), while the ``enable`` and ``action`` a profile sets
+  count as set.
   ``max_dump_step`` follows the action finally in force: ``steps: 1-N`` for ``cache``,
   ``record_steps: 1-N`` for the ``repeat*`` actions.
 - **Only an enabled legacy block is read.** verl ships ``skip_rollout: false`` and
@@ -33,8 +35,8 @@ Rules:
   Python shows by default), naming the replacement, or saying that a new-style key shadows it.
 - A config with no ``skip`` anywhere means every role disabled, never an error.
 
-Keys the schema would reject as ``null`` (``dump_dir``, ``namespace`` …) are dropped when still ``null``
-after the remap, so that "unset" falls back to the schema's default.
+Keys still unset after the remap (``null`` or ``???``: ``dump_dir``, ``namespace`` …) are dropped, so that
+they fall back to the schema's default.
 """
 
 from __future__ import annotations
@@ -56,9 +58,20 @@ LEGACY_ROLE = "rollout"
 
 _LEGACY_ACTIONS = {"cache": "cache", "repeat": "repeat_cycle", "repeat_last": "repeat_last"}
 _LEGACY_2026_KEYS = {"enable", "dump_dir", "max_dump_step", "action"}
-_NULL_MEANS_UNSET = (
-    "enable", "action", "steps", "record_steps", "dump_dir", "namespace", "shard", "restore_rng",
-    "allow_pickle", "calls_per_step", "targets",
+MISSING = "???"
+"""OmegaConf's mark of a missing value, as ``to_container`` leaves it."""
+_UNSET_KEYS = (
+    "enable",
+    "action",
+    "steps",
+    "record_steps",
+    "dump_dir",
+    "namespace",
+    "shard",
+    "restore_rng",
+    "allow_pickle",
+    "calls_per_step",
+    "targets",
 )
 
 
@@ -81,8 +94,9 @@ def relevant_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
     Returns:
         A new mapping of plain containers (OmegaConf nodes converted, interpolations resolved) holding
-        ``skip`` (if present) and ``actor_rollout_ref.rollout.{skip_rollout, skip_dump_dir, skip}``
-        (those present).
+        ``skip`` (if present), ``actor_rollout_ref.rollout.{skip_rollout, skip_dump_dir, skip}`` and
+        the keys of verl's run identity (:data:`skipweave.integrations.verl.namespace.NAMESPACE_KEYS`),
+        those present.
     """
     out: dict[str, Any] = {}
     if "skip" in cfg:
@@ -92,7 +106,29 @@ def relevant_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
         legacy = {k: _plain(parent[k]) for k in ("skip_rollout", "skip_dump_dir", "skip") if k in parent}
         if legacy:
             out["actor_rollout_ref"] = {"rollout": legacy}
+    _copy_verl_identity(cfg, out)
     return out
+
+
+def _copy_verl_identity(cfg: Mapping[str, Any], out: dict[str, Any]) -> None:
+    """Copy the keys verl's run identity is made of (the default namespace of a verl app) into ``out``."""
+    from skipweave.integrations.verl.namespace import NAMESPACE_KEYS, REQUIRED_NODES
+
+    if any(_node(cfg, node) is None for node in REQUIRED_NODES):
+        return  # not a verl config
+    for dotted in NAMESPACE_KEYS:
+        parent_path, _, key = dotted.rpartition(".")
+        parent = _node(cfg, parent_path)
+        if parent is None or key not in parent:
+            continue
+        try:
+            value = _plain(parent[key])
+        except Exception:  # noqa: BLE001 - an interpolation that cannot resolve here: no identity from it
+            continue
+        node = out
+        for part in parent_path.split("."):
+            node = node.setdefault(part, {})
+        node[key] = value
 
 
 def _plain(value: Any) -> Any:
@@ -115,7 +151,7 @@ def remap_legacy(cfg: dict[str, Any]) -> dict[str, Any]:
 
     Returns:
         A new mapping (``cfg`` is not modified) whose ``skip`` node holds the remapped values, with
-        ``null`` meaning "unset" dropped from every role (see the module docstring).
+        unset keys (``null`` or ``???``) dropped from every role (see the module docstring).
 
     Raises:
         ConfigError: a legacy value verl itself would reject (e.g. ``skip.action: bogus``), naming the
@@ -134,7 +170,7 @@ def remap_legacy(cfg: dict[str, Any]) -> dict[str, Any]:
         skip[LEGACY_ROLE] = _fill(skip.get(LEGACY_ROLE), legacy, max_dump_step, sources)
     for name, role in skip.items():
         if isinstance(role, Mapping):
-            skip[name] = {k: v for k, v in role.items() if not (v is None and k in _NULL_MEANS_UNSET)}
+            skip[name] = {k: v for k, v in role.items() if not (_unset(v) and k in _UNSET_KEYS)}
     if skip or "skip" in out:
         out["skip"] = skip
     return out
@@ -179,8 +215,10 @@ def _read_legacy(parent: Mapping[str, Any] | None) -> tuple[dict[str, Any], int 
         if enable:  # verl 2026; wins over the 2025 block
             unknown = sorted(set(block) - _LEGACY_2026_KEYS)
             if unknown:
-                logger.warning("skipweave: legacy keys %s are not verl's and are ignored",
-                               ", ".join(f"{prefix}.{k}" for k in unknown))
+                logger.warning(
+                    "skipweave: legacy keys %s are not verl's and are ignored",
+                    ", ".join(f"{prefix}.{k}" for k in unknown),
+                )
             action = block.get("action")
             action = "repeat" if action is None else action  # verl 2026's default
             if action not in _LEGACY_ACTIONS:
@@ -190,23 +228,32 @@ def _read_legacy(parent: Mapping[str, Any] | None) -> tuple[dict[str, Any], int 
             if isinstance(max_dump_step, bool) or not isinstance(max_dump_step, int) or max_dump_step < 0:
                 raise ConfigError(f"{prefix}.max_dump_step", raw_max, "an integer >= 0")
             if max_dump_step == 0 and action != "cache":
-                raise ConfigError(f"{prefix}.max_dump_step", 0, "an integer >= 1 with action repeat/repeat_last")
+                raise ConfigError(
+                    f"{prefix}.max_dump_step", 0, "an integer >= 1 with action repeat/repeat_last"
+                )
             if values:
-                warnings.warn(f"{LEGACY_PARENT}.skip_rollout is deprecated and ignored here: the enabled "
-                              f"{prefix} block wins. Remove it and set skip.rollout.* instead.",
-                              SkipweaveDeprecationWarning, stacklevel=4)
+                warnings.warn(
+                    f"{LEGACY_PARENT}.skip_rollout is deprecated and ignored here: the enabled "
+                    f"{prefix} block wins. Remove it and set skip.rollout.* instead.",
+                    SkipweaveDeprecationWarning,
+                    stacklevel=4,
+                )
             # Defaults verl applied are reported against the block's switch, keys written against themselves.
             values = {"enable": True, "action": _LEGACY_ACTIONS[action]}
             sources = {
                 "enable": f"{prefix}.enable",
                 "action": f"{prefix}.action" if "action" in block else f"{prefix}.enable",
-                "max_dump_step": f"{prefix}.max_dump_step" if "max_dump_step" in block else f"{prefix}.enable",
+                "max_dump_step": f"{prefix}.max_dump_step"
+                if "max_dump_step" in block
+                else f"{prefix}.enable",
             }
             if block.get("dump_dir") is not None:
                 values["dump_dir"] = block["dump_dir"]
                 sources["dump_dir"] = f"{prefix}.dump_dir"
     elif block is not None:
-        raise ConfigError(f"{LEGACY_PARENT}.skip", block, "a mapping with keys enable, dump_dir, max_dump_step, action")
+        raise ConfigError(
+            f"{LEGACY_PARENT}.skip", block, "a mapping with keys enable, dump_dir, max_dump_step, action"
+        )
     return values, max_dump_step, sources
 
 
@@ -219,17 +266,17 @@ def _fill(
     shadowed: dict[str, list[str]] = {}  # legacy key -> new-style keys that won over it
     for key, value in legacy.items():
         source = sources[key]
-        if role.get(key) is None:
+        if _unset(role.get(key)):
             role[key] = value
             used.setdefault(source, []).append(f"skip.{LEGACY_ROLE}.{key}={_show(value)}")
         else:
             shadowed.setdefault(source, []).append(f"skip.{LEGACY_ROLE}.{key}={_show(role[key])}")
     if max_dump_step is not None:
         source = sources["max_dump_step"]
-        action = role.get("action") or "cache"
+        action = "cache" if _unset(role.get("action")) else role["action"]
         key = "steps" if action == "cache" else "record_steps"
         steps: Any = [0] if max_dump_step == 0 else ([1] if max_dump_step == 1 else f"1-{max_dump_step}")
-        if role.get(key) is None:
+        if _unset(role.get(key)):
             role[key] = steps
             used.setdefault(source, []).append(f"skip.{LEGACY_ROLE}.{key}={_show(steps)}")
         else:
@@ -241,10 +288,16 @@ def _fill(
                 message += f" (while {', '.join(shadowed[source])} set in the new-style config wins)"
             message += ". Set those keys instead."
         else:
-            message = (f"{source} is deprecated and ignored here: {', '.join(shadowed[source])} "
-                       "set in the new-style config wins. Remove the legacy key.")
+            message = (
+                f"{source} is deprecated and ignored here: {', '.join(shadowed[source])} "
+                "set in the new-style config wins. Remove the legacy key."
+            )
         warnings.warn(message, SkipweaveDeprecationWarning, stacklevel=4)
     return role
+
+
+def _unset(value: Any) -> bool:
+    return value is None or value == MISSING
 
 
 def _show(value: Any) -> str:

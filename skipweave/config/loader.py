@@ -34,12 +34,14 @@ def to_container(cfg: Any) -> dict[str, Any]:
 
 
 def _plain(value: Any) -> Any:
+    if type(value).__module__.startswith("omegaconf"):
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(value, resolve=True)
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    if type(value).__module__.startswith("omegaconf"):
-        return to_container(value)
     return value
 
 
@@ -51,9 +53,13 @@ def load_skip_config(cfg: Any) -> SkipConfig:
 
     Returns:
         The validated :class:`SkipConfig`; a config with no ``skip`` at all means every role disabled.
+        In a verl config, a role that leaves ``namespace`` unset gets verl's run identity, and verl's
+        shipped ``steps: []`` reads as unset (see :mod:`skipweave.integrations.verl.namespace`).
 
     Raises:
         ConfigError: a bad value, naming the key, the value and what is allowed.
     """
-    container = remap_legacy(to_container(cfg))
+    from skipweave.integrations.verl.namespace import apply_verl_defaults  # pure, imports nothing heavy
+
+    container = apply_verl_defaults(remap_legacy(to_container(cfg)))
     return parse_skip(container.get("skip"))

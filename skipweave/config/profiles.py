@@ -64,7 +64,11 @@ def compose_profile(profile: str, *, overrides: Sequence[str] = (), base: Any = 
         raise ConfigError("profile", profile, "one of " + ", ".join(repr(p) for p in available_profiles()))
     for override in overrides:
         if not isinstance(override, str):
-            raise ConfigError("overrides", override, "strings in Hydra's command-line syntax, e.g. 'skip.rollout.steps=[1,2]'")
+            raise ConfigError(
+                "overrides",
+                override,
+                "strings in Hydra's command-line syntax, e.g. 'skip.rollout.steps=[1,2]'",
+            )
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.utils import create_config_search_path
     from hydra.core.config_store import ConfigStore
@@ -119,4 +123,3 @@ def _base_container(base: Any) -> dict[str, Any]:
     if isinstance(base, SkipConfig):
         return base.to_config()
     return relevant_config(base)
-

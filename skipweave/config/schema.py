@@ -88,11 +88,15 @@ class TargetSpec:
         name: the key under ``skip.<role>.targets``; used in the store layout.
         path: ``pkg.mod:Qual.name`` or the dotted form Hydra uses for ``_target_``.
         optional: when True a path that does not resolve is logged and skipped, not an error.
+        proxy: ``pkg.mod:Class`` of a :class:`~skipweave.weaving.proxy.SkipProxy` subclass that serves
+            this target instead of the generic proxy (a host integration, e.g. verl's agent loop);
+            ``None`` for the generic proxy.
     """
 
     name: str
     path: str
     optional: bool = False
+    proxy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -219,7 +223,10 @@ class RoleConfig:
             "steps": self.steps.to_config(),
             "dump_dir": self.dump_dir,
             "namespace": self.namespace,
-            "targets": {t.name: {"path": t.path, "optional": t.optional} for t in self.targets},
+            "targets": {
+                t.name: {"path": t.path, "optional": t.optional, **({"proxy": t.proxy} if t.proxy else {})}
+                for t in self.targets
+            },
             "step": {
                 "source": self.step.source.value,
                 "arg": self.step.arg,
@@ -266,6 +273,7 @@ _ROLE_KEYS = {
 }
 _RANGE_RE = re.compile(r"^\s*(-?\d+)\s*(?:-|\.\.|:)\s*(-?\d+)\s*$")
 _ROLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
+_HYDRA_KEY_RE = re.compile(r"^_[a-z]+_$")  # Hydra's instantiate directives (_target_, _convert_ …), not roles
 
 
 def _enum(cls: type[enum.Enum], key: str, value: Any) -> Any:
@@ -393,15 +401,19 @@ def _targets(key: str, value: Any) -> tuple[TargetSpec, ...]:
         tkey = f"{key}.{name}"
         if spec is None:  # a null entry removes a target another config source added
             continue
+        proxy: str | None = None
         if isinstance(spec, str):
             path: Any = spec
             optional = False
         elif isinstance(spec, Mapping):
-            unknown = set(spec) - {"path", "optional"}
+            unknown = set(spec) - {"path", "optional", "proxy"}
             if unknown:
-                raise ConfigError(tkey, dict(spec), f"keys 'path' and 'optional' only (got {sorted(unknown)})")
+                raise ConfigError(tkey, dict(spec), f"keys 'path', 'optional' and 'proxy' only (got {sorted(unknown)})")
             path = spec.get("path")
             optional = _bool(f"{tkey}.optional", spec.get("optional", False))
+            proxy = _str(f"{tkey}.proxy", spec.get("proxy"), optional=True)
+            if proxy is not None and not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$", proxy):
+                raise ConfigError(f"{tkey}.proxy", proxy, "a class path like 'pkg.mod:ProxyClass'")
         else:
             raise ConfigError(tkey, spec, "a target path string or {path: ..., optional: true}")
         if not isinstance(path, str) or not re.match(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$", path.strip()):
@@ -410,7 +422,7 @@ def _targets(key: str, value: Any) -> tuple[TargetSpec, ...]:
                 path,
                 "a path like 'pkg.mod:Class.method' or 'pkg.mod.Class.method'",
             )
-        specs.append(TargetSpec(name=str(name), path=normalize_target_path(path), optional=optional))
+        specs.append(TargetSpec(name=str(name), path=normalize_target_path(path), optional=optional, proxy=proxy))
     return tuple(specs)
 
 
@@ -497,8 +509,8 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
         enable=_bool(f"{key}.enable", data.get("enable", False)),
         action=_enum(Action, f"{key}.action", data.get("action", "cache")),
         steps=parse_steps(f"{key}.steps", data.get("steps", "all")),
-        dump_dir=_dump_dir(f"{key}.dump_dir", data.get("dump_dir", DEFAULT_DUMP_DIR)),
-        namespace=_namespace(f"{key}.namespace", data.get("namespace", "default")),
+        dump_dir=_dump_dir(f"{key}.dump_dir", _default(data.get("dump_dir"), DEFAULT_DUMP_DIR)),
+        namespace=_namespace(f"{key}.namespace", _default(data.get("namespace"), "default")),
         targets=_targets(f"{key}.targets", data.get("targets")),
         step=step_cfg,
         bypass=bypass_cfg,
@@ -514,6 +526,11 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
         if data.get("record_steps") is None
         else parse_steps(f"{key}.record_steps", data["record_steps"]),
     )
+
+
+def _default(value: Any, default: Any) -> Any:
+    """``null`` (or missing) means "use skipweave's default"; a profile may leave a key null."""
+    return default if value is None else value
 
 
 def _namespace(key: str, value: Any) -> str:
@@ -541,4 +558,8 @@ def parse_skip(skip: Any, *, prefix: str = "skip") -> SkipConfig:
         return SkipConfig({})
     if not isinstance(skip, Mapping):
         raise ConfigError(prefix, skip, "a mapping of role name -> role settings, e.g. skip.rollout.enable=true")
-    return SkipConfig({str(name): parse_role(str(name), raw, prefix=prefix) for name, raw in skip.items()})
+    return SkipConfig({
+        str(name): parse_role(str(name), raw, prefix=prefix)
+        for name, raw in skip.items()
+        if not _HYDRA_KEY_RE.match(str(name))  # e.g. verl's `skip._target_: verl.utils.skip.SkipManagerConfig`
+    })

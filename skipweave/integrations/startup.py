@@ -20,15 +20,16 @@ logger = logging.getLogger(__name__)
 
 
 def weave_plan(plan: SkipConfig, *, import_targets: bool = True) -> list[Any]:
-    """Weave ``plan`` and, with ``import_targets``, import every non-optional target's module now.
+    """Weave ``plan``; with ``import_targets``, first import and resolve every non-optional target.
 
-    Importing the module makes a target that cannot resolve fail here, before the host's task runs,
-    rather than at the host's own first import of it. Optional targets are never imported early:
-    that keeps a profile's declared host targets (verl's, say) from pulling their library in.
+    Resolving first makes a target that cannot resolve fail here, before the host's task runs, rather
+    than at the host's own first import of its module; and it fails before the weaver (and with it
+    torch) is imported. Optional targets are never imported early: that keeps a profile's declared
+    host targets (verl's, say) from pulling their library in.
 
     Args:
         plan: the validated plan.
-        import_targets: import the modules of non-optional targets still waiting for their import.
+        import_targets: import and resolve the non-optional targets before weaving.
 
     Returns:
         The weaver's patches; ``[]`` without importing the weaver (nor torch) when no role is enabled.
@@ -42,32 +43,46 @@ def weave_plan(plan: SkipConfig, *, import_targets: bool = True) -> list[Any]:
             sys.modules["skipweave.api"].unweave()
         logger.info("skipweave: no role enabled; nothing woven")
         return []
+    if import_targets:
+        for role in plan.enabled_roles:
+            for target in role.targets:
+                if not target.optional:
+                    resolve_target(target.path)
     from skipweave.api import weave
 
     patches = weave(plan)
-    if import_targets:
-        for patch in patches:
-            if patch.pending and not patch.target.optional:
-                try:
-                    importlib.import_module(patch.rpath.module)
-                except ImportError as exc:
-                    raise ImportError(
-                        f"target '{patch.target.path}' is in module '{patch.rpath.module}', which fails to "
-                        f"import: {exc}"
-                    ) from exc
     if not patches:
-        roles = ", ".join(r.role for r in plan.enabled_roles)
         logger.warning(
             "skipweave: role(s) %s enabled but none of their targets exists in this environment (the "
-            "profile's host targets are optional); add one with +skip.<role>.targets.<name>=pkg.mod.Class.method",
-            roles,
+            "profile's host targets are optional); add one with "
+            "+skip.<role>.targets.<name>=pkg.mod.Class.method",
+            ", ".join(r.role for r in plan.enabled_roles),
         )
     return list(patches)
 
 
+def resolve_target(path: str) -> None:
+    """Import the module of target ``path`` and check that the attribute path exists in it.
+
+    Raises:
+        skipweave.TargetNotFound: the path does not resolve (names the failing part).
+        ImportError: the module fails to import; the message names the target.
+    """
+    from skipweave.weaving.resolve import resolve_owner, split_path
+
+    rpath = split_path(path)
+    try:
+        module = importlib.import_module(rpath.module)
+    except ImportError as exc:
+        raise ImportError(
+            f"target '{path}' is in module '{rpath.module}', which fails to import: {exc}"
+        ) from exc
+    resolve_owner(module, rpath)
+
+
 def target_key(plan: SkipConfig | None, path: str) -> str | None:
     """Return the config key (``skip.<role>.targets.<name>``) that declares target ``path``, if any."""
-    for role in (plan.roles.values() if plan is not None else ()):
+    for role in plan.roles.values() if plan is not None else ():
         for target in role.targets:
             if target.path == path:
                 return f"skip.{role.role}.targets.{target.name}"

@@ -75,3 +75,10 @@ def test_to_config_round_trips() -> None:
                              "record_steps": "1-2", "action": "repeat_cycle"}})
     again = parse_skip(plan.to_config()["skip"])
     assert again == plan
+
+
+def test_null_dump_dir_and_namespace_mean_defaults_and_nested_omegaconf_lists() -> None:
+    role = parse_skip({"r": {"dump_dir": None, "namespace": None}}).roles["r"]
+    assert role.namespace == "default" and role.dump_dir == os.path.expanduser("~/.cache/skipweave")
+    plan = load_skip_config({"skip": OmegaConf.create({"rollout": {"steps": [1, 2]}})})
+    assert plan.roles["rollout"].steps.ranges == ((1, 2),)

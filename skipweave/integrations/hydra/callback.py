@@ -1,9 +1,13 @@
 """The Hydra callback a profile registers: weave the job's ``skip`` plan before the task runs.
 
-A profile file (``conf/skip/<name>.yaml``, headed ``# @package _global_``) sets
-``hydra.callbacks.skipweave._target_`` to :class:`SkipweaveCallback`, so selecting the profile is all
-it takes: no change to the app. Hydra calls :meth:`SkipweaveCallback.on_job_start` with the job's
-composed config (for every job of a ``--multirun`` sweep too) right before the task function.
+Every profile (``conf/skip/<name>.yaml``) includes ``conf/skipweave/callback.yaml``, which sets
+``hydra.callbacks.skipweave._target_`` to :class:`SkipweaveCallback`; so selecting a profile is all
+it takes, with no change to the app. Hydra calls :meth:`SkipweaveCallback.on_job_start` with each
+job's composed config (every job of a ``--multirun`` sweep too) right before the task function.
+
+The plan is read from the job config's ``skip`` node (the ``+skip=<name>`` route) merged with, for
+apps whose dataclass schema has no room for ``skip``, the callback's own node
+``hydra.callbacks.skipweave.skip`` (the ``+skipweave=<name>`` route, which keys win).
 
 Hydra turns an exception raised by a callback into a mere warning and runs the task anyway. A weave
 that fails must stop the run, so failures leave as ``SystemExit`` (which Hydra's ``except Exception``
@@ -13,28 +17,28 @@ does not catch) carrying a one-paragraph message: Python prints it to stderr and
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping
 from typing import Any
 
 from hydra.experimental.callback import Callback
 
 logger = logging.getLogger(__name__)
 
+CALLBACK_NODE = "hydra.callbacks.skipweave"
+"""Where the profiles register the callback; its ``skip`` child is the dataclass-schema route."""
+
 
 class SkipweaveCallback(Callback):
     """Weave the ``skip`` plan of each Hydra job at its start; unweave at its end.
 
     Args:
-        profile: for apps whose primary config is a dataclass schema (``+skip=<name>`` cannot add a
-            ``skip`` key there), the profile to compose when the job starts; set by the
-            ``+skipweave=<name>`` config group. ``None`` (the ``+skip=<name>`` route): read the job
-            config's own ``skip`` node.
-        overrides: with ``profile``, overrides in Hydra's command-line syntax applied to it.
+        **params: the callback node's other keys (its ``skip`` child, on the ``+skipweave=`` route),
+            re-read from each job's config in :meth:`on_job_start` so that every job sees its own values.
     """
 
-    def __init__(self, profile: str | None = None, overrides: Sequence[str] = ()) -> None:
-        self.profile = profile
-        self.overrides = [str(o) for o in overrides]
+    def __init__(self, **params: Any) -> None:
+        self.params = params
 
     def on_job_start(self, config: Any, **kwargs: Any) -> None:
         """Weave the job's plan; on any failure stop the run with a clear message.
@@ -43,34 +47,54 @@ class SkipweaveCallback(Callback):
             SystemExit: the plan is invalid, a non-optional target does not resolve, or weaving fails.
         """
         from skipweave.config import load_skip_config
-        from skipweave.config.legacy import relevant_config
-        from skipweave.config.profiles import compose_profile
         from skipweave.integrations.startup import failure_message, weave_plan
 
         plan = None
-        where = f"+skipweave={self.profile}" if self.profile else _selected_profile(config)
         try:
-            source: Any = relevant_config(config)
-            if self.profile is not None:
-                source = compose_profile(self.profile, overrides=self.overrides, base=source)
-            plan = load_skip_config(source)
+            plan = load_skip_config(job_skip_config(config))
             weave_plan(plan)
         except Exception as exc:  # noqa: BLE001 - every failure must stop the run, not become a warning
             logger.debug("skipweave: weave failed", exc_info=True)
-            raise SystemExit(failure_message(exc, plan, where=where)) from None
+            raise SystemExit(failure_message(exc, plan, where=_selection(config))) from None
 
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
-        """Unweave, closing what the job recorded, so the next job of a sweep starts clean."""
-        import sys
-
+        """Unweave, closing what the job recorded, so that the next job of a sweep starts clean."""
         api = sys.modules.get("skipweave.api")
         if api is not None:
             api.unweave()
 
 
-def _selected_profile(config: Any) -> str:
-    try:
-        choice = config.hydra.runtime.choices.get("skip")
-    except Exception:  # noqa: BLE001 - only used to word a message
-        choice = None
-    return f"+skip={choice}" if choice else ""
+def job_skip_config(config: Any) -> dict[str, Any]:
+    """Return what skipweave reads of a job's config: ``skip`` (with the callback node's ``skip`` merged
+    over it) and the legacy verl keys, as plain containers.
+    """
+    from omegaconf import OmegaConf
+
+    from skipweave.config.legacy import relevant_config
+
+    source = relevant_config(config)
+    extra = OmegaConf.select(config, f"{CALLBACK_NODE}.skip", default=None)
+    if extra is not None:
+        own = OmegaConf.to_container(extra, resolve=True) if OmegaConf.is_config(extra) else extra
+        source["skip"] = _merge(source.get("skip"), own)
+    return source
+
+
+def _merge(base: Any, top: Any) -> Any:
+    if isinstance(base, Mapping) and isinstance(top, Mapping):
+        out = dict(base)
+        for key, value in top.items():
+            out[key] = _merge(base.get(key), value)
+        return out
+    return top
+
+
+def _selection(config: Any) -> str:
+    """Return how the user selected skipweave (``+skip=rollout_cache``), to word a message."""
+    from omegaconf import OmegaConf
+
+    for group in ("skip", "skipweave"):
+        choice = OmegaConf.select(config, f"hydra.runtime.choices.{group}", default=None)
+        if choice:
+            return f"+{group}={choice}"
+    return ""

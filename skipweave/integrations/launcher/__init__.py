@@ -57,8 +57,10 @@ def preflight(plan: SkipConfig, command: Sequence[str], environ: Mapping[str, st
 
     Only when the command runs this very interpreter on a script (``python script.py``) or a module
     (``python -m pkg``), whose import path is then known: the script's folder (or the working
-    folder), ``PYTHONPATH``, and this interpreter's own path. Other commands (``torchrun``, a shell)
-    are checked by each process when it imports the target's package.
+    folder), ``PYTHONPATH``, and this interpreter's own path. Other commands (``python -c``,
+    ``torchrun``, a shell) are checked by each process when it imports the target's package; so is
+    any command with ``skipweave run --no-preflight`` (for a script whose targets live only in the
+    subprocesses it starts, with another import path).
 
     Raises:
         skipweave.TargetNotFound: a target's top-level module exists nowhere on that path.
@@ -81,8 +83,9 @@ def preflight(plan: SkipConfig, command: Sequence[str], environ: Mapping[str, st
                 except (ImportError, ValueError):
                     found = False
                 if not found:
-                    raise TargetNotFound(target.path, top, f"no module named '{top}' (searched {first} and "
-                                         "PYTHONPATH too)")
+                    raise TargetNotFound(
+                        target.path, top, f"no module named '{top}' (searched {first} and PYTHONPATH too)"
+                    )
     finally:
         sys.path[:] = saved
         sys.path_importer_cache.pop(first, None)
@@ -93,7 +96,7 @@ def _script_dir(command: Sequence[str]) -> str | None:
     if len(command) < 2:
         return None
     exe = shutil.which(command[0])
-    if exe is None or os.path.abspath(exe) != os.path.abspath(sys.executable):
+    if exe is None or not _same_interpreter(exe, sys.executable):
         return None
     args = list(command[1:])
     while args and args[0].startswith("-") and args[0] not in ("-m", "-c"):
@@ -103,9 +106,17 @@ def _script_dir(command: Sequence[str]) -> str | None:
             args = args[1:]
     if not args:
         return None
-    if args[0] in ("-m", "-c"):
+    if args[0] == "-c":
+        return None
+    if args[0] == "-m":
         return os.getcwd()
     return os.path.dirname(os.path.realpath(args[0]))
+
+
+def _same_interpreter(a: str, b: str) -> bool:
+    """``python`` and ``python3`` of one venv are one interpreter; the base Python they link to is not."""
+    a, b = os.path.abspath(a), os.path.abspath(b)
+    return os.path.dirname(a) == os.path.dirname(b) and os.path.realpath(a) == os.path.realpath(b)
 
 
 def exec_command(command: Sequence[str], env: Mapping[str, str]) -> NoReturn:

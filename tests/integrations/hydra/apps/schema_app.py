@@ -3,9 +3,8 @@
 from dataclasses import dataclass
 
 import hydra
-from hydra.core.config_store import ConfigStore
-
 import worker
+from hydra.core.config_store import ConfigStore
 from report import report
 
 

@@ -1,0 +1,238 @@
+"""``skipweave show PATH [--verify] [--json]``: one entry's manifest and a summary of its payload.
+
+``PATH`` is an entry's manifest, one of its payload files, or a target folder holding a single entry.
+The summary (every leaf's path, kind, dtype, shape and bytes) comes from the entry's JSON tree alone:
+no tensor is loaded. Sizes are checked; ``--verify`` also checks checksums (reads every byte).
+Exits 0 for a valid entry, 1 for a corrupt one (what can be read is still shown), 2 when ``PATH`` is
+not an entry. See docs/cli.md for the ``--json`` schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+SCHEMA = "skipweave.show/1"
+EXIT_OK, EXIT_CORRUPT, EXIT_USAGE = 0, 1, 2
+_MAX_ROWS = 200
+
+
+class NotAnEntry(Exception):
+    """``PATH`` names no single entry; the message says what it found instead."""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``show`` subcommand to ``subparsers``."""
+    parser = subparsers.add_parser(
+        "show", help="show one entry's manifest and a summary of its payload", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("path", metavar="PATH", help="a manifest, a payload file, or a folder holding one entry")
+    parser.add_argument("--verify", action="store_true", help="also check payload checksums (reads every byte)")
+    parser.add_argument("--all", action="store_true", help=f"list every leaf (default: the first {_MAX_ROWS})")
+    parser.add_argument("--json", action="store_true", help="print one JSON document (schema skipweave.show/1)")
+    parser.set_defaults(func=run)
+
+
+def resolve_manifest(path: str) -> str:
+    """Return the manifest that ``path`` designates.
+
+    Raises:
+        NotAnEntry: ``path`` does not exist, or is a file or folder that names no single entry.
+    """
+    from skipweave.store.inspect import payload_stem
+    from skipweave.store.layout import MANIFEST_SUFFIX, TMP_PREFIX
+
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        names = sorted(n for n in os.listdir(path) if n.endswith(MANIFEST_SUFFIX) and not n.startswith("."))
+        if len(names) == 1:
+            return os.path.join(path, names[0])
+        if not names:
+            raise NotAnEntry(f"{path} holds no entry (no *{MANIFEST_SUFFIX}); `skipweave ls DUMP_DIR` lists them")
+        listed = "\n  ".join(os.path.join(path, n) for n in names[:10])
+        more = f"\n  ... and {len(names) - 10} more" if len(names) > 10 else ""
+        raise NotAnEntry(f"{path} holds {len(names)} entries; name one:\n  {listed}{more}")
+    if not os.path.exists(path):
+        raise NotAnEntry(f"{path} does not exist")
+    folder, name = os.path.split(path)
+    if name.startswith(TMP_PREFIX):
+        raise NotAnEntry(f"{path} is a temporary file of an unfinished write, not an entry")
+    if name.endswith(MANIFEST_SUFFIX):
+        return path
+    stem = payload_stem(name)
+    if stem is None:
+        raise NotAnEntry(f"{path} is not an entry's manifest or payload file")
+    return os.path.join(folder, stem + MANIFEST_SUFFIX)
+
+
+def describe(manifest_path: str, *, checksums: bool) -> dict[str, Any]:
+    """Return the ``skipweave.show/1`` document of one entry (see docs/cli.md).
+
+    Raises:
+        FileNotFoundError: the manifest does not exist (a payload file whose entry was never committed).
+    """
+    from skipweave.store.inspect import check_entry
+
+    manifest, reason = check_entry(manifest_path, checksums=checksums)
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "path": manifest_path,
+        "status": "corrupt" if reason else "valid",
+        "reason": reason,
+        "checksums_checked": checksums,
+        "manifest": manifest,
+        "payload": [],
+        "result": [],
+        "rng": [],
+        "summary_error": None,
+    }
+    if manifest is None:
+        return doc
+    folder = os.path.dirname(manifest_path)
+    doc["payload"] = [_file_state(folder, item, checksums) for item in manifest.get("payload", [])
+                      if isinstance(item, dict)]
+    try:
+        rows = _leaves(folder, manifest)
+    except Exception as exc:  # any unreadable tree: show what we can
+        doc["summary_error"] = f"{type(exc).__name__}: {exc}"
+        return doc
+    rows = [r for r in rows if not (r["path"] == "['rng']" and r["kind"] == "none")]  # no RNG state recorded
+    for row in rows:
+        path = row["path"]
+        if path.startswith("['rng']"):
+            doc["rng"].append({**row, "path": path[len("['rng']"):].lstrip(".")})
+        else:
+            doc["result"].append({**row, "path": path[len("['result']"):].lstrip(".") if
+                                  path.startswith("['result']") else path})
+    return doc
+
+
+def _file_state(folder: str, item: dict[str, Any], checksums: bool) -> dict[str, Any]:
+    from skipweave.store.manifest import file_checksum
+
+    path = os.path.join(folder, str(item.get("name")))
+    out = {"name": item.get("name"), "bytes": item.get("bytes"), "checksum": item.get("checksum"),
+           "on_disk_bytes": None, "state": "ok"}
+    try:
+        out["on_disk_bytes"] = os.path.getsize(path)
+    except OSError:
+        out["state"] = "missing"
+        return out
+    if out["on_disk_bytes"] != item.get("bytes"):
+        out["state"] = "size_mismatch"
+    elif checksums and file_checksum(path) != item.get("checksum"):
+        out["state"] = "checksum_mismatch"
+    return out
+
+
+def _leaves(folder: str, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Summarise the entry's tree file; each row gains ``bytes`` (``None`` when held in the JSON tree)."""
+    from skipweave.store import codec
+
+    names = [str(i.get("name")) for i in manifest.get("payload", []) if isinstance(i, dict)]
+    tree_name = next((n for n in names if n.endswith(".tree.json")), None)
+    if tree_name is None:
+        raise ValueError("the manifest lists no tree file")
+    with open(os.path.join(folder, tree_name), encoding="utf-8") as fh:
+        tree = json.load(fh)
+    return [{**row, "bytes": _leaf_bytes(row)} for row in codec.summarize(tree)]
+
+
+def _leaf_bytes(row: dict[str, Any]) -> int | None:
+    """Bytes a tensor or numeric array leaf takes in the tensor file, from its dtype and shape."""
+    import numpy as np
+    import torch
+
+    numel = 1
+    for n in row["shape"]:
+        numel *= int(n)
+    if row["kind"] == "tensor":
+        dtype = getattr(torch, str(row["dtype"]).removeprefix("torch."), None)
+        return numel * dtype.itemsize if isinstance(dtype, torch.dtype) else None
+    if row["kind"] == "ndarray":
+        try:
+            dt = np.dtype(row["dtype"])
+        except TypeError:
+            return None
+        return None if dt.kind in ("O", "U", "S") else numel * dt.itemsize
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Show one entry; return 0 (valid), 1 (corrupt) or 2 (``PATH`` is not an entry)."""
+    try:
+        manifest_path = resolve_manifest(args.path)
+        doc = describe(manifest_path, checksums=args.verify)
+    except NotAnEntry as exc:
+        print(f"skipweave show: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except FileNotFoundError as exc:
+        print(f"skipweave show: no manifest {exc.filename or ''}: the entry was never committed "
+              "(its writer stopped before the manifest); `skipweave gc` removes such files", file=sys.stderr)
+        return EXIT_USAGE
+    from skipweave.cli.ls import emit
+
+    emit(json.dumps(doc, indent=2) if args.json else render(doc, all_rows=args.all))
+    return EXIT_CORRUPT if doc["status"] == "corrupt" else EXIT_OK
+
+
+def render(doc: dict[str, Any], *, all_rows: bool = False) -> str:
+    """Return the human view of a ``skipweave.show/1`` document."""
+    from skipweave.cli.ls import table
+    from skipweave.store.inspect import human_bytes, human_time
+
+    m = doc["manifest"]
+    lines = [f"entry     {doc['path']}"]
+    if doc["status"] == "corrupt":
+        lines.append(f"status    CORRUPT: {doc['reason']}")
+    else:
+        lines.append("status    valid (" + ("sizes and checksums match" if doc["checksums_checked"]
+                                          else "sizes match; --verify checks checksums") + ")")
+    if m is None:
+        return "\n".join(lines)
+    writer = m.get("writer") or {}
+    versions = m.get("versions") or {}
+    lines += [
+        f"key       role {m.get('role')}  target {m.get('target')}  step {m.get('step')}  "
+        f"call {m.get('call_index')}  shard {m.get('shard')}",
+        f"target    {m.get('target_path', '-')}",
+        f"created   {human_time(m.get('created_unix'))} by {writer.get('argv0') or '?'} "
+        f"(pid {writer.get('pid', '?')} on {writer.get('host', '?')})",
+        f"duration  {float(m.get('generation_seconds') or 0):.3f} s of generation (what a replay saves)",
+        f"inputs    fingerprint {m.get('input_fingerprint')}",
+        f"pickled   {'yes (loading needs allow_pickle: true)' if m.get('pickled') else 'no'}",
+        "versions  " + ", ".join(f"{k} {v}" for k, v in versions.items()),
+        "payload files:",
+    ]
+    rows = [["NAME", "BYTES", "STATE", "CHECKSUM"]]
+    for f in doc["payload"]:
+        rows.append([str(f["name"]), human_bytes(int(f["bytes"] or 0)), f["state"], str(f["checksum"])])
+    lines += ["  " + r for r in table(rows)]
+    if doc["summary_error"]:
+        lines.append(f"payload summary unavailable: {doc['summary_error']}")
+        return "\n".join(lines)
+    res = doc["result"]
+    tensor_bytes = sum(r["bytes"] or 0 for r in res)
+    lines.append(f"result: {len(res)} leaves, {human_bytes(tensor_bytes)} in tensors")
+    rows = [["PATH", "KIND", "DTYPE", "SHAPE", "BYTES"]]
+    shown = res if all_rows else res[:_MAX_ROWS]
+    for r in shown:
+        rows.append([r["path"] or "(root)", r["kind"], str(r["dtype"]), str(list(r["shape"])),
+                     "-" if r["bytes"] is None else human_bytes(r["bytes"])])
+    lines += ["  " + r for r in table(rows)]
+    if len(shown) < len(res):
+        lines.append(f"  ... {len(res) - len(shown)} more leaves (--all lists them)")
+    if doc["rng"]:
+        lines.append(f"rng state: {len(doc['rng'])} leaves, "
+                     f"{human_bytes(sum(r['bytes'] or 0 for r in doc['rng']))} in tensors (restored on replay)")
+    else:
+        lines.append("rng state: none recorded")
+    return "\n".join(lines)
+

@@ -1,0 +1,105 @@
+"""``skipweave verify DUMP_DIR [--json]``: check every manifest and checksum.
+
+Reads every payload byte. Exits 0 when every entry is complete and valid, 1 when some entry is corrupt
+or some part is incomplete (each is listed), 2 when the dump dir cannot be read. Leftover files are
+listed but are not errors. See docs/cli.md for the ``--json`` schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from typing import Any
+
+from skipweave.cli.ls import (
+    EXIT_USAGE,
+    add_dump_dir_arguments,
+    emit,
+    leftover_summary,
+    misplaced,
+    scan_or_explain,
+)
+
+logger = logging.getLogger(__name__)
+
+SCHEMA = "skipweave.verify/1"
+EXIT_OK, EXIT_PROBLEMS = 0, 1
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``verify`` subcommand to ``subparsers``."""
+    parser = subparsers.add_parser(
+        "verify", help="check every manifest and checksum; exit 1 if anything is corrupt or incomplete",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_dump_dir_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON document (schema skipweave.verify/1)")
+    parser.set_defaults(func=run)
+
+
+def problems(result: Any) -> list[dict[str, Any]]:
+    """Return the ``problems`` list documented in docs/cli.md, in part order (namespace, role, target, step)."""
+    from skipweave.store.inspect import Status
+
+    out: list[dict[str, Any]] = []
+    for p in result.parts:
+        where = {"namespace": p.namespace, "role": p.role, "target": p.target, "step": p.step, "shard": p.shard}
+        for e in p.entries:
+            if e.status is Status.CORRUPT:
+                out.append({"status": "corrupt", **where, "call": e.key.call, "path": e.path, "reason": e.reason,
+                            "entries": [e.path]})
+        if not p.complete:
+            out.append({"status": "incomplete", **where, "call": None, "path": p.folder,
+                        "reason": p.incomplete_reason, "entries": [e.path for e in p.entries]})
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    """Verify the dump dir; return 0 (all good), 1 (problems listed) or 2 (unreadable dump dir)."""
+    result = scan_or_explain("verify", args, checksums=True)
+    if result is None or misplaced("verify", result):
+        return EXIT_USAGE
+    found = problems(result)
+    if args.json:
+        doc = {
+            "schema": SCHEMA,
+            "dump_dir": result.dump_dir,
+            "ok": not found,
+            "checksums_checked": True,
+            "totals": result.totals(),
+            "problems": found,
+            "leftovers": [x.as_dict() for x in result.leftovers],
+        }
+        emit(json.dumps(doc, indent=2))
+    else:
+        emit(render(result, found))
+    return EXIT_PROBLEMS if found else EXIT_OK
+
+
+def render(result: Any, found: list[dict[str, Any]]) -> str:
+    """Return the human report of a verification."""
+    from skipweave.store.inspect import human_bytes, plural
+
+    totals = result.totals()
+    lines = [f"verified {result.dump_dir}: {plural(totals['entries'], 'entry', 'entries')} in "
+             f"{plural(totals['parts'], 'part')}, {human_bytes(totals['bytes'])}, sizes and checksums"]
+    for p in found:
+        where = f"{p['namespace']}/{p['role']} {p['target']} step {p['step']} shard {p['shard']}"
+        if p["status"] == "corrupt":
+            lines.append(f"CORRUPT     {where} call {p['call']}: {p['reason']}")
+        else:
+            n = plural(len(p["entries"]), "entry", "entries")
+            lines.append(f"INCOMPLETE  {where}: {p['reason']} ({n}; never served)")
+    if result.leftovers:
+        lines.append(f"leftovers (not errors): {leftover_summary(result.leftovers)}")
+    if found:
+        corrupt = sum(1 for p in found if p["status"] == "corrupt")
+        incomplete = len(found) - corrupt
+        lines.append(f"FAILED: {plural(corrupt, 'corrupt entry', 'corrupt entries')}, "
+                     f"{plural(incomplete, 'incomplete part')}. A run records them afresh; "
+                     f"`skipweave gc {result.dump_dir}` shows what it would remove.")
+    else:
+        lines.append("OK: every entry is complete and matches its checksums" if result.parts
+                     else "OK: nothing recorded yet")
+    return "\n".join(lines)

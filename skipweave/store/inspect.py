@@ -1,0 +1,784 @@
+"""Read a whole dump dir for people and tools: what is recorded, what is broken, what gc may remove.
+
+:func:`scan` walks ``{dump_dir}/{namespace}/{role}/{step}/{target}/`` (see :mod:`skipweave.store.layout`)
+into plain dataclasses, judging every entry with the same functions the runtime uses
+(:func:`~skipweave.store.manifest.read_manifest`, :func:`~skipweave.store.manifest.verify_payload`,
+:meth:`~skipweave.store.step_store.StepStore.is_complete`), so ``skipweave ls`` and ``skipweave verify``
+never disagree with what a run would serve.
+
+Vocabulary:
+
+- an **entry** is one committed manifest with its payload files; its status is ``complete`` (valid and its
+  part may be served), ``incomplete`` (valid, but its part may not be served) or ``corrupt`` (the manifest
+  is unreadable or a payload file is missing, truncated or fails its checksum);
+- a **part** is one (step, target, shard): the unit the runtime serves or sets aside;
+- a **leftover** is a file or folder no reader ever looks at: a ``temporary`` file (``.tmp-*``, a write
+  that never finished), an ``orphan`` payload file (renamed into place, but the writer died before its
+  manifest) or a ``set_aside`` folder (parts an interrupted run or a corrupt entry left behind).
+
+:func:`plan_gc` and :func:`apply_gc` remove what is broken. Entries are judged again right before they are
+removed, under the file lock their writer takes, so a complete, valid entry is never removed, also when a
+run replaces or completes one meanwhile. Anything a running writer may still own (temporary and orphan
+files, incomplete parts, set-aside folders) is kept while it is younger than ``min_age``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import filelock
+
+from skipweave.store.layout import (
+    MANIFEST_SUFFIX,
+    PART_SUFFIX,
+    SET_ASIDE_DIR,
+    TMP_PREFIX,
+    EntryKey,
+    list_steps,
+    parse_manifest_name,
+    role_dir,
+)
+from skipweave.store.manifest import EntryInvalid, read_manifest, verify_payload
+from skipweave.store.step_store import StepStore
+
+__all__ = [
+    "DumpScan",
+    "EntryScan",
+    "GcAction",
+    "GcKind",
+    "Leftover",
+    "LeftoverKind",
+    "PartScan",
+    "Status",
+    "apply_gc",
+    "check_entry",
+    "find_dump_dir_hint",
+    "human_bytes",
+    "human_time",
+    "payload_names",
+    "payload_stem",
+    "plan_gc",
+    "plural",
+    "scan",
+]
+
+_HINT_MAX_FOLDERS = 5000
+
+LOCK_WAIT_S = 2.0
+"""Seconds gc waits for a writer's lock before leaving the item alone."""
+
+_PAYLOAD_RE = re.compile(r"^(?P<stem>[A-Za-z0-9_\-]+-\d{4,})\.[A-Za-z0-9]+\.(?:tree\.json|tensors\.safetensors)$")
+
+
+class Status(str, enum.Enum):
+    """Status of an entry or a part."""
+
+    COMPLETE = "complete"
+    INCOMPLETE = "incomplete"
+    CORRUPT = "corrupt"
+
+
+class LeftoverKind(str, enum.Enum):
+    """Kinds of files and folders that no reader looks at."""
+
+    TEMPORARY = "temporary"
+    ORPHAN = "orphan"
+    SET_ASIDE = "set_aside"
+
+
+# ---------------------------------------------------------------------------------------------- dataclasses
+@dataclass
+class EntryScan:
+    """One committed manifest and its payload.
+
+    Attributes:
+        key: the entry's identity, from where its manifest sits.
+        path: the manifest's path.
+        status: complete, incomplete or corrupt (see the module docstring).
+        reason: why the entry is corrupt, else ``None``.
+        files: names (in the target folder) of the manifest and of the payload files it owns that exist.
+        bytes: total size of ``files``.
+        manifest: the parsed manifest, ``None`` when it is unreadable.
+        modified: newest modification time of ``files`` (unix seconds).
+    """
+
+    key: EntryKey
+    path: str
+    status: Status
+    reason: str | None
+    files: list[str]
+    bytes: int
+    manifest: dict[str, Any] | None
+    modified: float
+
+    @property
+    def created_unix(self) -> float | None:
+        """Creation time from the manifest (unix seconds), if known."""
+        value = (self.manifest or {}).get("created_unix")
+        return float(value) if isinstance(value, int | float) else None
+
+    @property
+    def generation_seconds(self) -> float:
+        """Wall time of the real call that produced the entry (0 when unknown)."""
+        value = (self.manifest or {}).get("generation_seconds")
+        return float(value) if isinstance(value, int | float) else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the entry as a JSON-ready mapping (the ``entry`` object documented in docs/cli.md)."""
+        return {
+            "call": self.key.call,
+            "status": self.status.value,
+            "path": self.path,
+            "bytes": self.bytes,
+            "created": (self.manifest or {}).get("created"),
+            "created_unix": self.created_unix,
+            "generation_seconds": self.generation_seconds,
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class PartScan:
+    """One (step, target, shard) of a role.
+
+    Attributes:
+        namespace, role, target, step, shard: where the part sits.
+        folder: the target folder holding the part's files.
+        entries: committed entries, by call index.
+        closed: its writer marked it closed (``{shard}.part.json`` says ``"closed"``).
+        complete: the store would serve it (:meth:`StepStore.is_complete`).
+        expected_calls: calls a step makes for this target and shard, as the store reckons it.
+        part_file: path of ``{shard}.part.json`` when it exists.
+        modified: newest modification time of the part's files (unix seconds).
+    """
+
+    namespace: str
+    role: str
+    target: str
+    step: int
+    shard: str
+    folder: str
+    entries: list[EntryScan]
+    closed: bool
+    complete: bool
+    expected_calls: int
+    part_file: str | None
+    modified: float
+
+    @property
+    def status(self) -> Status:
+        """``corrupt`` when any entry is, else ``complete`` or ``incomplete`` as the store would judge it."""
+        if any(e.status is Status.CORRUPT for e in self.entries):
+            return Status.CORRUPT
+        return Status.COMPLETE if self.complete else Status.INCOMPLETE
+
+    @property
+    def where(self) -> str:
+        """Short human label, e.g. ``default/rollout gen step 3 shard r0``."""
+        return f"{self.namespace}/{self.role} {self.target} step {self.step} shard {self.shard}"
+
+    @property
+    def incomplete_reason(self) -> str | None:
+        """Why the store would not serve the part, or ``None`` when it would."""
+        if self.complete:
+            return None
+        if not self.entries:
+            return "no entry committed"
+        return (
+            f"{self.contiguous} of {self.expected_calls} calls committed and never closed"
+            if self.contiguous == len(self.entries)
+            else f"calls {[e.key.call for e in self.entries]} committed (a gap) and never closed"
+        )
+
+    @property
+    def contiguous(self) -> int:
+        """Number of calls 0..n-1 committed without a gap."""
+        n = 0
+        for e in self.entries:
+            if e.key.call != n:
+                break
+            n += 1
+        return n
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of every entry of the part."""
+        return sum(e.bytes for e in self.entries)
+
+    @property
+    def created_unix(self) -> float | None:
+        """Earliest creation time of the part's entries (unix seconds)."""
+        times = [t for e in self.entries if (t := e.created_unix) is not None]
+        return min(times) if times else None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the part as a JSON-ready mapping (the ``part`` object documented in docs/cli.md)."""
+        first = min(self.entries, key=lambda e: e.created_unix or float("inf")) if self.entries else None
+        return {
+            "step": self.step,
+            "shard": self.shard,
+            "status": self.status.value,
+            "closed": self.closed,
+            "expected_calls": self.expected_calls,
+            "entries": len(self.entries),
+            "entries_by_status": _count(e.status for e in self.entries),
+            "bytes": self.bytes,
+            "created": (first.manifest or {}).get("created") if first else None,
+            "created_unix": self.created_unix,
+            "modified_unix": self.modified,
+            "generation_seconds": sum(e.generation_seconds for e in self.entries),
+            "path": self.folder,
+            "reason": self.incomplete_reason if self.status is Status.INCOMPLETE else None,
+        }
+
+
+@dataclass
+class Leftover:
+    """A file or folder that no reader looks at (see :class:`LeftoverKind`).
+
+    Attributes:
+        kind: temporary, orphan or set_aside.
+        path: the file or folder.
+        bytes: its size (a folder: the size of every file in it).
+        modified: newest modification time in it (unix seconds).
+        stem: for an orphan payload file, the stem of the entry it was written for (``r0-0001``).
+    """
+
+    kind: LeftoverKind
+    path: str
+    bytes: int
+    modified: float
+    stem: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the leftover as a JSON-ready mapping (the ``leftover`` object documented in docs/cli.md)."""
+        return {"kind": self.kind.value, "path": self.path, "bytes": self.bytes, "modified_unix": self.modified}
+
+
+@dataclass
+class DumpScan:
+    """Everything under one dump dir.
+
+    Attributes:
+        dump_dir: the absolute dump dir.
+        parts: every part, ordered by namespace, role, target, step and shard.
+        leftovers: temporary files, orphan payload files and set-aside folders.
+        checksums: whether payload checksums were checked (else sizes only).
+        calls_per_step: the value given to the stores, ``None`` to let them learn it.
+    """
+
+    dump_dir: str
+    parts: list[PartScan] = field(default_factory=list)
+    leftovers: list[Leftover] = field(default_factory=list)
+    checksums: bool = False
+    calls_per_step: int | None = None
+
+    def entries(self) -> Iterator[EntryScan]:
+        """Yield every entry of every part."""
+        for part in self.parts:
+            yield from part.entries
+
+    def store(self, namespace: str, role: str) -> StepStore:
+        """Return a :class:`StepStore` of one role of this dump dir (read-only use)."""
+        return StepStore(self.dump_dir, namespace, role, calls_per_step=self.calls_per_step)
+
+    def totals(self) -> dict[str, Any]:
+        """Return the ``totals`` object documented in docs/cli.md."""
+        return {
+            "parts": len(self.parts),
+            "parts_by_status": _count(p.status for p in self.parts),
+            "entries": sum(len(p.entries) for p in self.parts),
+            "entries_by_status": _count(e.status for e in self.entries()),
+            "bytes": sum(p.bytes for p in self.parts),
+            "leftovers": len(self.leftovers),
+            "leftover_bytes": sum(x.bytes for x in self.leftovers),
+        }
+
+    def tree(self) -> list[dict[str, Any]]:
+        """Return the nested ``namespaces`` list documented in docs/cli.md (namespaces > roles > targets > parts)."""
+        out: list[dict[str, Any]] = []
+        index: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for p in self.parts:
+            ns_key, role_key, target_key = (p.namespace,), (p.namespace, p.role), (p.namespace, p.role, p.target)
+            if ns_key not in index:
+                roles: list[dict[str, Any]] = []
+                out.append({"name": p.namespace, "roles": roles})
+                index[ns_key] = roles
+            if role_key not in index:
+                targets: list[dict[str, Any]] = []
+                index[ns_key].append({"name": p.role, "targets": targets})
+                index[role_key] = targets
+            if target_key not in index:
+                parts: list[dict[str, Any]] = []
+                index[role_key].append({"name": p.target, "parts": parts})
+                index[target_key] = parts
+            index[target_key].append(p.as_dict())
+        return out
+
+
+def _count(statuses: Iterable[Status]) -> dict[str, int]:
+    counts = {s.value: 0 for s in Status}
+    for s in statuses:
+        counts[s.value] += 1
+    return counts
+
+
+# ---------------------------------------------------------------------------------------------- scanning
+def scan(dump_dir: str, *, checksums: bool = False, calls_per_step: int | None = None) -> DumpScan:
+    """Walk a dump dir and judge every entry, part and leftover.
+
+    Args:
+        dump_dir: the store root (``skip.<role>.dump_dir``).
+        checksums: check every payload file's checksum (reads all bytes); else check sizes only.
+        calls_per_step: calls one shard makes per step, for every role; ``None`` lets the store learn it
+            from closed steps, as a run without ``calls_per_step`` does.
+
+    Returns:
+        The :class:`DumpScan`.
+
+    Raises:
+        FileNotFoundError: ``dump_dir`` does not exist.
+        NotADirectoryError: ``dump_dir`` is not a folder.
+        PermissionError: a folder cannot be listed.
+    """
+    dump_dir = os.path.abspath(dump_dir)
+    if not os.path.exists(dump_dir):
+        raise FileNotFoundError(f"{dump_dir} does not exist")
+    if not os.path.isdir(dump_dir):
+        raise NotADirectoryError(f"{dump_dir} is not a folder")
+    result = DumpScan(dump_dir, checksums=checksums, calls_per_step=calls_per_step)
+    for namespace in _subdirs(dump_dir):
+        for role in _subdirs(os.path.join(dump_dir, namespace)):
+            _scan_role(result, namespace, role)
+    return result
+
+
+def _subdirs(folder: str) -> list[str]:
+    with os.scandir(folder) as it:
+        names = [d.name for d in it if d.is_dir(follow_symlinks=False) and not d.name.startswith(".")]
+    return sorted(names, key=_natural)
+
+
+def _natural(name: str) -> list[Any]:
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name) if t]
+
+
+def _scan_role(result: DumpScan, namespace: str, role: str) -> None:
+    store = result.store(namespace, role)
+    rdir = role_dir(result.dump_dir, namespace, role)
+    for step in list_steps(result.dump_dir, namespace, role):
+        step_dir = os.path.join(rdir, str(step))
+        if not os.path.isdir(step_dir):
+            continue
+        for target in _subdirs(step_dir):
+            _scan_target(result, store, step, target, os.path.join(step_dir, target))
+    aside = os.path.join(rdir, SET_ASIDE_DIR)
+    if os.path.isdir(aside):
+        for name in sorted(os.listdir(aside)):
+            path = os.path.join(aside, name)
+            size, newest = _tree_size(path)
+            result.leftovers.append(Leftover(LeftoverKind.SET_ASIDE, path, size, newest))
+
+
+def _tree_size(path: str) -> tuple[int, float]:
+    """Return (total bytes, newest mtime) of a file or folder."""
+    st = os.lstat(path)
+    size, newest = (st.st_size if not os.path.isdir(path) else 0), st.st_mtime
+    for folder, _dirs, files in os.walk(path):
+        for n in files:
+            with contextlib.suppress(OSError):
+                fst = os.lstat(os.path.join(folder, n))
+                size += fst.st_size
+                newest = max(newest, fst.st_mtime)
+    return size, newest
+
+
+def _stat(path: str) -> tuple[int, float]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return 0, 0.0
+    return st.st_size, st.st_mtime
+
+
+def _scan_target(result: DumpScan, store: StepStore, step: int, target: str, folder: str) -> None:
+    manifests: dict[str, list[tuple[int, str]]] = {}
+    part_files: set[str] = set()
+    payloads: dict[str, list[str]] = {}
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if name.startswith(TMP_PREFIX):
+            size, mtime = _stat(path)
+            result.leftovers.append(Leftover(LeftoverKind.TEMPORARY, path, size, mtime))
+        elif name.startswith("."):
+            continue  # lock files: kept, deleting one could let two writers in
+        elif (parsed := parse_manifest_name(name)) is not None:
+            manifests.setdefault(parsed[0], []).append((parsed[1], name))
+        elif name.endswith(PART_SUFFIX):
+            part_files.add(name[: -len(PART_SUFFIX)])
+        elif (m := _PAYLOAD_RE.match(name)) is not None:
+            payloads.setdefault(m.group("stem"), []).append(name)
+    claimed: set[str] = set()
+    for shard in sorted(set(manifests) | part_files, key=_natural):
+        entries = []
+        for call, name in sorted(manifests.get(shard, [])):
+            key = store.key(step, target, shard, call)
+            entry = _scan_entry(folder, key, name, payloads.get(key.stem, []), checksums=result.checksums)
+            if entry is not None:
+                claimed.update(entry.files)
+                entries.append(entry)
+        info = store.part_info(step, target, shard)
+        complete = store.is_complete(step, target, shard)
+        for e in entries:
+            if e.status is not Status.CORRUPT:
+                e.status = Status.COMPLETE if complete else Status.INCOMPLETE
+        part_file = os.path.join(folder, shard + PART_SUFFIX) if shard in part_files else None
+        times = [e.modified for e in entries] + ([_stat(part_file)[1]] if part_file else [])
+        result.parts.append(PartScan(
+            namespace=store.namespace, role=store.role, target=target, step=step, shard=shard, folder=folder,
+            entries=entries, closed=info.closed, complete=complete,
+            expected_calls=store.expected_calls(target, shard), part_file=part_file, modified=max(times, default=0.0),
+        ))
+    for stem, names in sorted(payloads.items()):
+        for name in names:
+            if name not in claimed:
+                size, mtime = _stat(os.path.join(folder, name))
+                result.leftovers.append(Leftover(LeftoverKind.ORPHAN, os.path.join(folder, name), size, mtime, stem))
+
+
+def _scan_entry(
+    folder: str, key: EntryKey, name: str, stem_payloads: list[str], *, checksums: bool
+) -> EntryScan | None:
+    path = os.path.join(folder, name)
+    try:
+        manifest, reason = check_entry(path, checksums=checksums)
+    except FileNotFoundError:  # removed between listing and reading
+        return None
+    referenced = payload_names(manifest)
+    # An unreadable manifest cannot say which payload files are its own: they all go with it.
+    owned = stem_payloads if referenced is None else [n for n in stem_payloads if n in referenced]
+    files = [name, *owned]
+    sizes = [_stat(os.path.join(folder, n)) for n in files]
+    return EntryScan(
+        key=key, path=path, status=Status.CORRUPT if reason else Status.COMPLETE, reason=reason, files=files,
+        bytes=sum(s for s, _ in sizes), manifest=manifest, modified=max(t for _, t in sizes),
+    )
+
+
+def payload_stem(name: str) -> str | None:
+    """Return the entry stem (``r0-0001``) of a payload file name, or ``None`` when it is not one."""
+    m = _PAYLOAD_RE.match(name)
+    return m.group("stem") if m else None
+
+
+def payload_names(manifest: dict[str, Any] | None) -> set[str] | None:
+    """Return the payload file names a manifest lists, or ``None`` when it lists none readable."""
+    if manifest is None or not isinstance(manifest.get("payload"), list):
+        return None
+    names = {item.get("name") for item in manifest["payload"] if isinstance(item, dict)}
+    return {n for n in names if isinstance(n, str)}
+
+
+def check_entry(path: str, *, checksums: bool) -> tuple[dict[str, Any] | None, str | None]:
+    """Judge one committed entry the way :meth:`StepStore.load` would, without decoding it.
+
+    Args:
+        path: the manifest.
+        checksums: also compare each payload file's checksum (reads every byte).
+
+    Returns:
+        ``(manifest, None)`` for a valid entry; ``(manifest or None, reason)`` for a corrupt one
+        (``manifest`` is ``None`` when it is unreadable).
+
+    Raises:
+        FileNotFoundError: the manifest does not exist.
+    """
+    try:
+        manifest = read_manifest(path)
+    except EntryInvalid as exc:
+        return None, str(exc)
+    folder = os.path.dirname(path)
+    try:
+        verify_payload(folder, manifest, checksums=checksums)
+    except EntryInvalid as exc:
+        return manifest, str(exc)
+    except (KeyError, TypeError) as exc:
+        return manifest, f"manifest {path} has a malformed payload list ({type(exc).__name__}: {exc})"
+    names = payload_names(manifest) or set()
+    if not any(n.endswith(".tree.json") for n in names) or not any(n.endswith(".safetensors") for n in names):
+        return manifest, f"manifest {path} lists no tree or tensor file"
+    return manifest, None
+
+
+def find_dump_dir_hint(path: str) -> str | None:
+    """Return the dump dir that the first manifest found below ``path`` implies, when it is not ``path``.
+
+    Helps a person who passed a parent of the dump dir, or a namespace, role or step folder. Looks
+    at most six folder levels down (and at most a few thousand folders) and ignores set-aside folders.
+    """
+    path = os.path.abspath(path)
+    base = path.rstrip(os.sep).count(os.sep)
+    for visited, (folder, dirs, files) in enumerate(os.walk(path)):
+        if visited >= _HINT_MAX_FOLDERS:  # a home folder or a disk root: give up rather than crawl it
+            return None
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != SET_ASIDE_DIR)
+        if folder.count(os.sep) - base >= 6:
+            dirs[:] = []
+        if any(n.endswith(MANIFEST_SUFFIX) and not n.startswith(".") for n in files):
+            implied = folder
+            for _ in range(4):  # target -> step -> role -> namespace -> dump dir
+                implied = os.path.dirname(implied)
+            return None if implied == path else implied
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- gc
+class GcKind(str, enum.Enum):
+    """What a gc action removes."""
+
+    CORRUPT_ENTRY = "corrupt_entry"
+    INCOMPLETE_PART = "incomplete_part"
+    TEMPORARY = "temporary"
+    ORPHAN = "orphan"
+    SET_ASIDE = "set_aside"
+
+
+@dataclass
+class GcAction:
+    """One thing gc removes (or would remove) and what became of it.
+
+    Attributes:
+        kind: what is removed.
+        path: the manifest (corrupt entry), target folder (incomplete part), file or folder.
+        files: every path the action removes.
+        bytes: their total size.
+        reason: why it is garbage.
+        where: short human label of the entry or part, else ``None``.
+        outcome: ``would_remove`` (dry run), ``removed``, ``skipped`` (left alone for safety) or ``failed``.
+        detail: why it was skipped or failed.
+    """
+
+    kind: GcKind
+    path: str
+    files: list[str]
+    bytes: int
+    reason: str
+    where: str | None = None
+    outcome: str = "would_remove"
+    detail: str | None = None
+    part: PartScan | None = None
+    entry: EntryScan | None = None
+    modified: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the action as a JSON-ready mapping (the ``action`` object documented in docs/cli.md)."""
+        return {
+            "kind": self.kind.value, "path": self.path, "where": self.where, "files": self.files,
+            "bytes": self.bytes, "reason": self.reason, "outcome": self.outcome, "detail": self.detail,
+        }
+
+
+def plan_gc(result: DumpScan) -> list[GcAction]:
+    """List what gc removes: incomplete parts, corrupt entries, then leftovers. Nothing is touched.
+
+    A corrupt entry inside an incomplete part goes with its part. Orphan payload files written for an
+    entry that is removed go with that entry. Complete, valid entries never appear.
+    """
+    actions: list[GcAction] = []
+    owner: dict[tuple[str, str], GcAction] = {}  # (folder, stem) -> the action removing that entry
+    for part in result.parts:
+        if not part.complete:
+            files = [os.path.join(part.folder, n) for e in part.entries for n in e.files]
+            files += [part.part_file] if part.part_file else []
+            reasons = [part.incomplete_reason or "incomplete"]
+            reasons += [f"call {e.key.call} is corrupt: {e.reason}" for e in part.entries if e.reason]
+            action = GcAction(
+                GcKind.INCOMPLETE_PART, part.folder, files, sum(_stat(f)[0] for f in files), "; ".join(reasons),
+                where=part.where, part=part, modified=part.modified,
+            )
+            actions.append(action)
+            owner.update({(part.folder, e.key.stem): action for e in part.entries})
+            continue
+        for e in part.entries:
+            if e.status is Status.CORRUPT:
+                action = GcAction(
+                    GcKind.CORRUPT_ENTRY, e.path, [os.path.join(part.folder, n) for n in e.files], e.bytes,
+                    e.reason or "corrupt", where=f"{part.where} call {e.key.call}", part=part, entry=e,
+                    modified=e.modified,
+                )
+                actions.append(action)
+                owner[(part.folder, e.key.stem)] = action
+    for x in result.leftovers:
+        entry_action = owner.get((os.path.dirname(x.path), x.stem or ""))
+        if x.kind is LeftoverKind.ORPHAN and entry_action is not None:
+            entry_action.files.append(x.path)
+            entry_action.bytes += x.bytes
+            continue
+        kind = GcKind(x.kind.value)
+        actions.append(GcAction(kind, x.path, [x.path], x.bytes, _LEFTOVER_REASONS[kind], modified=x.modified))
+    return actions
+
+
+_LEFTOVER_REASONS = {
+    GcKind.TEMPORARY: "temporary file of a write that never finished",
+    GcKind.ORPHAN: "payload file no manifest refers to (its writer stopped before committing)",
+    GcKind.SET_ASIDE: "set aside by a run (interrupted part or corrupt entry); never served",
+}
+
+
+def apply_gc(result: DumpScan, action: GcAction, *, min_age: float, dry_run: bool, now: float | None = None) -> None:
+    """Carry out (or, with ``dry_run``, only vet) one action; set its ``outcome`` and ``detail``.
+
+    Items a running writer may still own (all but corrupt entries) are skipped while younger than
+    ``min_age`` seconds. Entries are checked again under their writer lock right before removal: an entry
+    that has become complete and valid meanwhile is skipped. Never raises for a single item: an
+    ``OSError`` sets ``outcome="failed"``.
+    """
+    now = time.time() if now is None else now
+    if action.kind is not GcKind.CORRUPT_ENTRY and now - action.modified < min_age:
+        action.outcome = "skipped"
+        action.detail = (
+            f"modified {now - action.modified:.0f} s ago, less than --min-age {min_age:.0f} s; "
+            "a run may still be writing it"
+        )
+        return
+    if dry_run:
+        action.outcome = "would_remove"
+        return
+    try:
+        skipped = _REMOVERS[action.kind](result, action, min_age, now)
+    except filelock.Timeout:
+        skipped = "a writer holds its lock"
+    except OSError as exc:
+        action.outcome, action.detail = "failed", f"{type(exc).__name__}: {exc}"
+        return
+    action.outcome, action.detail = ("skipped", skipped) if skipped else ("removed", None)
+
+
+def _unlink_stem(folder: str, stem: str) -> None:
+    """Remove the manifest and every payload file of one entry (the caller holds the entry lock)."""
+    for n in os.listdir(folder):
+        if n.startswith(stem + ".") and not n.startswith(TMP_PREFIX):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(folder, n))
+
+
+def _entry_lock(folder: str, stem: str) -> filelock.FileLock:
+    # The lock StepStore.record and StepStore.discard take for one entry.
+    return filelock.FileLock(os.path.join(folder, f".{stem}.lock"), timeout=LOCK_WAIT_S)
+
+
+def _part_lock(folder: str, shard: str) -> filelock.FileLock:
+    # The lock StepStore.set_aside takes for one part.
+    return filelock.FileLock(os.path.join(folder, f".{shard}.part.lock"), timeout=LOCK_WAIT_S)
+
+
+def _remove_corrupt_entry(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
+    assert action.entry is not None and action.part is not None
+    folder, stem = action.part.folder, action.entry.key.stem
+    with _entry_lock(folder, stem):
+        try:
+            _manifest, reason = check_entry(action.path, checksums=True)
+        except FileNotFoundError:
+            return "already gone"
+        if reason is None:
+            return "valid again (a writer replaced it)"
+        _unlink_stem(folder, stem)
+    return None
+
+
+def _remove_incomplete_part(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
+    part = action.part
+    assert part is not None
+    store = result.store(part.namespace, part.role)
+    with _part_lock(part.folder, part.shard):
+        if store.is_complete(part.step, part.target, part.shard):
+            return "complete now (a writer finished it)"
+        info = store.part_info(part.step, part.target, part.shard)
+        stems = [store.key(part.step, part.target, part.shard, c).stem for c in info.calls]
+        newest = max([_stat(os.path.join(part.folder, s + MANIFEST_SUFFIX))[1] for s in stems]
+                     + [_stat(part.part_file or "")[1]])
+        if now - newest < min_age:
+            return "a writer added to it meanwhile"
+        for stem in stems:
+            with _entry_lock(part.folder, stem):
+                _unlink_stem(part.folder, stem)
+        for path in action.files:  # orphans of removed entries; the part file last
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+    return None
+
+
+def _remove_file(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
+    try:
+        os.unlink(action.path)
+    except FileNotFoundError:
+        return "already gone"
+    return None
+
+
+def _remove_orphan(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
+    folder, name = os.path.split(action.path)
+    stem = payload_stem(name) or name
+    with _entry_lock(folder, stem):
+        manifest_file = os.path.join(folder, stem + MANIFEST_SUFFIX)
+        if os.path.exists(manifest_file):
+            try:
+                referenced = payload_names(read_manifest(manifest_file))
+            except EntryInvalid:
+                referenced = None
+            if referenced is None or name in referenced:
+                return "a manifest refers to it now"
+        try:
+            os.unlink(action.path)
+        except FileNotFoundError:
+            return "already gone"
+    return None
+
+
+def _remove_tree(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
+    if not os.path.exists(action.path):
+        return "already gone"
+    if os.path.isdir(action.path) and not os.path.islink(action.path):
+        shutil.rmtree(action.path)
+    else:
+        os.unlink(action.path)
+    return None
+
+
+_REMOVERS = {
+    GcKind.CORRUPT_ENTRY: _remove_corrupt_entry,
+    GcKind.INCOMPLETE_PART: _remove_incomplete_part,
+    GcKind.TEMPORARY: _remove_file,
+    GcKind.ORPHAN: _remove_orphan,
+    GcKind.SET_ASIDE: _remove_tree,
+}
+
+
+# ---------------------------------------------------------------------------------------------- display
+def human_bytes(n: int) -> str:
+    """Return ``n`` bytes as ``512 B``, ``1.5 KiB``, ``3.2 GiB``."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def plural(n: int, one: str, many: str | None = None) -> str:
+    """Return ``"1 entry"`` / ``"3 entries"``: ``n`` and the word in the right number."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def human_time(unix: float | None) -> str:
+    """Return a unix time as local ``YYYY-MM-DD HH:MM:SS``, or ``-`` when unknown."""
+    return "-" if unix is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(unix))

@@ -1,0 +1,140 @@
+"""``skipweave run --skip PROFILE [overrides] -- COMMAND``: a program without Hydra, woven with no change.
+
+The program (``tests/integrations/hydra/apps/plain_script.py``) imports nothing from skipweave.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integrations.hydra.runner import (
+    APPS,
+    Run,
+    Scenarios,
+    clean_env,
+    recorded_steps,
+    run,
+    selected_tests,
+)
+
+GEN = "+skip.rollout.targets.gen=worker.Generator.generate"
+SKIPWEAVE = [sys.executable, "-m", "skipweave.cli"]
+
+
+def launch(*args: str, cwd: Path, pythonpath: str = "") -> Run:
+    return run([*SKIPWEAVE, *args], cwd=cwd, env=clean_env(PYTHONPATH=pythonpath))
+
+
+def _record_replay(tmp: Path) -> tuple[Path, Run, Run]:
+    user_site = str(APPS / "user_site")  # the user's own sitecustomize, which the bootstrap must not hide
+    common = ["run", "--skip", "rollout_cache", f"skip.rollout.dump_dir={tmp}/dump", GEN, "--"]
+    first = launch(*common, sys.executable, str(APPS / "plain_script.py"), "3", cwd=tmp, pythonpath=user_site)
+    # The replay runs in a grandchild: the plan reaches the program's own subprocesses too.
+    child = (
+        f"import subprocess, sys; sys.exit(subprocess.run([sys.executable, {str(APPS / 'plain_script.py')!r},"
+        " '3']).returncode)"
+    )
+    second = launch(*common, sys.executable, "-c", child, cwd=tmp, pythonpath=user_site)
+    return tmp, first, second
+
+
+def _failures(tmp: Path) -> tuple[Path, dict[str, Run]]:
+    script = [sys.executable, str(APPS / "plain_script.py"), "3"]
+    marker = [sys.executable, "-c", "open('child-ran', 'w')"]
+    return tmp, {
+        "bad value": launch(
+            "run", "--skip", "rollout_cache", "skip.rollout.action=bogus", GEN, "--", *marker, cwd=tmp
+        ),
+        "bad override": launch(
+            "run", "--skip", "rollout_cache", "skip.rollout.nope=1", "--", *marker, cwd=tmp
+        ),
+        "unknown profile": launch("run", "--skip", "rollout_cash", "--", *marker, cwd=tmp),
+        "no command": launch("run", "--skip", "rollout_cache", GEN, cwd=tmp),
+        "missing module": launch(
+            "run",
+            "--skip",
+            "rollout_cache",
+            "+skip.rollout.targets.gen=wrker.Generator.generate",
+            "--",
+            *script,
+            cwd=tmp,
+        ),
+        "missing method": launch(
+            "run",
+            "--skip",
+            "rollout_cache",
+            "+skip.rollout.targets.gen=worker.Generator.genrate",
+            "--",
+            *script,
+            cwd=tmp,
+        ),
+        "print plan": launch(
+            "run", "--skip", "rollout_repeat", "skip.rollout.steps=[1,2]", GEN, "--print-plan", cwd=tmp
+        ),
+    }
+
+
+SCENARIOS = {
+    "test_launcher_records_then_replays_with_no_change_to_the_program": _record_replay,
+    "test_launcher_refuses_bad_plans_before_or_as_the_program_starts": _failures,
+}
+
+
+@pytest.fixture(scope="module")
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenarios]:
+    started = Scenarios()
+    for name in selected_tests(request):
+        if name in SCENARIOS:
+            started.start(name, SCENARIOS[name], tmp_path_factory.mktemp(name[5:30]))
+    yield started
+    started.close()
+
+
+def test_launcher_records_then_replays_with_no_change_to_the_program(runs: Scenarios) -> None:
+    tmp, first, second = runs.result("test_launcher_records_then_replays_with_no_change_to_the_program")
+    assert first.returncode == 0, first
+    assert second.returncode == 0, second
+    assert first.report["patched"] and first.report["real_calls"] == [1, 2, 3]
+    assert first.report["argv"] == ["3"]
+    assert first.report["user_sitecustomize"] == "1", "the user's own sitecustomize was hidden"
+    assert recorded_steps(tmp / "dump") == [1, 2, 3]
+    assert second.report["real_calls"] == []
+    assert second.report["results"] == first.report["results"]
+    assert second.report["user_sitecustomize"] == "1"
+
+
+def test_launcher_refuses_bad_plans_before_or_as_the_program_starts(runs: Scenarios) -> None:
+    tmp, results = runs.result("test_launcher_refuses_bad_plans_before_or_as_the_program_starts")
+    expected = {
+        "bad value": ["skip.rollout.action='bogus'", "one of 'cache'"],
+        "bad override": ["skip.rollout.nope"],
+        "unknown profile": ["'rollout_cash'", "rollout_cache"],
+        "no command": ["nothing to run"],
+        "missing module": ["skip.rollout.targets.gen", "failed at 'wrker'"],
+        "missing method": ["skip.rollout.targets.gen", "failed at 'worker.Generator.genrate'"],
+    }
+    for name, needles in expected.items():
+        result = results[name]
+        assert result.returncode == 2, (name, result)
+        assert not result.task_started, (name, result)
+        for needle in needles:
+            assert needle in result.stderr, (name, result)
+    assert not (tmp / "child-ran").exists(), "a command ran although its plan was refused"
+    plan = json.loads(results["print plan"].stdout)
+    role = plan["skip"]["rollout"]
+    assert (role["enable"], role["action"], role["steps"]) == (True, "repeat", ["1-2"])
+    assert role["targets"]["gen"]["path"] == "worker.Generator.generate"
+
+
+def test_console_script_is_installed() -> None:
+    script = shutil.which("skipweave", path=os.path.dirname(sys.executable))
+    assert script is not None, "the `skipweave` entry point is not installed next to this python"
+    result = run([script, "run", "--help"], cwd=Path.cwd())
+    assert result.returncode == 0 and "--skip PROFILE" in result.stdout, result

@@ -1,0 +1,119 @@
+"""``skipweave show``: one entry's manifest and payload summary, from valid, corrupt and non-entry paths."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from skipweave.store.rng import capture_rng_state
+from skipweave.store.step_store import StepStore
+from tests.cli.test_ls import NS, ROLE, cli, make_store
+
+
+class Proto:
+    """verl DataProto-shaped result."""
+
+    def __init__(self) -> None:
+        self.batch = {"input_ids": torch.zeros(4, 32, dtype=torch.int64),
+                      "logp": torch.ones(4, 32, dtype=torch.bfloat16)}
+        self.non_tensor_batch = {"uid": np.array(["a", "b", "c", "d"], dtype=object)}
+        self.meta_info = {"global_steps": 3, "temperature": 0.7}
+
+
+def _one_entry(dump: Path) -> Path:
+    store = StepStore(str(dump), NS, ROLE)
+    store.record(store.key(3, "gen", "r0", 0), Proto(), target_path="verl.trainer:Rollout.generate_sequences",
+                 fingerprint="xxh3_128:abc", rng_state=capture_rng_state(), seconds=12.5)
+    store.close_all()
+    return dump / NS / ROLE / "3" / "gen" / "r0-0000.manifest.json"
+
+
+def test_show_summarises_payload_without_loading_tensors(tmp_path: Path, capsys: Any,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    manifest = _one_entry(tmp_path / "dump")
+
+    def no_load(*_a: Any, **_k: Any) -> Any:
+        raise AssertionError("show must not load tensors")
+
+    monkeypatch.setattr("safetensors.torch.load_file", no_load)
+    monkeypatch.setattr("safetensors.safe_open", no_load)
+    status, out, err = cli(capsys, "show", str(manifest))
+    assert status == 0 and not err
+    assert "status    valid (sizes match; --verify checks checksums)" in out
+    assert "role rollout  target gen  step 3  call 0  shard r0" in out
+    assert "verl.trainer:Rollout.generate_sequences" in out and "duration  12.500 s of generation" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("  ")}
+    assert rows["batch['input_ids']"][1:] == ["tensor", "torch.int64", "[4,", "32]", "1.0", "KiB"]
+    assert rows["batch['logp']"][1:4] == ["tensor", "torch.bfloat16", "[4,"] and rows["batch['logp']"][-2:] == [
+        "256", "B"]
+    assert rows["non_tensor_batch['uid']"][1:3] == ["ndarray", "object"]
+    assert rows["meta_info['temperature']"][1] == "float"
+    assert "result: 5 leaves, 1.2 KiB in tensors" in out
+    assert "rng state:" in out and "restored on replay" in out
+
+
+def test_show_json_schema_and_path_forms(tmp_path: Path, capsys: Any) -> None:
+    manifest = _one_entry(tmp_path / "dump")
+    status, out, _ = cli(capsys, "show", str(manifest), "--json", "--verify")
+    doc = json.loads(out)
+    assert status == 0
+    assert set(doc) == {"schema", "path", "status", "reason", "checksums_checked", "manifest", "payload", "result",
+                        "rng", "summary_error"}
+    assert doc["schema"] == "skipweave.show/1" and doc["status"] == "valid" and doc["checksums_checked"] is True
+    assert doc["manifest"] == json.loads(manifest.read_text())
+    assert [f["state"] for f in doc["payload"]] == ["ok", "ok"]
+    assert set(doc["payload"][0]) == {"name", "bytes", "checksum", "on_disk_bytes", "state"}
+    leaf = next(r for r in doc["result"] if r["path"] == "batch['input_ids']")
+    assert leaf == {"path": "batch['input_ids']", "kind": "tensor", "dtype": "torch.int64", "shape": [4, 32],
+                    "bytes": 1024}
+    assert any(r["path"] == "['torch_cpu']" and r["kind"] == "tensor" for r in doc["rng"])
+    # a payload file or the target folder designate the same entry
+    payload = next(manifest.parent.glob("*.safetensors"))
+    for path in (payload, manifest.parent):
+        status, out, _ = cli(capsys, "show", str(path), "--json")
+        assert status == 0 and json.loads(out)["path"] == str(manifest)
+
+
+def test_show_corrupt_entries_exit_1_and_show_what_they_can(tmp_path: Path, capsys: Any) -> None:
+    s = make_store(tmp_path / "dump")
+    status, out, _ = cli(capsys, "show", str(s.corrupt["flipped"]))
+    assert status == 0  # sizes match: only a checksum reveals a flipped byte
+    status, out, _ = cli(capsys, "show", str(s.corrupt["flipped"]), "--verify", "--json")
+    doc = json.loads(out)
+    assert status == 1 and doc["status"] == "corrupt" and "does not match its checksum" in doc["reason"]
+    assert [f["state"] for f in doc["payload"]] == ["ok", "checksum_mismatch"]
+    assert doc["result"]  # the tree is intact: its summary is still shown
+
+    status, out, _ = cli(capsys, "show", str(s.corrupt["deleted"]))
+    assert status == 1 and "CORRUPT: payload" in out and "is missing" in out and " missing " in out
+    assert "['ids']" in out
+
+    status, out, _ = cli(capsys, "show", str(s.corrupt["truncated"]), "--json")
+    doc = json.loads(out)
+    assert status == 1 and doc["payload"][0]["state"] == "size_mismatch"
+    assert doc["result"] == [] and doc["summary_error"].startswith("JSONDecodeError")
+
+    status, out, _ = cli(capsys, "show", str(s.corrupt["garbage"]), "--json")
+    doc = json.loads(out)
+    assert status == 1 and doc["manifest"] is None and "is unreadable" in doc["reason"]
+
+
+def test_show_refuses_paths_that_are_not_one_entry(tmp_path: Path, capsys: Any) -> None:
+    s = make_store(tmp_path / "dump")
+    cases = {
+        str(tmp_path / "nope"): "does not exist",
+        str(s.target(1)): "holds 4 entries; name one:",
+        str(s.orphans[0]): "the entry was never committed",
+        str(s.tmp_file): "temporary file of an unfinished write",
+        str(s.target(1) / "r0.part.json"): "is not an entry's manifest or payload file",
+        str(s.target(8)): "holds no entry",
+    }
+    for path, message in cases.items():
+        status, out, err = cli(capsys, "show", path)
+        assert status == 2 and not out, path
+        assert err.startswith("skipweave show: ") and message in err, err
