@@ -15,10 +15,7 @@ import hydra  # noqa: E402
 import ray  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
-
 from tinygrpo.trainer import GRPOTrainer, seed_everything  # noqa: E402
-
-log = logging.getLogger("tiny_grpo")
 
 
 def worker_pythonpath() -> str:

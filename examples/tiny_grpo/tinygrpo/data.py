@@ -2,7 +2,8 @@
 
 Task: a prompt is ``BOS d1 d2 ... dk`` (digits ``0-9``, ``k`` random), the policy answers with up to
 ``response_length`` tokens; the rule reward (see :mod:`tinygrpo.reward`) pays for every response
-token equal to the prompt's first digit ``d1``.
+token that is one of the prompt's digits (so the policy must learn to avoid EOS, special/unused
+tokens and digits absent from the prompt).
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ class Batch:
         return Batch(
             batch={k: torch.cat([p.batch[k] for p in parts], dim=0) for k in first.batch},
             non_tensor_batch={
-                k: np.concatenate([p.non_tensor_batch[k] for p in parts], axis=0) for k in first.non_tensor_batch
+                k: np.concatenate([p.non_tensor_batch[k] for p in parts], axis=0)
+                for k in first.non_tensor_batch
             },
             meta_info=dict(first.meta_info),
         )

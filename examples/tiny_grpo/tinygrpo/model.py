@@ -88,7 +88,9 @@ class TinyCausalLM(nn.Module):
             elif param.dim() == 1:  # LayerNorm weights
                 param.fill_(1.0)
             else:
-                std = 0.02 / math.sqrt(2 * n_layers) if name.endswith(("proj.weight", "mlp.2.weight")) else 0.02
+                std = (
+                    0.02 / math.sqrt(2 * n_layers) if name.endswith(("proj.weight", "mlp.2.weight")) else 0.02
+                )
                 param.copy_(torch.randn(param.shape, generator=gen) * std)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

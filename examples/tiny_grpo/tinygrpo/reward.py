@@ -12,12 +12,12 @@ from tinygrpo.data import Batch
 
 
 def compute_score(raw_prompt: str, response_ids: Sequence[int], response_length: int) -> float:
-    """Fraction of the ``response_length`` response slots holding the prompt's first digit.
+    """Fraction of the ``response_length`` response slots holding a digit that occurs in the prompt.
 
     Tokens after the first EOS are not part of the response, so stopping early scores less.
     """
-    target = int(raw_prompt[-1])
-    return sum(1 for t in response_ids if int(t) == target) / float(response_length)
+    allowed = {int(c) for c in raw_prompt}
+    return sum(1 for t in response_ids if int(t) in allowed) / float(response_length)
 
 
 def rule_reward(data: Batch) -> torch.Tensor:

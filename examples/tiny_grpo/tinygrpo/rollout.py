@@ -141,7 +141,7 @@ class RolloutManager:
         self.config = config
         total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
         remote_cls = ray.remote(num_cpus=min(1.0, total_cpus / config.num_workers))(RolloutWorker)
-        self.workers = [
+        self.workers: list[Any] = [  # Ray actor handles of RolloutWorker
             remote_cls.remote(rank, dict(model_kwargs), config.worker_threads)
             for rank in range(config.num_workers)
         ]
@@ -174,7 +174,12 @@ class RolloutManager:
         chunks = prompts.chunk(min(len(self.workers), len(prompts)))
         refs = [
             worker.generate.remote(
-                chunk, n, cfg.response_length, cfg.temperature, do_sample, sampling_seed(cfg.seed, step, rank, validate)
+                chunk,
+                n,
+                cfg.response_length,
+                cfg.temperature,
+                do_sample,
+                sampling_seed(cfg.seed, step, rank, validate),
             )
             for rank, (worker, chunk) in enumerate(zip(self.workers, chunks, strict=False))
         ]

@@ -134,7 +134,11 @@ class GRPOTrainer:
     def validate(self, step: int) -> dict[str, Any]:
         """Run the validation prompts through the same ``generate_sequences`` with ``validate=True``."""
         prompts = self.dataset.val_batch(int(self.cfg.data.val_size))
-        prompts.meta_info = {"global_steps": step, "validate": True, "do_sample": bool(self.cfg.rollout.val_do_sample)}
+        prompts.meta_info = {
+            "global_steps": step,
+            "validate": True,
+            "do_sample": bool(self.cfg.rollout.val_do_sample),
+        }
         start = time.perf_counter()
         out = self._run(self.rollout.generate_sequences(prompts))
         seconds = time.perf_counter() - start
@@ -161,7 +165,9 @@ class GRPOTrainer:
         skips: list[str] = []
         records: list[dict[str, Any]] = []
         fit_start = time.perf_counter()
-        bar = tqdm(range(1, total_steps + 1), desc="tiny-grpo", unit="step", file=sys.stderr, dynamic_ncols=True)
+        bar = tqdm(
+            range(1, total_steps + 1), desc="tiny-grpo", unit="step", file=sys.stderr, dynamic_ncols=True
+        )
         for step in bar:
             step_start = time.perf_counter()
             prompts = self.dataset.train_batch(step)
@@ -200,10 +206,17 @@ class GRPOTrainer:
             totals["rollout"] += rollout_seconds
             totals["update"] += update_seconds
             totals["step"] += step_seconds
-            bar.set_postfix(reward=f"{record['reward_mean']:.3f}", rollout=f"{rollout_seconds:.2f}s", skip=skip)
+            bar.set_postfix(
+                reward=f"{record['reward_mean']:.3f}", rollout=f"{rollout_seconds:.2f}s", skip=skip
+            )
             log.info(
                 "step %d: loss=%.5f reward_mean=%.4f rollout=%.2fs update=%.2fs skip=%s",
-                step, record["loss"], record["reward_mean"], rollout_seconds, update_seconds, skip,
+                step,
+                record["loss"],
+                record["reward_mean"],
+                rollout_seconds,
+                update_seconds,
+                skip,
             )
             if val_every > 0 and step % val_every == 0:
                 self.validate(step)

@@ -1,0 +1,233 @@
+"""Run the tiny GRPO job twice and compare: the second run should replay every rollout from the cache.
+
+Usage::
+
+    python examples/tiny_grpo/compare.py [--dump-dir DIR] [--out-dir DIR] [--no-skip] [hydra overrides...]
+
+Both runs execute ``train.py`` with the same interpreter (``sys.executable``) and the overrides
+``+skip=rollout_cache skip.rollout.dump_dir=<dump dir> hydra.run.dir=<out dir>/run{1,2}`` followed by
+any extra Hydra overrides given on this command line. Run 1 records the rollouts into a fresh dump
+dir, run 2 replays them. The script then prints a per-step table of rollout wall times and cache
+statuses, checks that ``loss``, ``reward_mean`` and ``param_checksum`` are exactly equal at every
+step, and exits non-zero when they differ or (with the cache) when run 2 was not all hits.
+
+``--no-skip`` runs both jobs without the ``+skip=rollout_cache`` profile (two live runs): the metrics
+must still be identical because the trainer is fully seeded.
+
+Exit codes: 0 success, 1 metrics differ / run 2 not all hits, 2 a run failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+TRAIN_SCRIPT = HERE / "train.py"
+COMPARED_KEYS = ("loss", "reward_mean", "param_checksum")
+_PLAIN_VALUE = re.compile(r"^[A-Za-z0-9_/.\-:+]+$")
+
+
+def hydra_value(value: str | Path) -> str:
+    """Quote ``value`` for a Hydra override when it holds characters the grammar treats specially."""
+    text = str(value)
+    if _PLAIN_VALUE.match(text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def build_command(run_dir: Path, dump_dir: Path | None, overrides: Sequence[str]) -> list[str]:
+    """The ``train.py`` command line of one run (``dump_dir=None`` disables the cache profile)."""
+    cmd = [sys.executable, str(TRAIN_SCRIPT)]
+    if dump_dir is not None:
+        cmd += ["+skip=rollout_cache", f"skip.rollout.dump_dir={hydra_value(dump_dir)}"]
+    cmd.append(f"hydra.run.dir={hydra_value(run_dir)}")
+    cmd += list(overrides)
+    return cmd
+
+
+def run_job(name: str, cmd: list[str], log_path: Path, timeout: float | None) -> float:
+    """Run one training job with its output captured in ``log_path``; returns its wall seconds.
+
+    Raises:
+        RuntimeError: if the job exits non-zero or times out (the log tail is included).
+    """
+    print(f"[compare] {name}: {' '.join(cmd)}", flush=True)
+    start = time.perf_counter()
+    with log_path.open("w", encoding="utf-8") as log:
+        try:
+            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise RuntimeError(f"{name} timed out after {timeout}s\n{tail(log_path)}") from exc
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} failed with exit code {proc.returncode}\n{tail(log_path)}")
+    print(f"[compare] {name}: done in {seconds:.1f}s (log: {log_path})", flush=True)
+    return seconds
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of a text file."""
+    text = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return "\n".join(text[-lines:])
+
+
+def read_metrics(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Split a ``metrics.jsonl`` into (training lines, validation lines)."""
+    train: list[dict[str, Any]] = []
+    val: list[dict[str, Any]] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            (val if record.get("val") else train).append(record)
+    return train, val
+
+
+def same(a: Any, b: Any) -> bool:
+    """Exact equality (floats compared bit-for-bit via their JSON values; NaN never matches)."""
+    if isinstance(a, float) and math.isnan(a):
+        return False
+    return type(a) is type(b) and a == b
+
+
+def compare_runs(run1: Path, run2: Path, expect_hits: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Compare two run dirs; returns (per-step rows, summary)."""
+    train1, val1 = read_metrics(run1 / "metrics.jsonl")
+    train2, val2 = read_metrics(run2 / "metrics.jsonl")
+    by_step2 = {r["step"]: r for r in train2}
+    rows: list[dict[str, Any]] = []
+    for r1 in train1:
+        r2 = by_step2.get(r1["step"])
+        diff = [k for k in COMPARED_KEYS if r2 is None or not same(r1.get(k), r2.get(k))]
+        rows.append(
+            {
+                "step": r1["step"],
+                "run1_rollout_s": r1["rollout_seconds"],
+                "run2_rollout_s": r2["rollout_seconds"] if r2 else None,
+                "run1_skip": r1.get("skip", "off"),
+                "run2_skip": r2.get("skip", "off") if r2 else "missing",
+                "identical": not diff,
+                "differs": diff,
+            }
+        )
+    steps_match = [r["step"] for r in train1] == [r["step"] for r in train2] and bool(train1)
+    val_identical = len(val1) == len(val2) and all(
+        a["step"] == b["step"] and same(a["val_reward_mean"], b["val_reward_mean"])
+        for a, b in zip(val1, val2, strict=False)
+    )
+    total1 = sum(r["run1_rollout_s"] for r in rows)
+    total2 = sum(r["run2_rollout_s"] or 0.0 for r in rows)
+    run2_all_hits = bool(rows) and all(r["run2_skip"] == "hit" for r in rows)
+    identical = steps_match and all(r["identical"] for r in rows)
+    summary = {
+        "mode": "skip" if expect_hits else "no-skip",
+        "steps": len(rows),
+        "identical": identical,
+        "val_identical": val_identical,
+        "run1_statuses": [r["run1_skip"] for r in rows],
+        "run2_statuses": [r["run2_skip"] for r in rows],
+        "run2_all_hits": run2_all_hits,
+        "run1_rollout_seconds": total1,
+        "run2_rollout_seconds": total2,
+        "rollout_ratio": total2 / total1 if total1 > 0 else math.inf,
+        "ok": identical and val_identical and (run2_all_hits or not expect_hits),
+        "rows": rows,
+    }
+    return rows, summary
+
+
+def print_table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    """Print the per-step comparison and totals."""
+    header = (
+        f"{'step':>4} | {'run-1 rollout s':>15} | {'run-2 rollout s':>15} | {'run-1 skip':>10} | "
+        f"{'run-2 skip':>10} | identical"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        run2 = f"{r['run2_rollout_s']:.3f}" if r["run2_rollout_s"] is not None else "-"
+        ident = "yes" if r["identical"] else "NO (" + ", ".join(r["differs"]) + ")"
+        print(
+            f"{r['step']:>4} | {r['run1_rollout_s']:>15.3f} | {run2:>15} | {r['run1_skip']:>10} | "
+            f"{r['run2_skip']:>10} | {ident}"
+        )
+    print("-" * len(header))
+    hits = sum(s == "hit" for s in summary["run2_statuses"])
+    hit_text = f"{hits}/{summary['steps']} hit"
+    print(
+        f"{'all':>4} | {summary['run1_rollout_seconds']:>15.3f} | {summary['run2_rollout_seconds']:>15.3f} | "
+        f"{'':>10} | {hit_text:>10} | "
+        f"{'yes' if summary['identical'] else 'NO'}"
+    )
+    print(f"rollout time ratio run2/run1: {summary['rollout_ratio']:.4f}")
+    print(f"validation rewards identical: {'yes' if summary['val_identical'] else 'NO'}")
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    """Parse this script's options; everything else is passed through to ``train.py``."""
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        epilog="Other arguments (e.g. trainer.total_steps=3) are passed to train.py as Hydra overrides.",
+    )
+    parser.add_argument(
+        "--dump-dir", type=Path, default=None, help="rollout dump dir (default: <out-dir>/dump)"
+    )
+    parser.add_argument(
+        "--out-dir", type=Path, default=None, help="where run1/ and run2/ go (default: a temp dir)"
+    )
+    parser.add_argument("--no-skip", action="store_true", help="two live runs without +skip=rollout_cache")
+    parser.add_argument("--summary-json", type=Path, default=None, help="also write the comparison as JSON")
+    parser.add_argument("--timeout", type=float, default=600.0, help="per-run timeout in seconds")
+    args, overrides = parser.parse_known_args(argv)
+    return args, [o for o in overrides if o != "--"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the process exit code."""
+    args, overrides = parse_args(argv)
+    out_dir: Path = args.out_dir or Path(tempfile.mkdtemp(prefix="tiny_grpo_compare_"))
+    out_dir = out_dir.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dump_dir: Path | None = None
+    if not args.no_skip:
+        dump_dir = (args.dump_dir or out_dir / "dump").resolve()
+        if dump_dir.exists() and any(dump_dir.iterdir()):
+            print(f"[compare] warning: dump dir {dump_dir} is not empty; run 1 may replay too", flush=True)
+    print(f"[compare] mode={'no-skip' if args.no_skip else 'skip'} out_dir={out_dir} dump_dir={dump_dir}")
+    run_dirs = [out_dir / "run1", out_dir / "run2"]
+    wall: list[float] = []
+    try:
+        for i, run_dir in enumerate(run_dirs, start=1):
+            cmd = build_command(run_dir, dump_dir, overrides)
+            wall.append(run_job(f"run-{i}", cmd, out_dir / f"run{i}.log", args.timeout))
+    except RuntimeError as exc:
+        print(f"[compare] {exc}", file=sys.stderr, flush=True)
+        return 2
+    rows, summary = compare_runs(run_dirs[0], run_dirs[1], expect_hits=not args.no_skip)
+    summary.update(
+        {"out_dir": str(out_dir), "dump_dir": str(dump_dir) if dump_dir else None, "wall_seconds": wall}
+    )
+    print()
+    print_table(rows, summary)
+    print(f"wall time: run-1 {wall[0]:.1f}s, run-2 {wall[1]:.1f}s")
+    if args.summary_json is not None:
+        args.summary_json.parent.mkdir(parents=True, exist_ok=True)
+        args.summary_json.write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    if not summary["identical"] or not summary["val_identical"]:
+        print("[compare] FAIL: metrics differ between the two runs", file=sys.stderr)
+    if not args.no_skip and not summary["run2_all_hits"]:
+        print("[compare] FAIL: run 2 was not served entirely from the rollout cache", file=sys.stderr)
+    return 0 if summary["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,14 @@
+"""Pytest configuration of the example tests."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the markers used by the example tests."""
+    config.addinivalue_line(
+        "markers",
+        "skipweave: needs skipweave installed with its Hydra plugin, so that `+skip=rollout_cache` resolves",
+    )
+    config.addinivalue_line("markers", "slow: end-to-end run of the example job (Ray + two training runs)")
