@@ -47,6 +47,7 @@ def weave(
     plan = cfg if isinstance(cfg, SkipConfig) else load_skip_config(cfg)
     patches = WEAVER.weave(plan)
     _propagate_to_ray_workers(plan)
+    _follow_host_integrations(plan)
     return patches
 
 
@@ -56,6 +57,17 @@ def unweave() -> None:
     from skipweave.integrations import ray_workers
 
     ray_workers.stop()
+    _follow_host_integrations(None)
+
+
+def _follow_host_integrations(plan: SkipConfig | None) -> None:
+    """Tell host integrations which plan this process weaves (verl: hand roles over from its SkipManager).
+
+    The integration imports nothing of its host: it acts from a post-import hook.
+    """
+    from skipweave.integrations.verl import coexist
+
+    coexist.follow(plan)
 
 
 def _propagate_to_ray_workers(plan: SkipConfig) -> None:

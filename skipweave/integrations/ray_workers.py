@@ -15,11 +15,12 @@ Worker side (:func:`worker_setup`, run by Ray in every worker before any task):
 
     - Ray puts the driver's script directory and working directory on ``sys.path`` only before the
       first task, after the setup hook; they are added here first, or targets there would not resolve.
-    - Classes Ray ships *by value* (decorated ``@ray.remote`` in a module, or defined in ``__main__``)
-      are rebuilt from a cloudpickle in the worker; that copy is not the class a post-import hook
-      patches, and cloudpickle strips the driver's wrapper from their methods. Ray's actor-class
-      loader is therefore wrapped: each class it loads gets the plan's targets woven onto it before
-      Ray reads its methods.
+    - An actor never runs the module's class methods: Ray copies every method of an actor class onto
+      a generated subclass (each in a tracing closure holding the method found at ``ray.remote()``
+      time) and ships that subclass *by value*; cloudpickle strips the driver's wrapper on the way.
+      Classes decorated ``@ray.remote`` or defined in ``__main__`` are rebuilt by value entirely. So
+      Ray's actor-class loader is wrapped: each class it loads gets the plan's targets woven onto it
+      before Ray reads its methods.
     - A woven module function handed to ``ray.remote`` must still pickle: wrapt proxies refuse to.
       skipweave's wrappers pickle by reference (module and qualified name), so the worker finds its
       own woven function (:func:`install_pickle_support`).
@@ -94,7 +95,9 @@ class WorkerWeaveError(RuntimeError):
         return (_rebuild_error, (type(self), str(self), self.target, self.worker))
 
 
-def _rebuild_error(cls: type[WorkerWeaveError], message: str, target: str | None, worker: str) -> WorkerWeaveError:
+def _rebuild_error(
+    cls: type[WorkerWeaveError], message: str, target: str | None, worker: str
+) -> WorkerWeaveError:
     return cls(message, target=target, worker=worker)
 
 
@@ -105,6 +108,7 @@ def _rebuild_error(cls: type[WorkerWeaveError], message: str, target: str | None
 class _DriverState:
     plan: str | None = None  # the plan as JSON text, None when nothing is propagated
     init_handle: Any = None  # our wrapper on ray.init
+    init_owner: Any = None  # the ray module it was installed on
     ray_hook_registered: bool = False
 
 
@@ -150,18 +154,20 @@ def stop() -> None:
     """Stop propagating: a later ``ray.init`` starts workers that do not weave; ``ray.init`` is unwrapped."""
     with _lock:
         _DRIVER.plan = None
-        handle, _DRIVER.init_handle = _DRIVER.init_handle, None
-        ray = sys.modules.get("ray")
-        if handle is None or ray is None:
+        handle, owner = _DRIVER.init_handle, _DRIVER.init_owner
+        _DRIVER.init_handle = _DRIVER.init_owner = None
+        if handle is None:
             return
         try:
-            wrapt.unwrap_object(ray, "init", handle, missing_ok=True)
+            wrapt.unwrap_object(owner, "init", handle, missing_ok=True)
         except wrapt.WrapperNotOutermostError:
             # Another tool wrapped ray.init above us with a non-wrapt wrapper; ours now passes through.
             logger.debug("skipweave: ray.init stays wrapped under another wrapper (a pass-through now)")
 
 
-def merge_runtime_env(runtime_env: Mapping[str, Any] | None, plan: str, *, job_config: Any = None) -> dict[str, Any]:
+def merge_runtime_env(
+    runtime_env: Mapping[str, Any] | None, plan: str, *, job_config: Any = None
+) -> dict[str, Any]:
     """Return a copy of the app's runtime_env that also makes every worker weave ``plan``.
 
     The app's fields (``env_vars``, ``working_dir``, ``pip``, …) are kept. An app
@@ -183,7 +189,7 @@ def merge_runtime_env(runtime_env: Mapping[str, Any] | None, plan: str, *, job_c
     if runtime_env is None and job_config is not None:
         runtime_env = getattr(job_config, "runtime_env", None) or None
     merged: dict[str, Any] = dict(runtime_env or {})
-    env_vars = {str(k): str(v) for k, v in (merged.get("env_vars") or {}).items()}
+    env_vars = dict(merged.get("env_vars") or {})
     env_vars[PLAN_ENV] = plan
     app_hook = merged.get("worker_process_setup_hook")
     if app_hook is not None and app_hook != SETUP_HOOK:
@@ -206,12 +212,12 @@ def merge_runtime_env(runtime_env: Mapping[str, Any] | None, plan: str, *, job_c
 
 
 def runtime_env_hook(runtime_env: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A ``RAY_RUNTIME_ENV_HOOK``: ``export RAY_RUNTIME_ENV_HOOK=skipweave.integrations.ray_workers.runtime_env_hook``.
+    """Ray's ``RAY_RUNTIME_ENV_HOOK``, set as ``skipweave.integrations.ray_workers.runtime_env_hook``.
 
-    An alternative to wrapping ``ray.init`` that also works for drivers skipweave cannot wrap (a
-    ``ray.init`` that ran before the weave, ``ray job submit`` with its own setup hook). The plan is
-    the one woven in this process, else the ``SKIPWEAVE_PLAN`` env var; without either the
-    runtime_env is returned unchanged.
+    An alternative to wrapping ``ray.init`` for drivers skipweave cannot weave before their
+    ``ray.init``: Ray applies it to the final runtime_env inside ``ray.init``. The plan is the one
+    woven in this process, else the ``SKIPWEAVE_PLAN`` env var; without either the runtime_env is
+    returned unchanged.
     """
     plan = _DRIVER.plan or os.environ.get(PLAN_ENV)
     if not plan:
@@ -229,6 +235,7 @@ def _patch_ray_init(ray: Any) -> None:
     if _DRIVER.init_handle is not None and _in_wrapper_chain(ray.init, _DRIVER.init_handle):
         return
     _DRIVER.init_handle = wrapt.wrap_function_wrapper(ray, "init", _ray_init_wrapper)
+    _DRIVER.init_owner = ray
 
 
 def _in_wrapper_chain(obj: Any, handle: Any) -> bool:
@@ -245,7 +252,9 @@ def _ray_init_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs
     if plan is None or _WORKER.active:
         return wrapped(*args, **kwargs)
     kwargs = dict(kwargs)
-    kwargs["runtime_env"] = merge_runtime_env(kwargs.get("runtime_env"), plan, job_config=kwargs.get("job_config"))
+    kwargs["runtime_env"] = merge_runtime_env(
+        kwargs.get("runtime_env"), plan, job_config=kwargs.get("job_config")
+    )
     logger.info("skipweave: ray.init merges the woven plan into the job's runtime_env; every Ray worker "
                 "weaves it at start-up (worker_process_setup_hook=%s)", SETUP_HOOK)
     return wrapped(*args, **kwargs)
@@ -256,14 +265,24 @@ def _warn_if_initialized(ray: Any) -> None:
         initialized = bool(ray.is_initialized())
     except Exception:  # a half-imported or stubbed ray
         return
-    if initialized:
+    if not initialized:
+        return
+    if os.environ.get(PLAN_ENV):
+        # `skipweave run` put the plan in this process's environment: workers of a cluster this
+        # process started inherit it (and the launcher's bootstrap) and weave on their own.
+        logger.info(
+            "skipweave: ray.init() ran before skipweave.weave(); Ray workers started by this process "
+            "inherit %s from `skipweave run` and weave it, but workers of a cluster joined with "
+            "ray.init(address=...) do not: weave before ray.init to reach those too", PLAN_ENV,
+        )
+    else:
         logger.warning(
-            "skipweave: ray.init() ran before skipweave.weave(): the Ray workers of this job do not weave the "
-            "plan, so their actors and tasks run live and record nothing (only this driver is woven). Weave "
-            "before ray.init: call skipweave.weave(cfg) first, or start the app with `skipweave run ...` or the "
-            "Hydra profile (+skip=...), which weave before the app starts; or export "
-            "RAY_RUNTIME_ENV_HOOK=skipweave.integrations.ray_workers.runtime_env_hook (with %s set to the plan "
-            "JSON when the driver does not weave) so that ray.init merges the plan itself.", PLAN_ENV,
+            "skipweave: ray.init() ran before skipweave.weave(): the Ray workers of this job do not weave "
+            "the plan, so their actors and tasks run live and record nothing (only this driver is woven). "
+            "Weave before ray.init: call skipweave.weave(cfg) first, or start the app with `skipweave run "
+            "...` or the Hydra profile (+skip=...), which weave before the app starts; or start the app with "
+            "RAY_RUNTIME_ENV_HOOK=skipweave.integrations.ray_workers.runtime_env_hook and %s=<plan JSON> in "
+            "its environment, so that its ray.init merges the plan itself.", PLAN_ENV,
         )
 
 
@@ -325,9 +344,9 @@ def _reduce_function_wrapper(obj: Any) -> tuple[Any, ...]:
 
 def _is_skipweave_wrapper(obj: Any) -> bool:
     """True when ``obj`` (or a wrapt wrapper under it) is a skipweave proxy or refusal."""
-    proxy_cls = getattr(sys.modules.get("skipweave.weave.proxy"), "SkipProxy", _Refusal)
+    proxy_cls = getattr(sys.modules.get("skipweave.weaving.proxy"), "SkipProxy", _Refusal)
     seen = 0
-    while isinstance(obj, wrapt.FunctionWrapper) and seen < 32:
+    while isinstance(obj, (wrapt.FunctionWrapper, wrapt.BoundFunctionWrapper)) and seen < 32:
         if isinstance(getattr(obj, "_self_wrapper", None), (proxy_cls, _Refusal)):
             return True
         obj, seen = getattr(obj, "__wrapped__", None), seen + 1
@@ -349,7 +368,9 @@ def worker_setup() -> None:
     try:
         _weave_this_worker()
     except Exception as exc:  # noqa: BLE001 - reported through WorkerWeaveError, never raised here
-        _fail(exc, target=getattr(exc, "path", None))
+        from skipweave.weaving.resolve import TargetNotFound
+
+        _fail(exc, target=exc.path if isinstance(exc, TargetNotFound) else None)
     _run_app_hook()
 
 
@@ -362,6 +383,7 @@ def _weave_this_worker() -> None:
     from skipweave.config.loader import load_skip_config
 
     _add_driver_code_paths()
+    _stand_down_launcher_bootstrap()
     plan = load_skip_config(json.loads(text))
     _WORKER.plan = plan
     _patch_actor_class_loaders()
@@ -376,7 +398,8 @@ def _add_driver_code_paths() -> None:
     try:
         import ray
 
-        job_config = ray._private.worker.global_worker.core_worker.get_job_config()
+        worker: Any = ray._private.worker.global_worker
+        job_config = worker.core_worker.get_job_config()
         paths = [*job_config.code_search_path, *job_config.py_driver_sys_path]
     except Exception as exc:  # noqa: BLE001 - best effort; targets then resolve on the worker's own path
         logger.debug("skipweave: could not read the driver's code paths: %s", exc)
@@ -387,14 +410,39 @@ def _add_driver_code_paths() -> None:
             sys.path.insert(0, path)
 
 
+def _stand_down_launcher_bootstrap() -> None:
+    """Cancel the deferred weave ``skipweave run``'s bootstrap registered in this worker, if any.
+
+    Under ``skipweave run`` every Python process, Ray workers included, also registers a weave for the
+    first import of a target's top-level package. In a Ray worker this hook weaves (and also reaches
+    classes Ray ships by value), and two weaves must not meet: the bootstrap's fires from inside this
+    weave (resolving a target imports its parent package) and stacks a second proxy on the target.
+    """
+    bootstrap = sys.modules.get("skipweave.integrations.launcher.bootstrap")
+    deferred = getattr(bootstrap, "DeferredWeave", None)
+    if deferred is None:
+        return
+    import wrapt.importer
+
+    registry: dict[str, list[Any]] = getattr(wrapt.importer, "_post_import_hooks", {})
+    for hooks in list(registry.values()):
+        for hook in hooks:
+            if isinstance(hook, deferred):
+                hook.done = True
+
+
 def _without_main_targets(plan: SkipConfig) -> SkipConfig:
     from skipweave.config.schema import SkipConfig
 
     roles = {
-        name: dataclasses.replace(role, targets=tuple(t for t in role.targets if not t.path.startswith(_MAIN_PREFIXES)))
+        name: dataclasses.replace(role, targets=tuple(t for t in role.targets if not _in_main(t.path)))
         for name, role in plan.roles.items()
     }
     return SkipConfig(roles)
+
+
+def _in_main(path: str) -> bool:
+    return path.startswith(_MAIN_PREFIXES)
 
 
 def _run_app_hook() -> None:
@@ -418,25 +466,26 @@ def _run_app_hook() -> None:
                            f"(chained after skipweave's)") from exc
 
 
-# ---------------------------------------------------------------------------------------------- classes by value
+# ---------------------------------------------------------------------------------------------- by value
 
 
 def _patch_actor_class_loaders() -> None:
     if _WORKER.loaders_patched:
         return
     _WORKER.loaders_patched = True
+    manager: Any = None
     try:
-        from ray._private.function_manager import FunctionActorManager
+        from ray._private.function_manager import FunctionActorManager as manager
     except ImportError:
-        FunctionActorManager = None  # noqa: N806
-    missing = [n for n in _LOADERS if not hasattr(FunctionActorManager, n)]
+        pass
+    missing = [n for n in _LOADERS if not hasattr(manager, n)]
     for name in _LOADERS:
         if name not in missing:
-            wrapt.wrap_function_wrapper(FunctionActorManager, name, _after_class_load)
+            wrapt.wrap_function_wrapper(manager, name, _after_class_load)
     if missing:
         logger.warning(
-            "skipweave: this Ray version has no FunctionActorManager.%s; actor classes Ray ships by value "
-            "(decorated @ray.remote, or defined in __main__) are not woven in its workers", "/".join(missing),
+            "skipweave: this Ray version has no FunctionActorManager.%s; targets that are actor methods are "
+            "not woven in its workers (tasks of module functions still are)", "/".join(missing),
         )
 
 
@@ -448,19 +497,24 @@ def _after_class_load(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs
 
 
 def _class_targets(cls: type) -> Iterator[tuple[RoleConfig, TargetSpec, str]]:
-    """Yield ``(role, target, method name)`` for each target of the plan naming a method of ``cls``.
+    """Yield ``(role, target, method name)`` for each target of the plan that is a method of ``cls``.
 
     ``cls`` is the class Ray loaded; the user's class is ``cls.__ray_actor_class__`` (Ray's generated
-    subclass points back at it), whose module and qualified name the target path spells.
+    subclass points back at it). A target ``Cls.method`` applies when ``Cls`` is the user's class or
+    one of its bases up to the one that defines ``method`` (a target on a base class method reaches
+    the subclasses that inherit it, as it does in the driver).
     """
     assert _WORKER.plan is not None
     user = getattr(cls, "__ray_actor_class__", cls)
-    owner_path = f"{user.__module__}.{user.__qualname__}"
     for role in _WORKER.plan.enabled_roles:
         for target in role.targets:
             prefix, _, attr = target.path.replace(":", ".").rpartition(".")
-            if prefix == owner_path:
-                yield role, target, attr
+            for klass in user.__mro__:
+                if f"{klass.__module__}.{klass.__qualname__}" == prefix:
+                    yield role, target, attr
+                    break
+                if attr in vars(klass):
+                    break  # the method comes from here; classes further up do not supply it
 
 
 def _weave_loaded_class(cls: type) -> None:
@@ -472,8 +526,8 @@ def _weave_loaded_class(cls: type) -> None:
                 _fail(LookupError(f"class {cls.__qualname__} loaded by Ray has no attribute '{attr}'"),
                       target=target.path)
             continue
-        if _is_skipweave_wrapper(current):
-            continue  # woven already (the class came by reference from a module the weaver patched)
+        if _already_woven(current):
+            continue
         if _WORKER.failure is None:
             try:
                 _apply_to_class(role, target, cls, attr)
@@ -483,6 +537,25 @@ def _weave_loaded_class(cls: type) -> None:
         _install_refusal(cls, attr, target.path)
 
 
+def _already_woven(method: Any) -> bool:
+    """True when ``method`` is woven, or is Ray's wrapper around a woven method.
+
+    Ray copies every method of an actor class onto its own subclass, wrapped in a tracing closure
+    that holds the method it found at ``ray.remote()`` time. That method is woven when the class came
+    by reference from a module the worker's weave patched (a driver that did not weave); it is the
+    plain function when the class or the driver's woven method came by value.
+    """
+    if _is_skipweave_wrapper(method):
+        return True
+    for cell in getattr(method, "__closure__", None) or ():
+        try:
+            if _is_skipweave_wrapper(cell.cell_contents):
+                return True
+        except ValueError:  # an empty cell
+            continue
+    return False
+
+
 def _apply_to_class(role: RoleConfig, target: TargetSpec, cls: type, attr: str) -> None:
     """Weave one target onto a class object that is not reachable through its module.
 
@@ -490,8 +563,8 @@ def _apply_to_class(role: RoleConfig, target: TargetSpec, cls: type, attr: str) 
     the weaver makes its own and is removed by :func:`skipweave.unweave`. A public
     ``Weaver.weave_object(owner, role, target)`` would replace this (see docs/ray.md).
     """
-    from skipweave.weave.resolve import ResolvedPath
-    from skipweave.weave.weaver import WEAVER, Patch
+    from skipweave.weaving.resolve import ResolvedPath
+    from skipweave.weaving.weaver import WEAVER, Patch
 
     holder = types.SimpleNamespace(loaded=cls)
     patch = Patch(role, target, ResolvedPath(target.path, cls.__module__, f"loaded.{attr}"))
@@ -540,14 +613,14 @@ def _fail(exc: BaseException, *, target: str | None) -> None:
 
 def _refuse_all_targets() -> None:
     """Install refusals on every target of the plan, now or at its module's first import."""
-    from skipweave.weave.resolve import TargetNotFound, split_path
+    from skipweave.weaving.resolve import TargetNotFound, split_path
 
     plan = _WORKER.plan
     if plan is None:
         return
     for role in plan.enabled_roles:
         for target in role.targets:
-            if target.path.startswith(_MAIN_PREFIXES):
+            if _in_main(target.path):
                 continue  # refused when Ray loads the class (_weave_loaded_class)
             try:
                 rpath = split_path(target.path)
@@ -557,12 +630,13 @@ def _refuse_all_targets() -> None:
             if key in _WORKER.refused:
                 continue
             _WORKER.refused.add(key)
-            wrapt.register_post_import_hook(_refusal_hook(rpath.module, rpath.attr, target.path), rpath.module)
+            hook = _refusal_hook(rpath.module, rpath.attr, target.path)
+            wrapt.register_post_import_hook(hook, rpath.module)
 
 
 def _refusal_hook(module_name: str, attr_path: str, target_path: str) -> Any:
     def on_import(module: Any) -> None:
-        from skipweave.weave.resolve import ResolvedPath, resolve_owner
+        from skipweave.weaving.resolve import ResolvedPath, resolve_owner
 
         try:
             owner, attr = resolve_owner(module, ResolvedPath(target_path, module_name, attr_path))
@@ -575,7 +649,7 @@ def _refusal_hook(module_name: str, attr_path: str, target_path: str) -> Any:
 
 def _install_refusal(owner: Any, attr: str, target_path: str) -> None:
     current = inspect.getattr_static(owner, attr, None)
-    if isinstance(current, wrapt.FunctionWrapper) and isinstance(getattr(current, "_self_wrapper", None), _Refusal):
+    if isinstance(getattr(current, "_self_wrapper", None), _Refusal):
         return
     wrapt.wrap_function_wrapper(owner, attr, _Refusal(target_path))
 

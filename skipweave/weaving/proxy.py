@@ -69,7 +69,10 @@ def annotate(result: Any, status: str, step: int | None, served: int | None) -> 
 
 
 def shard_label(kind: ShardKind) -> str:
-    """Return this process's shard label: ``r<RANK>`` for ``auto``/``rank``, ``r0`` otherwise."""
+    """Return this process's shard label: ``r<RANK>`` for ``auto``/``rank``, ``r0`` for ``none``.
+
+    (``fingerprint`` shards are labelled from the call's inputs by the proxy itself.)
+    """
     if kind is ShardKind.NONE:
         return "r0"
     rank = os.environ.get("RANK", "0").strip() or "0"
@@ -119,25 +122,37 @@ class SkipProxy:
     ) -> Any:
         if not self.active:
             return wrapped(*args, **kwargs)
+        # A sync-or-await helper awaited by its caller must be called from a coroutine frame, bypasses too.
+        awaited = self.bridge and bool(sys._getframe(1).f_code.co_flags & _CORO_FLAGS)
         if self.bypass(args, kwargs):
-            return self._live_bypass(wrapped, args, kwargs, None)
+            return self._live_bypass(wrapped, args, kwargs, None, awaited)
         step = self.step_source.step_for(instance, args, kwargs)
         if step not in self.steps:
-            return self._live_bypass(wrapped, args, kwargs, step)
+            return self._live_bypass(wrapped, args, kwargs, step, awaited)
         decision = self._decide(step, args, kwargs)
         if self.is_async:
             return self._async_path(wrapped, args, kwargs, decision)
-        if self.bridge and sys._getframe(1).f_code.co_flags & _CORO_FLAGS:
+        if awaited:
             return self._async_path(wrapped, args, kwargs, decision, maybe_sync=True)
         return self._sync_path(wrapped, args, kwargs, decision)
 
     # ------------------------------------------------------------------ paths
     def _live_bypass(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                     step: int | None) -> Any:
+                     step: int | None, awaited: bool = False) -> Any:
         report.event(report.BYPASS, role=self.role.role, target=self.target.name, step=step)
+        if awaited:
+            return self._bridged_bypass(wrapped, args, kwargs, step)
         result = wrapped(*args, **kwargs)
         if inspect.isawaitable(result):
             return self._annotated_awaitable(result, step)
+        annotate(result, report.BYPASS, step, None)
+        return result
+
+    async def _bridged_bypass(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                              step: int | None) -> Any:
+        result = wrapped(*args, **kwargs)  # called from this coroutine's frame: the helper hands back its coroutine
+        if inspect.isawaitable(result):
+            result = await result
         annotate(result, report.BYPASS, step, None)
         return result
 
@@ -174,9 +189,24 @@ class SkipProxy:
             result = await result
         return self._after_live(result, d, time.perf_counter() - t0)
 
+    # ------------------------------------------------------------------ hooks for host integrations
+    def on_replay(self, result: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        """Return what a hit hands the host; ``result`` is the freshly decoded recording.
+
+        The echo hook: a subclass (named by ``targets.<name>.proxy``) copies per-run values from the live
+        inputs into the replayed result here, e.g. verl's random ``uid`` per sample, which the host
+        later checks against its own copy. The generic proxy returns ``result`` unchanged.
+        """
+        return result
+
     # ------------------------------------------------------------------ decision and store
     def _decide(self, step: int, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> _Decision:
-        shard = shard_label(self.role.shard)
+        fp = None
+        if self.role.shard is ShardKind.FINGERPRINT:
+            fp = fingerprint(args, kwargs, ignore=self.role.fingerprint.ignore)
+            shard = "f" + fp[:16]
+        else:
+            shard = shard_label(self.role.shard)
         with self._lock:
             call = self._calls.get((step, shard), 0)
             self._calls[(step, shard)] = call + 1
@@ -187,7 +217,9 @@ class SkipProxy:
             # A repeat serves the same call index of another step; that step must hold it.
             if call not in self.store.part_info(served, self.target.name, shard).calls:
                 served = None
-        return _Decision(step, call, shard, served)
+        decision = _Decision(step, call, shard, served)
+        decision.fp = fp
+        return decision
 
     def _fingerprint(self, d: _Decision, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
         if d.fp is None:
@@ -208,7 +240,8 @@ class SkipProxy:
             d.served = None
             d.replace = True
             return False, None
-        if d.served == d.step and loaded.manifest.get("input_fingerprint") != self._fingerprint(d, args, kwargs):
+        recorded_fp = loaded.manifest.get("input_fingerprint")  # "" for entries imported without their inputs
+        if d.served == d.step and recorded_fp and recorded_fp != self._fingerprint(d, args, kwargs):
             policy = self.role.fingerprint.on_mismatch
             where = f"role {self.role.role} target {self.target.name} step {d.step} call {d.call}"
             if policy is OnMismatch.ERROR:
@@ -230,7 +263,7 @@ class SkipProxy:
             )
         if self.role.restore_rng and loaded.rng_state:
             restore_rng_state(loaded.rng_state)
-        result = loaded.result
+        result = self.on_replay(loaded.result, args, kwargs)
         annotate(result, report.HIT, d.step, d.served)
         report.event(
             report.HIT, role=self.role.role, target=self.target.name, step=d.step, served=d.served,

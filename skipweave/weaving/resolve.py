@@ -111,8 +111,8 @@ def unwrap_actor_class(obj: Any) -> Any:
     """Return the user's class behind a Ray ``ActorClass``; any other object unchanged."""
     meta = getattr(type(obj), "__ray_metadata__", None) or getattr(obj, "__ray_metadata__", None)
     modified = getattr(meta, "modified_class", None)
-    if modified is not None:
-        return modified
+    if modified is not None:  # Ray's generated subclass; the user's class is behind __ray_actor_class__
+        return getattr(modified, "__ray_actor_class__", modified)
     return obj
 
 

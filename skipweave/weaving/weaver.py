@@ -69,6 +69,7 @@ class Weaver:
     def __init__(self) -> None:
         self._state = _State()
         self._lock = threading.RLock()
+        self._weaving = False
         self._atexit = False
 
     @property
@@ -97,6 +98,19 @@ class Weaver:
         with self._lock:
             if key == self._state.plan_key:
                 return self.patches
+            if self._weaving:
+                # Splitting a path imports parent packages, whose import hooks (the launcher's deferred
+                # weave) may call weave() again on this thread: the outer call finishes the job.
+                logger.debug("skipweave: weave() re-entered while weaving; ignored")
+                return self.patches
+            self._weaving = True
+            try:
+                return self._weave_locked(plan, key)
+            finally:
+                self._weaving = False
+
+    def _weave_locked(self, plan: SkipConfig, key: str) -> list[Patch]:
+        with self._lock:
             if self._state.plan_key is not None:
                 self.unweave()
             patches: list[Patch] = []
@@ -161,7 +175,8 @@ class Weaver:
         is_async = inspect.iscoroutinefunction(func)
         bridge = not is_async and _wraps_coroutine_function(func)
         bypass = make_bypass(patch.role.bypass, _resolve_callable)
-        proxy = SkipProxy(patch.role, patch.target, self._store(patch.role), bypass, is_async=is_async,
+        proxy_cls = _proxy_class(patch.target)
+        proxy = proxy_cls(patch.role, patch.target, self._store(patch.role), bypass, is_async=is_async,
                           bridge=bridge)
         handle = wrapt.wrap_function_wrapper(owner, attr, proxy)
         patch.proxy, patch.owner, patch.attr, patch.handle, patch.pending = proxy, owner, attr, handle, False
@@ -207,6 +222,16 @@ def _wraps_coroutine_function(func: Any) -> bool:
             return True
         inner, seen = getattr(inner, "__wrapped__", None), seen + 1
     return False
+
+
+def _proxy_class(target: TargetSpec) -> type[SkipProxy]:
+    """The proxy class serving ``target``: its ``proxy`` (a host integration's subclass), else :class:`SkipProxy`."""
+    if not target.proxy:
+        return SkipProxy
+    cls = _resolve_callable(target.proxy)
+    if not (isinstance(cls, type) and issubclass(cls, SkipProxy)):
+        raise TypeError(f"target '{target.path}': proxy '{target.proxy}' is not a subclass of SkipProxy")
+    return cls
 
 
 def _resolve_callable(path: str) -> Any:

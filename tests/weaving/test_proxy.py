@@ -222,3 +222,18 @@ class Gen:
     skipweave.weave({"skip": {"r": role}})
     with pytest.raises(Exception, match="allow_pickle"):
         m.Gen().generate(None)
+
+
+def test_fingerprint_shards_keep_different_inputs_apart(mod: Any, tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, mod.__name__, shard="fingerprint")
+    a = _run(mod, [1], cfg)[0]
+    skipweave.unweave()
+    skipweave.weave(cfg)
+    b = mod.Gen().generate(mod.Batch(step=1, x=torch.arange(4) * 3))
+    assert b.meta_info["skipweave"]["status"] == "miss"
+    skipweave.unweave()
+    skipweave.weave(cfg)
+    b2 = mod.Gen().generate(mod.Batch(step=1, x=torch.arange(4) * 3))
+    a2 = mod.Gen().generate(mod.Batch(step=1))
+    assert torch.equal(a2.batch["y"], a.batch["y"]) and torch.equal(b2.batch["y"], b.batch["y"])
+    assert len(mod.CALLS) == 2

@@ -247,3 +247,28 @@ def test_sync_target_called_from_async_code_returns_a_value(host_module, tmp_pat
 
     out = asyncio.run(caller())
     assert isinstance(out, mod.Batch)
+
+
+def test_weave_reentered_from_an_import_during_weave_wraps_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parent package whose import calls weave() again (the launcher's deferred weave) makes no double wrap."""
+    pkg = tmp_path / "reentry_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "import os, json, skipweave\nskipweave.weave(json.loads(os.environ['REENTRY_CFG']))\n"
+    )
+    (pkg / "mod.py").write_text("def f(n):\n    return n\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = _cfg(tmp_path / "d", {"f": "reentry_pkg.mod.f"}, step={"source": "counter"})
+    import json
+
+    monkeypatch.setenv("REENTRY_CFG", json.dumps(cfg))
+    try:
+        skipweave.weave(cfg)
+        mod = importlib.import_module("reentry_pkg.mod")
+        assert isinstance(mod.f, wrapt.FunctionWrapper)
+        assert not isinstance(mod.f.__wrapped__, wrapt.FunctionWrapper)
+        skipweave.unweave()
+        assert not isinstance(mod.f, wrapt.FunctionWrapper)
+    finally:
+        for name in ("reentry_pkg.mod", "reentry_pkg"):
+            sys.modules.pop(name, None)
