@@ -168,7 +168,7 @@ def test_invalid_ignore_path() -> None:
 
 
 def test_tensordict_batch() -> None:
-    tensordict = pytest.importorskip("tensordict")
+    import tensordict
     td1 = tensordict.TensorDict({"a": torch.ones(2, 3), "b": torch.zeros(2)}, batch_size=[2])
     td2 = tensordict.TensorDict({"b": torch.zeros(2), "a": torch.ones(2, 3)}, batch_size=[2])
     p1, p2 = DataProto(td1, {}, {}), DataProto(td2, {}, {})

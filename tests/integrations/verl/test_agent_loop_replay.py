@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("verl")
 
 APP = Path(__file__).resolve().parent / "apps" / "agent_loop_app.py"
 REPO = Path(__file__).resolve().parents[3]

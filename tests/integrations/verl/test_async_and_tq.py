@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("verl")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
