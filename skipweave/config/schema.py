@@ -272,6 +272,7 @@ _ROLE_KEYS = {
     "fingerprint", "shard", "restore_rng", "allow_pickle", "calls_per_step", "record_steps",
 }
 _RANGE_RE = re.compile(r"^\s*(-?\d+)\s*(?:-|\.\.|:)\s*(-?\d+)\s*$")
+_PATH_RE = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$")
 _ROLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 _HYDRA_KEY_RE = re.compile(r"^_[a-z]+_$")  # Hydra's instantiate directives (_target_, _convert_ …), not roles
 
@@ -328,8 +329,10 @@ def _paths(key: str, value: Any) -> tuple[str, ...]:
         return ()
     if isinstance(value, str):
         value = [value]
-    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(key, value, "a list of dotted paths such as ['0.meta_info.timing']")
+    if not isinstance(value, (list, tuple)) or not all(
+        isinstance(v, str) and v and all(part for part in v.split(".")) for v in value
+    ):
+        raise ConfigError(key, value, "a list of dotted paths such as ['0.meta_info.timing'] (no empty parts)")
     return tuple(value)
 
 
@@ -408,7 +411,7 @@ def _targets(key: str, value: Any) -> tuple[TargetSpec, ...]:
         elif isinstance(spec, Mapping):
             unknown = set(spec) - {"path", "optional", "proxy"}
             if unknown:
-                raise ConfigError(tkey, dict(spec), f"keys 'path', 'optional' and 'proxy' only (got {sorted(unknown)})")
+                raise ConfigError(tkey, dict(spec), f"keys 'path', 'optional' and 'proxy' only (got {sorted(unknown, key=str)})")
             path = spec.get("path")
             optional = _bool(f"{tkey}.optional", spec.get("optional", False))
             proxy = _str(f"{tkey}.proxy", spec.get("proxy"), optional=True)
@@ -430,11 +433,11 @@ def _sub(key: str, value: Any, allowed_keys: set[str]) -> Mapping[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise ConfigError(key, value, f"a mapping with keys {sorted(allowed_keys)}")
+        raise ConfigError(key, value, f"a mapping with keys {sorted(allowed_keys, key=str)}")
     unknown = set(value) - allowed_keys
     if unknown:
-        bad = sorted(unknown)[0]
-        raise ConfigError(f"{key}.{bad}", value[bad], f"no such key; allowed keys are {sorted(allowed_keys)}")
+        bad = sorted(unknown, key=str)[0]
+        raise ConfigError(f"{key}.{bad}", value[bad], f"no such key; allowed keys are {sorted(allowed_keys, key=str)}")
     return value
 
 
@@ -482,7 +485,7 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
         path=_optional_path(f"{key}.step.path", step.get("path", "meta_info.global_steps")),
         pattern=_str(f"{key}.step.pattern", step.get("pattern"), optional=True),
     )
-    if step_cfg.source is StepSourceKind.REGEX:
+    if step_cfg.pattern is not None or step_cfg.source is StepSourceKind.REGEX:
         if step_cfg.pattern is None:
             raise ConfigError(
                 f"{key}.step.pattern", None, "a regular expression with one group, e.g. 'sample_\\d+_(\\d+)$'"
@@ -502,6 +505,8 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
     )
     if bypass_cfg.when is BypassKind.CALLABLE and not bypass_cfg.callable:
         raise ConfigError(f"{key}.bypass.callable", None, "a function path 'pkg.mod:fn' when bypass.when=callable")
+    if bypass_cfg.callable is not None and not _PATH_RE.match(bypass_cfg.callable):
+        raise ConfigError(f"{key}.bypass.callable", bypass_cfg.callable, "a function path such as 'pkg.mod:fn'")
 
     calls = data.get("calls_per_step")
     return RoleConfig(

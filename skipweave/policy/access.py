@@ -38,8 +38,22 @@ def get_path(obj: Any, path: str) -> Any:
     return cur
 
 
-def get_arg(args: tuple[Any, ...], kwargs: Mapping[str, Any], ref: int | str) -> Any:
-    """Return positional argument ``ref`` (int) or keyword argument ``ref`` (str), else :data:`MISSING`."""
+def get_arg(
+    args: tuple[Any, ...], kwargs: Mapping[str, Any], ref: int | str, positions: Mapping[str, int] | None = None
+) -> Any:
+    """Return argument ``ref``: a position (int), or a parameter name (str) passed by keyword or by position.
+
+    Args:
+        positions: parameter name -> index in ``args`` (``self``/``cls`` already removed), from the
+            target's signature; lets ``arg: step`` find ``step`` when the host passes it positionally.
+
+    Returns:
+        The value, or :data:`MISSING`.
+    """
     if isinstance(ref, int):
         return args[ref] if ref < len(args) else MISSING
-    return kwargs.get(ref, MISSING)
+    if ref in kwargs:
+        return kwargs[ref]
+    if positions is not None and ref in positions and positions[ref] < len(args):
+        return args[positions[ref]]
+    return MISSING

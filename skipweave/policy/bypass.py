@@ -28,13 +28,14 @@ def _truthy(value: Any) -> bool:
 
 
 def make_bypass(
-    cfg: BypassConfig, resolve: Callable[[str], Any]
+    cfg: BypassConfig, resolve: Callable[[str], Any], positions: Mapping[str, int] | None = None
 ) -> Callable[[tuple[Any, ...], Mapping[str, Any]], bool]:
     """Build the predicate ``(args, kwargs) -> bool`` for one role.
 
     Args:
         cfg: the role's bypass settings.
         resolve: turns ``pkg.mod:fn`` into the function (for ``when: callable``).
+        positions: parameter name -> position, so ``arg: prompts`` also finds a positional ``prompts``.
 
     Raises:
         ImportError, AttributeError: the configured callable does not resolve.
@@ -48,7 +49,7 @@ def make_bypass(
     ref, paths = cfg.arg, cfg.paths
 
     def predicate(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
-        arg = get_arg(args, kwargs, ref)
+        arg = get_arg(args, kwargs, ref, positions)
         if arg is MISSING:
             return False
         return any(_truthy(get_path(arg, p)) for p in paths)

@@ -8,6 +8,7 @@ step elsewhere (``self.state.global_step`` in TRL-style trainers, sample ids suc
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Mapping
@@ -15,6 +16,8 @@ from typing import Any
 
 from skipweave.config.schema import StepSourceConfig, StepSourceKind
 from skipweave.policy.access import MISSING, get_arg, get_path
+
+logger = logging.getLogger(__name__)
 
 _explicit_step: int | None = None
 _lock = threading.Lock()
@@ -68,8 +71,11 @@ class StepSource:
     only advances on calls that are not bypassed (the proxy calls :meth:`step_for` only then).
     """
 
-    def __init__(self, cfg: StepSourceConfig) -> None:
+    def __init__(self, cfg: StepSourceConfig, positions: Mapping[str, int] | None = None, *, name: str = "") -> None:
         self.cfg = cfg
+        self.positions = positions
+        self.name = name
+        self._warned = False
         self._counter = 0
         self._pattern = re.compile(cfg.pattern) if cfg.pattern else None
         self._lock = threading.Lock()
@@ -93,11 +99,18 @@ class StepSource:
         cfg = self.cfg
         kind = cfg.source
         if kind is StepSourceKind.AUTO:
-            step = _as_step(get_path(get_arg(args, kwargs, cfg.arg), cfg.path))
+            step = _as_step(get_path(get_arg(args, kwargs, cfg.arg, self.positions), cfg.path))
             if step is not None:
                 return step
             if _explicit_step is not None:
                 return _explicit_step
+            if not self._warned:
+                self._warned = True
+                logger.warning(
+                    "skipweave: %s: argument %r has no '%s'; counting calls as steps (1, 2, …). If your step "
+                    "lives elsewhere, set step.source (arg, attr, regex or set_step)", self.name or "target",
+                    cfg.arg, cfg.path,
+                )
             return self._next_count()
         if kind is StepSourceKind.COUNTER:
             return self._next_count()
@@ -111,7 +124,7 @@ class StepSource:
             if step is None:
                 raise StepError(f"step source attr '{cfg.path}' of {type(instance).__name__} gave {_show(value)}")
             return step
-        value = get_path(get_arg(args, kwargs, cfg.arg), cfg.path)
+        value = get_path(get_arg(args, kwargs, cfg.arg, self.positions), cfg.path)
         if kind is StepSourceKind.REGEX:
             assert self._pattern is not None
             text = value if isinstance(value, str) else None

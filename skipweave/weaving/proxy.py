@@ -18,6 +18,8 @@ making the choice it would make without skipweave.
 
 from __future__ import annotations
 
+import contextvars
+import heapq
 import inspect
 import logging
 import os
@@ -39,6 +41,9 @@ from skipweave.store.step_store import StepStore
 
 logger = logging.getLogger(__name__)
 
+_ACTIVE: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("skipweave_active", default=frozenset())
+"""Proxies whose real call is running in this context: a nested call of the same target (recursion) runs live."""
+
 _CORO_FLAGS = inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
@@ -49,12 +54,13 @@ class FingerprintMismatch(RuntimeError):
 class _Decision:
     """What the proxy decided for one non-bypassed call."""
 
-    __slots__ = ("step", "call", "shard", "served", "fp", "replace")
+    __slots__ = ("step", "call", "shard", "served", "fp", "replace", "no_store")
 
     def __init__(self, step: int, call: int, shard: str, served: int | None) -> None:
         self.step, self.call, self.shard, self.served = step, call, shard, served
         self.fp: str | None = None
         self.replace = False
+        self.no_store = False
 
 
 def annotate(result: Any, status: str, step: int | None, served: int | None) -> None:
@@ -89,6 +95,7 @@ class SkipProxy:
         bypass: predicate ``(args, kwargs) -> bool`` (see :mod:`skipweave.policy.bypass`).
         is_async: the target is a coroutine function.
         bridge: the target is a sync-or-await helper around a coroutine function (see above).
+        positions: parameter name -> position in the call's ``args`` (``self``/``cls`` removed).
 
     A proxy set inactive (``active = False``) passes every call straight through; unweave does that
     when another tool's non-wrapt wrapper sits above ours and the patch cannot be spliced out.
@@ -103,6 +110,7 @@ class SkipProxy:
         *,
         is_async: bool,
         bridge: bool = False,
+        positions: Mapping[str, int] | None = None,
     ) -> None:
         self.role = role
         self.target = target
@@ -112,15 +120,16 @@ class SkipProxy:
         self.bridge = bridge
         self.active = True
         self.steps = role.steps
-        self.step_source = StepSource(role.step)
+        self.step_source = StepSource(role.step, positions, name=f"role {role.role} target {target.name}")
         self._calls: dict[tuple[int, str], int] = {}
+        self._free: dict[tuple[int, str], list[int]] = {}
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ wrapt entry point
     def __call__(
         self, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        if not self.active:
+        if not self.active or id(self) in _ACTIVE.get():
             return wrapped(*args, **kwargs)
         # A sync-or-await helper awaited by its caller must be called from a coroutine frame, bypasses too.
         awaited = self.bridge and bool(sys._getframe(1).f_code.co_flags & _CORO_FLAGS)
@@ -168,13 +177,24 @@ class SkipProxy:
             return value
         self._fingerprint(d, args, kwargs)  # before the call: the host may mutate its inputs
         t0 = time.perf_counter()
-        result = wrapped(*args, **kwargs)
+        token = _ACTIVE.set(_ACTIVE.get() | {id(self)})
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException:
+            self._give_back(d)
+            raise
+        finally:
+            _ACTIVE.reset(token)
         if inspect.isawaitable(result):  # a plain def that hands back an awaitable
             return self._finish_awaitable(result, d, t0)
         return self._after_live(result, d, time.perf_counter() - t0)
 
     async def _finish_awaitable(self, awaitable: Awaitable[Any], d: _Decision, t0: float) -> Any:
-        result = await awaitable
+        try:
+            result = await awaitable
+        except BaseException:
+            self._give_back(d)
+            raise
         return self._after_live(result, d, time.perf_counter() - t0)
 
     async def _async_path(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -184,9 +204,16 @@ class SkipProxy:
             return value
         self._fingerprint(d, args, kwargs)
         t0 = time.perf_counter()
-        result = wrapped(*args, **kwargs)  # called from this coroutine's frame
-        if not maybe_sync or inspect.isawaitable(result):
-            result = await result
+        token = _ACTIVE.set(_ACTIVE.get() | {id(self)})
+        try:
+            result = wrapped(*args, **kwargs)  # called from this coroutine's frame
+            if not maybe_sync or inspect.isawaitable(result):
+                result = await result
+        except BaseException:
+            self._give_back(d)
+            raise
+        finally:
+            _ACTIVE.reset(token)
         return self._after_live(result, d, time.perf_counter() - t0)
 
     # ------------------------------------------------------------------ hooks for host integrations
@@ -208,26 +235,49 @@ class SkipProxy:
         else:
             shard = shard_label(self.role.shard)
         with self._lock:
-            call = self._calls.get((step, shard), 0)
-            self._calls[(step, shard)] = call + 1
-        self.store.prepare_part(step, self.target.name, shard)
-        recorded = self.store.recorded_steps(self.target.name, shard)
-        served = choose_step(self.role.action, step, recorded, self.role.record_steps)
-        if served is not None and served != step:
-            # A repeat serves the same call index of another step; that step must hold it.
-            if call not in self.store.part_info(served, self.target.name, shard).calls:
-                served = None
-        decision = _Decision(step, call, shard, served)
+            free = self._free.get((step, shard))
+            if free:
+                call = heapq.heappop(free)
+            else:
+                call = self._calls.get((step, shard), 0)
+                self._calls[(step, shard)] = call + 1
+        decision = _Decision(step, call, shard, None)
         decision.fp = fp
+        try:
+            self.store.prepare_part(step, self.target.name, shard)
+            recorded = self.store.recorded_steps(self.target.name, shard)
+            served = choose_step(self.role.action, step, recorded, self.role.record_steps)
+            if served is not None and served != step:
+                # A repeat serves the same call index of another step; that step must hold it.
+                if call not in self.store.part_info(served, self.target.name, shard).calls:
+                    served = None
+        except Exception as exc:  # an unreadable dump dir never fails the training call
+            logger.warning("skipweave: role %s target %s step %d: the store under %s is unusable (%s: %s); "
+                           "running live without recording", self.role.role, self.target.name, step,
+                           self.store.dump_dir, type(exc).__name__, exc)
+            decision.no_store = True
+            return decision
+        decision.served = served
         return decision
+
+    def _give_back(self, d: _Decision) -> None:
+        """The real call raised: its call index is reused by the next call of the step (nothing was recorded)."""
+        with self._lock:
+            heapq.heappush(self._free.setdefault((d.step, d.shard), []), d.call)
 
     def _fingerprint(self, d: _Decision, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
         if d.fp is None:
-            d.fp = fingerprint(args, kwargs, ignore=self.role.fingerprint.ignore)
+            try:
+                d.fp = fingerprint(args, kwargs, ignore=self.role.fingerprint.ignore)
+            except Exception as exc:  # e.g. inputs nested too deep: never fail the training call
+                logger.warning("skipweave: role %s target %s: inputs cannot be fingerprinted (%s: %s); "
+                               "the entry is recorded without a fingerprint", self.role.role, self.target.name,
+                               type(exc).__name__, exc)
+                d.fp = ""
         return d.fp
 
     def _try_replay(self, d: _Decision, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[bool, Any]:
-        if d.served is None:
+        if d.served is None or d.no_store:
             return False, None
         key = self.store.key(d.served, self.target.name, d.shard, d.call)
         t0 = time.perf_counter()
@@ -236,9 +286,18 @@ class SkipProxy:
         except FileNotFoundError:
             return False, None
         except EntryInvalid as exc:
-            self.store.discard(key, reason=str(exc))
+            try:
+                self.store.discard(key, reason=str(exc))
+                d.replace = True
+            except Exception as exc2:  # a read-only cache: leave it, run live, record nothing
+                logger.warning("skipweave: entry %s is invalid (%s) and could not be set aside (%s); running "
+                               "live without recording", key, exc, exc2)
+                d.no_store = True
             d.served = None
-            d.replace = True
+            return False, None
+        except OSError as exc:
+            logger.warning("skipweave: entry %s is unreadable (%s); running live without recording", key, exc)
+            d.served, d.no_store = None, True
             return False, None
         recorded_fp = loaded.manifest.get("input_fingerprint")  # "" for entries imported without their inputs
         if d.served == d.step and recorded_fp and recorded_fp != self._fingerprint(d, args, kwargs):
@@ -273,10 +332,15 @@ class SkipProxy:
         return True, result
 
     def _after_live(self, result: Any, d: _Decision, seconds: float) -> Any:
-        rng = capture_rng_state() if self.role.restore_rng else None
         key = self.store.key(d.step, self.target.name, d.shard, d.call)
         nbytes = 0
+        if d.no_store:
+            report.event(report.MISS, role=self.role.role, target=self.target.name, step=d.step,
+                         nbytes=0, seconds=seconds)
+            annotate(result, report.MISS, d.step, None)
+            return result
         try:
+            rng = capture_rng_state() if self.role.restore_rng else None
             nbytes = self.store.record(
                 key, result, target_path=self.target.path, fingerprint=d.fp or "",
                 rng_state=rng, seconds=seconds, replace=d.replace,

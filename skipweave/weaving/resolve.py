@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +51,7 @@ def split_path(path: str) -> ResolvedPath:
                 module,
             )
             raise TargetNotFound(path, failed, f"no module named '{failed}'")
-        return ResolvedPath(path, module, attr)
+        return ResolvedPath(path, main_alias(module), attr)
     parts = path.split(".")
     module = ""
     for i in range(1, len(parts)):
@@ -72,7 +73,24 @@ def split_path(path: str) -> ResolvedPath:
     attr = path[len(module) + 1:]
     if not attr:
         raise TargetNotFound(path, path, "the path names a module; name a function or Class.method inside it")
-    return ResolvedPath(path, module, attr)
+    return ResolvedPath(path, main_alias(module), attr)
+
+
+def main_alias(module: str) -> str:
+    """Return ``"__main__"`` when ``module`` names the file running as the main script, else ``module``.
+
+    ``python app.py`` runs ``app.py`` as ``__main__``; a target written ``app:Gen.generate`` would otherwise
+    wait forever for an ``import app`` that never comes.
+    """
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
+    if not main_file or module in sys.modules or "." in module:
+        return module
+    spec = _find_spec(module)
+    origin = getattr(spec, "origin", None)
+    if origin and os.path.realpath(origin) == os.path.realpath(main_file):
+        return "__main__"
+    return module
 
 
 def _find_spec(name: str) -> Any:

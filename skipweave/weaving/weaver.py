@@ -120,7 +120,7 @@ class Weaver:
                         rpath = split_path(target.path)
                     except TargetNotFound as exc:
                         if target.optional:
-                            logger.info("skipweave: optional target %s skipped: %s", target.path, exc)
+                            logger.debug("skipweave: optional target %s skipped: %s", target.path, exc)
                             continue
                         raise
                     patches.append(Patch(role, target, rpath))
@@ -129,11 +129,19 @@ class Weaver:
                 mod = sys.modules.get(p.rpath.module)
                 if mod is not None and not p.target.optional:
                     resolve_owner(mod, p.rpath)
+            for role in plan.enabled_roles:  # bad callables and proxy classes fail before any patch
+                make_bypass(role.bypass, _resolve_callable)
+                for target in role.targets:
+                    _proxy_class(target)
             self._state = _State(key, plan, [], {}, self._state.generation + 1)
             generation = self._state.generation
-            for p in patches:
-                self._state.patches.append(p)
-                wrapt.register_post_import_hook(self._hook(p, generation), p.rpath.module)
+            try:
+                for p in patches:
+                    self._state.patches.append(p)
+                    wrapt.register_post_import_hook(self._hook(p, generation), p.rpath.module)
+            except BaseException:
+                self.unweave()  # nothing stays patched, and the same plan can be woven again
+                raise
             if not self._atexit:
                 self._atexit = True
                 atexit.register(self.close_parts)
@@ -153,7 +161,7 @@ class Weaver:
                     self._apply(patch, module)
                 except TargetNotFound as exc:
                     if patch.target.optional:
-                        logger.info("skipweave: optional target %s skipped: %s", patch.target.path, exc)
+                        logger.debug("skipweave: optional target %s skipped: %s", patch.target.path, exc)
                         return
                     raise
 
@@ -174,10 +182,11 @@ class Weaver:
         func = original.__func__ if isinstance(original, (classmethod, staticmethod)) else original
         is_async = inspect.iscoroutinefunction(func)
         bridge = not is_async and _wraps_coroutine_function(func)
-        bypass = make_bypass(patch.role.bypass, _resolve_callable)
+        positions = _positions(original, owner)
+        bypass = make_bypass(patch.role.bypass, _resolve_callable, positions)
         proxy_cls = _proxy_class(patch.target)
         proxy = proxy_cls(patch.role, patch.target, self._store(patch.role), bypass, is_async=is_async,
-                          bridge=bridge)
+                          bridge=bridge, positions=positions)
         handle = wrapt.wrap_function_wrapper(owner, attr, proxy)
         patch.proxy, patch.owner, patch.attr, patch.handle, patch.pending = proxy, owner, attr, handle, False
         logger.debug("skipweave: patched %s (%s) for role %s", patch.target.path,
@@ -211,6 +220,24 @@ class Weaver:
                 store.close_all()
             except OSError as exc:
                 logger.warning("skipweave: could not close recorded steps under %s: %s", store.dump_dir, exc)
+
+
+def _positions(original: Any, owner: Any) -> dict[str, int]:
+    """Parameter name -> index in the ``args`` wrapt hands the proxy (``self``/``cls`` are not in them)."""
+    func = original.__func__ if isinstance(original, (classmethod, staticmethod)) else original
+    try:
+        params = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return {}
+    drops_first = isinstance(original, classmethod) or (
+        inspect.isclass(owner) and not isinstance(original, staticmethod)
+    )
+    if drops_first and params:
+        params = params[1:]
+    return {
+        p.name: i for i, p in enumerate(params)
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    }
 
 
 def _wraps_coroutine_function(func: Any) -> bool:
