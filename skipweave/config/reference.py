@@ -55,7 +55,7 @@ REGENERATE = f"python -m skipweave.config.reference --write {PAGE_PATH}"
 IDENTITY_FIELDS = {"role": "the role's name: the key under `skip`", "name": "the key under `targets`"}
 """Dataclass fields that are not keys of their mapping but its name."""
 
-GUIDE = {
+GUIDE: dict[type[enum.Enum], str] = {
     Action: "actions.md",
     StepSourceKind: "steps.md#step-sources",
     BypassKind: "steps.md#bypass",
@@ -172,7 +172,7 @@ def type_text(tp: Any) -> str:
         return f"one of {values} ([`{tp.__name__}`](#{tp.__name__.lower()}))"
     if tp is StepSet:
         return "[step set](#step-sets)"
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return f"mapping ([below](#{_anchor(tp)}))"
     names = {bool: "`bool`", int: "`int`", str: "`string`", float: "`float`"}
     if tp in names:
@@ -242,15 +242,16 @@ def fields_table(cls: type, *, prefix: str) -> list[str]:
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if f.name in IDENTITY_FIELDS:
             continue
-        meaning = docs.get(f.name, "")
-        rows.append(f"| `{prefix}{f.name}` | {type_text(hints[f.name])} | {default_text(f, hints[f.name])} | {meaning} |")
+        hint = hints[f.name]
+        rows.append(f"| `{prefix}{f.name}` | {type_text(hint)} | {default_text(f, hint)} | {docs.get(f.name, '')} |")
     return rows
 
 
 def enum_section(cls: type[enum.Enum]) -> list[str]:
     """The allowed values of one enum, with the meaning of each where its docstring gives one."""
     docs = enum_value_docs(cls)
-    lines = [f"### `{cls.__name__}`", "", _summary(cls) + f" Explained with examples in [{GUIDE[cls]}]({GUIDE[cls]}).", ""]
+    guide = GUIDE[cls]
+    lines = [f"### `{cls.__name__}`", "", f"{_summary(cls)} Explained with examples in [{guide}]({guide}).", ""]
     if docs:
         lines += ["| value | meaning |", "|---|---|"]
         lines += [f"| `{m.value}` | {docs.get(m.value, '')} |" for m in cls]
