@@ -411,7 +411,9 @@ def _targets(key: str, value: Any) -> tuple[TargetSpec, ...]:
         elif isinstance(spec, Mapping):
             unknown = set(spec) - {"path", "optional", "proxy"}
             if unknown:
-                raise ConfigError(tkey, dict(spec), f"keys 'path', 'optional' and 'proxy' only (got {sorted(unknown, key=str)})")
+                raise ConfigError(
+                    tkey, dict(spec), f"keys 'path', 'optional' and 'proxy' only (got {sorted(unknown, key=str)})"
+                )
             path = spec.get("path")
             optional = _bool(f"{tkey}.optional", spec.get("optional", False))
             proxy = _str(f"{tkey}.proxy", spec.get("proxy"), optional=True)

@@ -25,7 +25,9 @@ def _rerun(cfg: dict[str, Any]) -> None:
 
 
 def test_recursive_target_counts_only_the_outer_call(host_module: Any, tmp_path: Path) -> None:
-    name, _ = host_module("CALLS = []\ndef fact(n):\n    CALLS.append(n)\n    return 1 if n <= 1 else n * fact(n - 1)\n")
+    name, _ = host_module(
+        "CALLS = []\ndef fact(n):\n    CALLS.append(n)\n    return 1 if n <= 1 else n * fact(n - 1)\n"
+    )
     m = sys.modules[name]
     cfg = _role(tmp_path, {"f": f"{name}.fact"}, step="counter")
     skipweave.weave(cfg)

@@ -249,7 +249,9 @@ def test_sync_target_called_from_async_code_returns_a_value(host_module, tmp_pat
     assert isinstance(out, mod.Batch)
 
 
-def test_weave_reentered_from_an_import_during_weave_wraps_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_weave_reentered_from_an_import_during_weave_wraps_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A parent package whose import calls weave() again (the launcher's deferred weave) makes no double wrap."""
     pkg = tmp_path / "reentry_pkg"
     pkg.mkdir()
