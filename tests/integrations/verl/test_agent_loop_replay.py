@@ -14,9 +14,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-
 APP = Path(__file__).resolve().parent / "apps" / "agent_loop_app.py"
 REPO = Path(__file__).resolve().parents[3]
 

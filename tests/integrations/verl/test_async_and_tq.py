@@ -12,10 +12,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-
 import numpy as np  # noqa: E402
+import pytest
 import torch  # noqa: E402
 
 import skipweave  # noqa: E402

@@ -11,10 +11,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-
 import numpy as np  # noqa: E402
+import pytest
 import torch  # noqa: E402
 
 import skipweave  # noqa: E402

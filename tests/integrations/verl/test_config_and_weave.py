@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-
 import skipweave  # noqa: E402
 from skipweave.config import load_skip_config  # noqa: E402
 from skipweave.integrations.hydra.callback import job_skip_config  # noqa: E402
