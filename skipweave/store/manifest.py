@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -22,31 +23,66 @@ class EntryInvalid(Exception):
     """A committed entry cannot be served: unreadable manifest, foreign format, missing or corrupt payload."""
 
 
+CHECKSUM_ALGORITHM = "xxh3_128"
+"""The payload checksum: fast (several GB/s), non-cryptographic; detects corruption, not tampering."""
+
+
+def new_hasher() -> xxhash.xxh3_128:
+    """A fresh streaming hasher of the payload checksum (feed it with ``update``)."""
+    return xxhash.xxh3_128()
+
+
+def checksum_digest(hasher: xxhash.xxh3_128) -> str:
+    """The manifest form ``xxh3_128:<hex>`` of a hasher's digest."""
+    return f"{CHECKSUM_ALGORITHM}:{hasher.hexdigest()}"
+
+
 def file_checksum(path: str) -> str:
-    """Return ``xxh3_128:<hex>`` of a file's bytes, read in 8 MiB chunks."""
-    h = xxhash.xxh3_128()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            h.update(chunk)
-    return "xxh3_128:" + h.hexdigest()
+    """Return ``xxh3_128:<hex>`` of a file's bytes, read in 8 MiB chunks into one reused buffer."""
+    h = new_hasher()
+    buf = bytearray(_CHUNK)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(buf):
+            h.update(view[:n])
+    return checksum_digest(h)
 
 
 def bytes_checksum(data: bytes | memoryview) -> str:
     """Return ``xxh3_128:<hex>`` of in-memory bytes."""
-    return "xxh3_128:" + xxhash.xxh3_128(data).hexdigest()
+    return checksum_digest(xxhash.xxh3_128(data))
 
 
 def library_versions() -> dict[str, str]:
-    """Versions of the libraries an entry's bytes depend on."""
-    from importlib.metadata import PackageNotFoundError, version
+    """Versions of the libraries an entry's bytes depend on.
 
+    Taken from the modules' ``__version__`` when they are imported (the store imports all of them
+    when recording) and only otherwise from the installed distributions, whose lookup scans
+    ``sys.path`` (about 0.3 s on its first call in a process). Computed once per process.
+    """
+    return dict(_library_versions())
+
+
+@functools.lru_cache(maxsize=1)
+def _library_versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in ("skipweave", "torch", "numpy", "safetensors"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            continue
+        module = sys.modules.get(name)
+        found = getattr(module, "__version__", None) if module is not None else None
+        if found is None:
+            found = _distribution_version(name)
+        if found is not None:
+            out[name] = str(found)
     return out
+
+
+def _distribution_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -111,7 +147,32 @@ def read_manifest(path: str) -> dict[str, Any]:
     for field in ("role", "target", "step", "call_index", "shard", "payload", "input_fingerprint"):
         if field not in data:
             raise EntryInvalid(f"manifest {path} lacks '{field}'")
+    payload = data["payload"]
+    if not isinstance(payload, list) or not all(
+        isinstance(item, dict)
+        and isinstance(item.get("name"), str)
+        and "/" not in item["name"]
+        and isinstance(item.get("bytes"), int)
+        and isinstance(item.get("checksum"), str)
+        for item in payload
+    ):
+        raise EntryInvalid(f"manifest {path} has a malformed payload list (each item needs name, bytes, checksum)")
     return data
+
+
+def check_identity(manifest: dict[str, Any], path: str, *, role: str, target: str, step: int, call: int,
+                   shard: str) -> None:
+    """Refuse a manifest that belongs to another entry (copied or swapped in place).
+
+    Raises:
+        EntryInvalid: naming the field whose recorded value differs from the key it was read for.
+    """
+    expected = {"role": role, "target": target, "step": step, "call_index": call, "shard": shard}
+    for field, want in expected.items():
+        if manifest.get(field) != want:
+            raise EntryInvalid(
+                f"manifest {path} belongs to another entry: {field}={manifest.get(field)!r}, expected {want!r}"
+            )
 
 
 def verify_payload(folder: str, manifest: dict[str, Any], *, checksums: bool = True) -> None:

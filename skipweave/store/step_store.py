@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import filelock
-import safetensors.torch
+import safetensors  # noqa: F401 - its version goes into every manifest (library_versions)
 
-from skipweave.store import codec
+from skipweave.store import codec, tensorfile
 from skipweave.store.atomic import fsync_dir, removing_on_error, tmp_name, write_bytes_atomic
 from skipweave.store.layout import (
     MANIFEST_SUFFIX,
@@ -47,7 +47,7 @@ from skipweave.store.manifest import (
     PayloadFile,
     build_manifest,
     bytes_checksum,
-    file_checksum,
+    check_identity,
     read_manifest,
     verify_payload,
 )
@@ -176,27 +176,39 @@ class StepStore:
             codec.CodecError: the payload cannot be decoded here (e.g. a class no longer importable).
         """
         folder = target_dir(self.dump_dir, key)
-        manifest = read_manifest(manifest_path(self.dump_dir, key))
+        where = manifest_path(self.dump_dir, key)
+        manifest = read_manifest(where)
+        check_identity(manifest, where, role=self.role, target=key.target, step=key.step, call=key.call,
+                       shard=key.shard)
         if manifest.get("pickled") and not self.allow_pickle:
             raise codec.PickleRefused(
-                f"entry {manifest_path(self.dump_dir, key)} was recorded with allow_pickle=true; "
+                f"entry {where} was recorded with allow_pickle=true; "
                 f"loading it runs arbitrary code. Set skip.{self.role}.allow_pickle=true if you trust it"
             )
-        verify_payload(folder, manifest)
-        tree_file = tensor_file = None
+        tree_item = tensor_item = None
+        others = []
         for item in manifest["payload"]:
-            if item["name"].endswith(".tree.json"):
-                tree_file = os.path.join(folder, item["name"])
-            elif item["name"].endswith(".safetensors"):
-                tensor_file = os.path.join(folder, item["name"])
-        if tree_file is None or tensor_file is None:
-            raise EntryInvalid(f"manifest {manifest_path(self.dump_dir, key)} lists no tree or tensor file")
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                raise EntryInvalid(f"manifest {where} lists a malformed payload item {item!r:.200}")
+            if item["name"].endswith(".tree.json") and tree_item is None:
+                tree_item = item
+            elif item["name"].endswith(".safetensors") and tensor_item is None:
+                tensor_item = item
+            else:
+                others.append(item)
+        if tree_item is None or tensor_item is None:
+            raise EntryInvalid(f"manifest {where} lists no tree or tensor file")
+        if others:
+            verify_payload(folder, {"payload": others})
+        # Each file is read once, into memory, and verified there: what is checked is what is served.
+        tree_bytes = _read_verified(os.path.join(folder, tree_item["name"]), tree_item)
+        label = f"skipweave: replaying {self.role} step {key.step}"
+        tensors = tensorfile.read(os.path.join(folder, tensor_item["name"]), size=int(tensor_item["bytes"]),
+                                  checksum=str(tensor_item["checksum"]), desc=label)
         try:
-            with open(tree_file, encoding="utf-8") as fh:
-                tree = json.load(fh)
-            tensors = safetensors.torch.load_file(tensor_file)
-        except (OSError, ValueError) as exc:
-            raise EntryInvalid(f"payload of {manifest_path(self.dump_dir, key)} is unreadable: {exc}") from exc
+            tree = json.loads(tree_bytes)
+        except ValueError as exc:
+            raise EntryInvalid(f"payload of {where} is unreadable: {exc}") from exc
         payload = codec.decode(tree, tensors, allow_pickle=self.allow_pickle)
         size = sum(int(i["bytes"]) for i in manifest["payload"])
         return Loaded(manifest, payload["result"], payload.get("rng"), size)
@@ -305,12 +317,13 @@ class StepStore:
                     fh.write(tree_bytes)
                     fh.flush()
                     os.fsync(fh.fileno())
-                safetensors.torch.save_file(encoded.tensors, tmp_tensors)
-                with open(tmp_tensors, "rb+") as fh:
-                    os.fsync(fh.fileno())
+                # safetensors bytes streamed from the tensors' memory, checksummed on that memory, fsynced
+                tensor_bytes, tensor_sum = tensorfile.write(
+                    tmp_tensors, encoded.tensors, desc=f"skipweave: recording {self.role} step {key.step}"
+                )
                 files = [
                     PayloadFile(tree_name, len(tree_bytes), bytes_checksum(tree_bytes)),
-                    PayloadFile(tensor_name, os.path.getsize(tmp_tensors), file_checksum(tmp_tensors)),
+                    PayloadFile(tensor_name, tensor_bytes, tensor_sum),
                 ]
                 os.replace(tmp_tree, final_tree)
                 os.replace(tmp_tensors, final_tensors)
@@ -363,6 +376,22 @@ class StepStore:
         data = {"state": state, "calls": info.contiguous, "updated_unix": time.time(), "pid": os.getpid()}
         write_bytes_atomic(part_path(self.dump_dir, key), json.dumps(data).encode())
 
+
+def _read_verified(path: str, item: dict[str, Any]) -> bytes:
+    """Read a small payload file whole and check it against its manifest item (size, checksum)."""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size != item.get("bytes"):
+                raise EntryInvalid(f"payload {path} has {size} bytes, manifest says {item.get('bytes')}")
+            data = fh.read()
+    except OSError:
+        raise EntryInvalid(f"payload {path} is missing") from None
+    if len(data) != size:
+        raise EntryInvalid(f"payload {path} changed size while being read")
+    if bytes_checksum(data) != item.get("checksum"):
+        raise EntryInvalid(f"payload {path} does not match its checksum {item.get('checksum')}")
+    return data
 
 
 __all__ = ["EntryInvalid", "Loaded", "MANIFEST_SUFFIX", "PartInfo", "StepStore"]

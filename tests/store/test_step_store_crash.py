@@ -286,3 +286,23 @@ def test_processes_with_different_shards_each_get_their_own_back(tmp_path: Path,
         assert first[r][-1] == 1 and again[r][-1] == 0  # replayed: the real function did not run
         assert first[r][:-1] == again[r][:-1]
     assert first["0"][:-1] != first["1"][:-1]
+
+
+def test_an_entry_copied_or_swapped_into_another_key_is_never_served(tmp_path: Path) -> None:
+    import shutil
+
+    store = StepStore(str(tmp_path), "ns", "rollout")
+    for step in (1, 2):
+        store.record(store.key(step, "gen", "r0", 0), {"step": step}, target_path="m:f", fingerprint="",
+                     rng_state=None, seconds=0.0)
+    root = tmp_path / "ns" / "rollout"
+    shutil.rmtree(root / "2")
+    shutil.copytree(root / "1", root / "2")
+    with pytest.raises(EntryInvalid, match="belongs to another entry: step=1"):
+        store.load(store.key(2, "gen", "r0", 0))
+    manifest = root / "1" / "gen" / "r0-0000.manifest.json"
+    data = json.loads(manifest.read_text())
+    data["payload"][0]["bytes"] = "12x"
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(EntryInvalid, match="malformed payload"):
+        store.load(store.key(1, "gen", "r0", 0))

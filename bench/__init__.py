@@ -1,0 +1,1 @@
+"""skipweave's benchmarks: ``python bench/run.py`` (see docs/performance.md)."""

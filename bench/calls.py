@@ -1,0 +1,161 @@
+"""Cost of one call through skipweave's proxy, beside a bare call, a ``functools.wraps`` closure and wrapt.
+
+    python -m bench.calls [--repeats 7] [--loops 200000] [--decisions 100]
+
+Prints one JSON line. Every fast case is timed as a tight loop of ``--loops`` calls, the cases taking turns
+``--repeats`` times so that a noisy neighbour hits them all alike; the loop's own cost is in every number
+and cancels in the "added" column. The decision path (a call that reaches the store) is timed as one call
+per distinct step: ``--decisions`` misses that record a small result into an empty store, then as many
+hits that replay it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import logging
+import os
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench.common import emit
+
+HOST = '''
+import torch
+
+
+class Batch:
+    """A DataProto-shaped argument: the step and the validation flag live in ``meta_info``."""
+
+    def __init__(self, meta):
+        self.meta_info = meta
+
+
+def bare(batch):
+    return batch
+
+
+def disabled(batch):
+    return batch
+
+
+def not_eligible(batch):
+    return batch
+
+
+def validation(batch):
+    return batch
+
+
+def wrapped_target(batch):
+    return batch
+
+
+SMALL = {"ids": torch.arange(256), "logp": torch.zeros(256), "text": ["a short response"] * 4}
+
+
+def decide(batch):
+    return SMALL
+'''
+
+
+def _loop(fn: Callable[[Any], Any], arg: Any, n: int) -> float:
+    """Nanoseconds per call of ``fn(arg)`` over ``n`` calls."""
+    rng = range(n)
+    t0 = time.perf_counter_ns()
+    for _ in rng:
+        fn(arg)
+    return (time.perf_counter_ns() - t0) / n
+
+
+def _plan(host: str, dump: str) -> dict[str, Any]:
+    return {
+        "skip": {
+            # role disabled: nothing is patched, the call is the bare call
+            "off": {"enable": False, "dump_dir": dump, "targets": {"t": f"{host}.disabled"}},
+            # every step outside `steps`: the proxy runs, finds the step not eligible, calls through
+            "late": {"enable": True, "dump_dir": dump, "steps": [1_000_000],
+                     "targets": {"t": f"{host}.not_eligible", "v": f"{host}.validation"}},
+            # eligible at every step: reaches the store (record on a miss, replay on a hit)
+            "rollout": {"enable": True, "dump_dir": dump, "targets": {"t": f"{host}.decide"}},
+        }
+    }
+
+
+def measure(repeats: int, loops: int, decisions: int) -> dict[str, Any]:
+    """Run every case; returns ``{case: {"ns": [...], "note": str}}``."""
+    import wrapt
+
+    import skipweave
+
+    logging.getLogger("skipweave").setLevel(logging.WARNING)
+    work = tempfile.mkdtemp(prefix="skipweave-bench-calls-")
+    name = "skipweave_bench_host"
+    with open(os.path.join(work, f"{name}.py"), "w", encoding="utf-8") as fh:
+        fh.write(textwrap.dedent(HOST))
+    sys.path.insert(0, work)
+    host = importlib.import_module(name)
+    dump = os.path.join(work, "dump")
+    skipweave.weave(_plan(name, dump))
+
+    @functools.wraps(host.bare)
+    def closure(*args: Any, **kwargs: Any) -> Any:
+        return host.bare(*args, **kwargs)
+
+    passthrough = wrapt.FunctionWrapper(host.wrapped_target, lambda wrapped, instance, a, k: wrapped(*a, **k))
+    step5, val = host.Batch({"global_steps": 5}), host.Batch({"validate": True, "global_steps": 5})
+    fast: dict[str, tuple[Callable[[Any], Any], Any]] = {
+        "bare": (host.bare, step5),
+        "functools_wraps": (closure, step5),
+        "wrapt_passthrough": (passthrough, step5),
+        "role_disabled": (host.disabled, step5),
+        "bypass_step_not_eligible": (host.not_eligible, step5),
+        "bypass_validation": (host.validation, val),
+    }
+    out: dict[str, list[float]] = {k: [] for k in fast}
+    for fn, arg in fast.values():  # warm up
+        _loop(fn, arg, max(1, loops // 10))
+    for _ in range(repeats):
+        for k, (fn, arg) in fast.items():
+            out[k].append(_loop(fn, arg, loops))
+
+    # decision path: a miss per distinct step (record a small result), then a hit per step (replay it)
+    miss: list[float] = []
+    hit: list[float] = []
+    for r in range(max(1, min(repeats, 3))):
+        steps = [host.Batch({"global_steps": 1 + i}) for i in range(decisions)]
+        run_dump = os.path.join(work, f"dump{r}")  # a fresh store each time: its size changes the cost
+        for kind, sink in (("miss", miss), ("hit", hit)):
+            skipweave.unweave()  # fresh proxies: call counters start again, so the hits find the entries
+            skipweave.weave(_plan(name, run_dump))
+            t0 = time.perf_counter_ns()
+            for b in steps:
+                result = host.decide(b)
+            sink.append((time.perf_counter_ns() - t0) / decisions)
+            assert result is host.SMALL if kind == "miss" else result is not host.SMALL
+    skipweave.unweave()
+    counters = skipweave.counters()
+    return {
+        "cases": {**out, "decision_miss_record": miss, "decision_hit_replay": hit},
+        "counters": counters,
+        "loops": loops,
+        "decisions": decisions,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--loops", type=int, default=200_000)
+    parser.add_argument("--decisions", type=int, default=100)
+    args = parser.parse_args()
+    emit(measure(args.repeats, args.loops, args.decisions))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,511 @@
+#!/usr/bin/env python
+"""Measure skipweave's costs beside raw I/O and beside what users would do instead, in one run.
+
+    python bench/run.py                      # everything, this machine's numbers (about 15-25 minutes)
+    python bench/run.py --quick              # small sizes, a smoke run (under a minute)
+    python bench/run.py --json bench.json    # also write the table as JSON
+    python bench/run.py --only calls,io --sizes 250
+    python bench/run.py --from-json bench.json --markdown table.md   # re-render a saved run
+
+Sections (see docs/performance.md for what each row means):
+
+1. ``calls``   -- nanoseconds per call: bare, ``functools.wraps``, wrapt, skipweave's bypass and decision paths.
+2. ``io``      -- record and replay of a verl-sized rollout batch beside raw write+fsync / read of the same
+                  bytes, ``torch.save``/``torch.load`` and ``pickle`` (verl's ``DataProto.save_to_disk``),
+                  with each case's peak memory (one process per case).
+3. ``startup`` -- ``import skipweave``, weaving 20 targets, and a minimal Hydra app without skipweave, with it
+                  installed (no profile) and with ``+skip=rollout_cache``.
+4. ``job``     -- examples/tiny_grpo/compare.py: run-1 and run-2 rollout seconds and whole-run seconds.
+
+Every number is a median over repeats; cases take turns so that a noisy neighbour hits them alike. Targets
+are checked and listed at the end; the exit code is 0 even when a target is missed (pass ``--strict`` to
+exit 1 then), and 2 when a section failed to run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: make `bench.*` importable
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import median, run_child  # noqa: E402
+
+SCHEMA = 1
+BYPASS_BUDGET_NS = 1000.0
+IO_RATIO_LIMIT = 1.3
+HYDRA_BUDGET_MS = 30.0
+MEMORY_SLACK_BYTES = 64 << 20
+"""Peak memory allowed above the payload ("a small overhead"): the larger of this and 5% of the payload."""
+
+Row = dict[str, Any]
+
+
+# ----------------------------------------------------------------------------------------------- rows
+def row(section: str, name: str, values: list[float], unit: str, *, group: str = "", key: str = "",
+        **extra: Any) -> Row:
+    """A table row: the median of ``values`` plus optional ratio, added cost, peak memory and target."""
+    out: Row = {
+        "section": section, "group": group, "key": key or f"{section}.{name}", "name": name,
+        "median": median(values) if values else None, "unit": unit, "values": values,
+        "ratio": None, "ratio_to": None, "added": None, "peak_mb": None, "payload_mb": None,
+        "target": None, "ok": None, "note": "",
+    }
+    out.update(extra)
+    return out
+
+
+def error_row(section: str, name: str, message: str) -> Row:
+    """A row saying that a measurement could not be made, and why."""
+    return row(section, name, [], "", note=message, error=True)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
+# ----------------------------------------------------------------------------------------------- calls
+CALL_CASES = [
+    ("bare", "bare call"),
+    ("functools_wraps", "functools.wraps closure"),
+    ("wrapt_passthrough", "wrapt pass-through wrapper (reference)"),
+    ("role_disabled", "skipweave: role disabled (not patched)"),
+    ("bypass_step_not_eligible", "skipweave bypass: step not eligible"),
+    ("bypass_validation", "skipweave bypass: validation call"),
+    ("decision_hit_replay", "skipweave decision: hit, replay small entry"),
+    ("decision_miss_record", "skipweave decision: miss, call + record small entry"),
+]
+
+
+def section_calls(opts: argparse.Namespace) -> list[Row]:
+    """Per-call cost, in nanoseconds, of every path through the proxy."""
+    data = run_child("bench.calls", ["--repeats", str(opts.call_repeats), "--loops", str(opts.loops),
+                                     "--decisions", str(opts.decisions)])
+    cases = data["cases"]
+    bare = median(cases["bare"])
+    rows = []
+    for key, name in CALL_CASES:
+        r = row("calls", name, cases[key], "ns", key=f"calls.{key}")
+        r["ratio"], r["ratio_to"] = _ratio(r["median"], bare), "bare call"
+        if len(cases[key]) == len(cases["bare"]):  # timed in the same rounds: pair them
+            r["added"] = median([x - y for x, y in zip(cases[key], cases["bare"], strict=True)])
+        else:
+            r["added"] = r["median"] - bare
+        if key.startswith("bypass_"):
+            r["target"] = f"adds <= {BYPASS_BUDGET_NS:.0f} ns over a bare call"
+            r["ok"] = r["added"] <= BYPASS_BUDGET_NS
+        if key.startswith("decision_"):
+            r["ratio"] = r["ratio_to"] = None  # microseconds to milliseconds: a ratio to 40 ns says nothing
+            r["note"] = f"mean of {data['decisions']} calls, one per step, into an empty store"
+        rows.append(r)
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------- io
+WRITES = [
+    ("raw_write", "raw write + fsync (same bytes)"),
+    ("skipweave_record", "skipweave record (StepStore.record)"),
+    ("torch_save", "torch.save + fsync"),
+    ("pickle_dump", "pickle.dump + fsync (verl save_to_disk)"),
+]
+READS = [
+    ("raw_read", "raw read into one buffer"),
+    ("skipweave_load", "skipweave replay (StepStore.load)"),
+    ("torch_load", "torch.load"),
+    ("pickle_load", "pickle.load (verl load_from_disk)"),
+]
+
+
+def _size_label(mb: float) -> str:
+    return f"{mb / 1000:g} GB" if mb >= 1000 else f"{mb:g} MB"
+
+
+def _paired(a: list[float], b: list[float]) -> float | None:
+    """Median over rounds of a[i] / b[i]: each ratio measured back to back, under the same load."""
+    pairs = [x / y for x, y in zip(a, b, strict=True) if y > 0]
+    return median(pairs) if pairs else None
+
+
+def _io_size(opts: argparse.Namespace, mb: float, folder: str) -> list[Row]:
+    rounds = opts.rounds if mb < 1000 else max(1, opts.rounds_large)
+    args = ["--mb", str(mb), "--rounds", str(rounds), "--dir", folder, "--cache", ",".join(opts.caches)]
+    # every allocation >= 1 MiB mapped fresh and unmapped on free: no case reuses another's touched memory
+    data = run_child("bench.io_cases", args, timeout=3 * 3600, env={"MALLOC_MMAP_THRESHOLD_": str(1 << 20)})
+    res = data["results"]
+    payload = data["disk_bytes"]["skipweave_record"]
+    label = _size_label(mb)
+    group = (f"{label}: {data['sequences']} seq x 8192 tokens, {payload / 1e6:.0f} MB on disk, "
+             f"{data['rounds']} rounds")
+    slack = max(MEMORY_SLACK_BYTES, payload // 20)
+    rows: list[Row] = []
+
+    def add(case: str, name: str, slot: str, raw_case: str, pickle_case: str) -> None:
+        data_ = res[f"{case}.{slot}"]
+        secs = data_["seconds"]
+        tag = "" if slot == "write" else f" [{slot} cache]"
+        r = row("io", name + tag, secs, "s", group=group, key=f"io.{label}.{case}.{slot}")
+        r["payload_mb"] = payload / 1e6
+        r["disk_mb"] = data["disk_bytes"][case] / 1e6
+        peak = max(data_["peak_extra"])
+        r["peak_mb"] = peak / 1e6
+        r["peak_values_mb"] = [p / 1e6 for p in data_["peak_extra"]]
+        r["throughput_mb_s"] = data["disk_bytes"][case] / 1e6 / r["median"] if r["median"] else None
+        r["ratio"], r["ratio_to"] = _paired(secs, res[f"{raw_case}.{slot}"]["seconds"]), "raw"
+        r["ratio_of_medians"] = _ratio(r["median"], median(res[f"{raw_case}.{slot}"]["seconds"]))
+        r["vs_pickle"] = _paired(secs, res[f"{pickle_case}.{slot}"]["seconds"])
+        if case.startswith("skipweave"):
+            faster = r["vs_pickle"] is not None and r["vs_pickle"] < 1.0
+            if slot == "write":
+                r["target"] = f"<= {IO_RATIO_LIMIT}x raw, faster than pickle, peak <= {slack / 1e6:.0f} MB extra"
+                r["ok"] = r["ratio"] <= IO_RATIO_LIMIT and faster and peak <= slack
+            else:
+                r["target"] = (f"<= {IO_RATIO_LIMIT}x raw, faster than pickle, "
+                               f"peak <= payload + {slack / 1e6:.0f} MB")
+                r["ok"] = r["ratio"] <= IO_RATIO_LIMIT and faster and peak <= payload + slack
+        rows.append(r)
+
+    for case, name in WRITES:
+        add(case, name, "write", "raw_write", "pickle_dump")
+    for c in opts.caches:
+        for case, name in READS:
+            add(case, name, c, "raw_read", "pickle_load")
+    return rows
+
+
+def section_io(opts: argparse.Namespace) -> list[Row]:
+    """Record and replay of a verl-sized batch per size, beside raw I/O, torch and pickle."""
+    base = opts.dir or tempfile.gettempdir()
+    rows: list[Row] = []
+    for mb in opts.sizes:
+        free = shutil.disk_usage(base).free
+        if free < 6 * mb * 1e6 + (1 << 30):
+            rows.append(error_row("io", f"{_size_label(mb)} batch",
+                                  f"skipped: {free / 1e9:.1f} GB free under {base}, need {6 * mb / 1000 + 1:.1f} GB"))
+            continue
+        folder = tempfile.mkdtemp(prefix="skipweave-bench-io-", dir=base)
+        try:
+            rows += _io_size(opts, mb, folder)
+        except Exception as exc:  # noqa: BLE001 - one size failing keeps the others
+            rows.append(error_row("io", f"{_size_label(mb)} batch", f"failed: {exc}"))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------- startup
+def section_startup(opts: argparse.Namespace) -> list[Row]:
+    """Import, weave and Hydra start-up times, in milliseconds."""
+    args = ["--runs", str(opts.startup_runs), "--procs", str(opts.startup_procs)]
+    if not opts.quick:
+        args.append("--torch-app")
+    data = run_child("bench.startup", args, timeout=3600)
+    w = data["weave"]
+    ms = [1000 * x for x in w["import"]]
+    rows = [
+        row("startup", "import skipweave (fresh process)", ms, "ms", key="startup.import",
+            note="imports torch" if w.get("torch_after_import") else "does not import torch"),
+        row("startup", "first weave of 20 targets in a process", [1000 * x for x in w["first_weave"]],
+            "ms", key="startup.first_weave",
+            note="includes importing torch (the store's codec)" if w.get("torch_after_weave") else ""),
+        row("startup", "weave 20 targets (already imported)", [1000 * x for x in w["weave"]], "ms",
+            key="startup.weave20"),
+        row("startup", "unweave 20 targets", [1000 * x for x in w["unweave"]], "ms", key="startup.unweave20"),
+    ]
+    hydra = data.get("hydra")
+    if hydra is None:
+        rows.append(error_row("startup", "minimal Hydra app", data.get("hydra_error", "not measured")))
+        return rows
+    names = {
+        "without": "Hydra app, skipweave not installed",
+        "installed": "Hydra app, skipweave installed, no profile",
+        "profile": "Hydra app, +skip=rollout_cache",
+        "torch_without": "Hydra app importing torch, skipweave not installed",
+        "torch_profile": "Hydra app importing torch, +skip=rollout_cache",
+    }
+    for mode, name in names.items():
+        v = hydra.get(mode)
+        if v is None:
+            continue
+        base = hydra["torch_without" if mode.startswith("torch") else "without"]
+        r = row("startup", name, [1000 * x for x in v["seconds"]], "ms", key=f"startup.hydra.{mode}",
+                wall_ms=median(v["wall"]) * 1000, loaded=v.get("loaded"))
+        # paired: each round ran the variants back to back, so the differences cancel the drift of the load
+        r["added"] = median([1000 * (x - y) for x, y in zip(v["seconds"], base["seconds"], strict=True)])
+        r["ratio"], r["ratio_to"] = _paired(v["seconds"], base["seconds"]), "not installed"
+        if v.get("cpu"):
+            r["cpu_ms"] = median([1000 * x for x in v["cpu"]])
+            r["added_cpu_ms"] = median([1000 * (x - y) for x, y in zip(v["cpu"], base["cpu"], strict=True)])
+        loaded = v.get("loaded") or {}
+        r["note"] = ", ".join(f"{k.removesuffix('_loaded')} {'yes' if loaded[k] else 'no'}" for k in loaded)
+        if r.get("added_cpu_ms") is not None:
+            r["note"] += f"; CPU {r['cpu_ms']:.0f} ms ({r['added_cpu_ms']:+.0f} ms)"
+        if mode == "installed":
+            r["target"] = f"adds <= {HYDRA_BUDGET_MS:.0f} ms"
+            r["ok"] = r["added"] <= HYDRA_BUDGET_MS
+        rows.append(r)
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------- job
+def section_job(opts: argparse.Namespace) -> list[Row]:
+    """The tiny GRPO job run twice through compare.py: rollout and whole-run seconds."""
+    if opts.quick and not opts.job:
+        return [error_row("job", "tiny GRPO job (compare.py)", "skipped in --quick (pass --job to run it)")]
+    data = run_child("bench.job", ["--timeout", str(opts.job_timeout)], timeout=4 * opts.job_timeout + 120)
+    if "error" in data:
+        return [error_row("job", "tiny GRPO job (compare.py)", data["error"])]
+    ok = bool(data.get("ok"))
+    note = (f"{data.get('steps')} steps, run 2 {'all hits' if data.get('run2_all_hits') else 'NOT all hits'}, "
+            f"metrics {'identical' if data.get('identical') else 'DIFFER'}")
+    r1, r2 = float(data["run1_rollout_seconds"]), float(data["run2_rollout_seconds"])
+    w1, w2 = (float(x) for x in data["wall_seconds"])
+    per1 = [float(r["run1_rollout_s"]) for r in data.get("rows", [])]
+    per2 = [float(r["run2_rollout_s"] or 0.0) for r in data.get("rows", [])]
+    rows = [
+        row("job", "run-1 rollout seconds (record), all steps", [r1], "s", key="job.run1_rollout", note=note,
+            per_step=per1),
+        row("job", "run-2 rollout seconds (replay), all steps", [r2], "s", key="job.run2_rollout",
+            ratio=_ratio(r2, r1), ratio_to="run-1", per_step=per2, ok=ok,
+            target="run 2 all hits and identical metrics"),
+        row("job", "run-1 whole run (wall)", [w1], "s", key="job.run1_wall"),
+        row("job", "run-2 whole run (wall)", [w2], "s", key="job.run2_wall", ratio=_ratio(w2, w1), ratio_to="run-1"),
+    ]
+    return rows
+
+
+SECTIONS: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
+    "calls": section_calls,
+    "io": section_io,
+    "startup": section_startup,
+    "job": section_job,
+}
+TITLES = {
+    "calls": "1. cost per call",
+    "io": "2. record and replay of a verl-sized rollout batch",
+    "startup": "3. start-up",
+    "job": "4. the main job (examples/tiny_grpo/compare.py)",
+}
+
+
+# ----------------------------------------------------------------------------------------------- output
+def fmt_value(value: float | None, unit: str) -> str:
+    """A median in a readable unit (ns values above 10 µs are shown in µs or ms)."""
+    if value is None:
+        return "-"
+    if unit == "ns":
+        if value >= 1e6:
+            return f"{value / 1e6:.2f} ms"
+        if value >= 1e4:
+            return f"{value / 1e3:.1f} µs"
+        return f"{value:.0f} ns"
+    if unit == "ms":
+        return f"{value:.1f} ms"
+    if unit == "s":
+        return f"{value:.3f} s"
+    return f"{value:g} {unit}"
+
+
+def _verdict(r: Row) -> str:
+    if r.get("ok") is None:
+        return ""
+    return "PASS" if r["ok"] else "MISS"
+
+
+def render(result: dict[str, Any]) -> str:
+    """The table as text: one block per section, then the targets."""
+    lines: list[str] = []
+    m = result["machine"]
+    lines.append(f"skipweave benchmarks -- {m['cpus']} CPUs, {m['ram_gb']:.0f} GiB, Python {m['python']}, "
+                 f"torch {m['torch']}, load average {m['loadavg_start']} -> {m['loadavg_end']}")
+    lines.append(f"medians; {result['args']['mode']} mode; {result['elapsed_s']:.0f} s")
+    for section in result["sections"]:
+        rows = [r for r in result["rows"] if r["section"] == section]
+        lines.append("")
+        lines.append(TITLES[section])
+        group = None
+        for r in rows:
+            if r["group"] != group:
+                group = r["group"]
+                if group:
+                    lines.append(f"  {group}")
+                    if section == "io":
+                        lines.append(f"    {'':<52}{'median':>10}{'MB/s':>8}{'vs raw':>8}{'vs pickle':>10}"
+                                     f"{'peak MB':>9}")
+            if r.get("error"):
+                lines.append(f"  {r['name']:<54}{r['note']}")
+                continue
+            if section == "io":
+                vs_p = f"{r['vs_pickle']:.2f}x" if r.get("vs_pickle") is not None else "-"
+                lines.append(
+                    f"    {r['name']:<52}{fmt_value(r['median'], 's'):>10}{r['throughput_mb_s']:>8.0f}"
+                    f"{r['ratio']:>7.2f}x{vs_p:>10}{r['peak_mb']:>9.0f}  {_verdict(r)}"
+                )
+                continue
+            ratio = f"{r['ratio']:.2f}x {r['ratio_to']}" if r["ratio"] is not None else ""
+            added = ""
+            if r["added"] is not None:
+                added = "+" + fmt_value(r["added"], r["unit"]) if r["added"] >= 0 else "-" + fmt_value(
+                    -r["added"], r["unit"])
+            lines.append(f"  {r['name']:<54}{fmt_value(r['median'], r['unit']):>11}  {added:>11}  {ratio:<22}"
+                         f"{_verdict(r):<5} {r['note']}".rstrip())
+    targets = [r for r in result["rows"] if r.get("target")]
+    if targets:
+        lines.append("")
+        lines.append("targets")
+        for r in targets:
+            where = f"{r['group'].split(':')[0]} " if r["group"] else ""
+            lines.append(f"  {_verdict(r):<5} {where}{r['name']}: {r['target']}")
+    return "\n".join(lines)
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    """The table as Markdown (what docs/performance.md shows)."""
+    m = result["machine"]
+    out = [f"Measured {time.strftime('%Y-%m-%d', time.localtime(result.get('finished_unix', time.time())))}: "
+           f"{m['cpus']} CPUs, {m['ram_gb']:.0f} GiB, Python {m['python']}, torch {m['torch']}; "
+           f"load average {m['loadavg_start']} at the start, {m['loadavg_end']} at the end; "
+           f"{result['args']['mode']} mode, {result['elapsed_s'] / 60:.0f} min."]
+    for section in result["sections"]:
+        rows = [r for r in result["rows"] if r["section"] == section]
+        out += ["", f"**{TITLES[section]}**", ""]
+        if section == "io":
+            group = None
+            for r in rows:
+                if r.get("error"):
+                    out += [f"- {r['name']}: {r['note']}"]
+                    continue
+                if r["group"] != group:
+                    group = r["group"]
+                    out += ["", f"*{group}*", "", "| case | median | MB/s | vs raw | vs pickle | peak MB | target |",
+                            "|---|---:|---:|---:|---:|---:|---|"]
+                vs_p = f"{r['vs_pickle']:.2f}x" if r.get("vs_pickle") is not None else "-"
+                out.append(f"| {r['name']} | {fmt_value(r['median'], 's')} | {r['throughput_mb_s']:.0f} | "
+                           f"{r['ratio']:.2f}x | {vs_p} | {r['peak_mb']:.0f} | {_verdict(r)} |")
+            continue
+        out += ["| case | median | added | ratio | target | note |", "|---|---:|---:|---|---|---|"]
+        for r in rows:
+            if r.get("error"):
+                out.append(f"| {r['name']} | - | - | - | | {r['note']} |")
+                continue
+            added = "" if r["added"] is None else ("+" if r["added"] >= 0 else "-") + fmt_value(abs(r["added"]),
+                                                                                                r["unit"])
+            ratio = f"{r['ratio']:.2f}x {r['ratio_to']}" if r["ratio"] is not None else ""
+            out.append(f"| {r['name']} | {fmt_value(r['median'], r['unit'])} | {added} | {ratio} | "
+                       f"{_verdict(r)} | {r['note']} |")
+    return "\n".join(out) + "\n"
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    import torch
+
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
+    except (ValueError, OSError):
+        ram = 0.0
+    return {
+        "cpus": os.cpu_count(), "ram_gb": ram, "python": platform.python_version(), "torch": torch.__version__,
+        "platform": platform.platform(), "loadavg_start": _loadavg(),
+    }
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes and few repeats (a smoke run)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
+    parser.add_argument("--only", default="calls,io,startup,job", help="comma-separated sections to run")
+    parser.add_argument("--sizes", default=None, help="batch sizes in MB (default 250,1000; quick 16)")
+    parser.add_argument("--caches", default="cold,warm", help="page-cache states for reads: cold, warm")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds of the I/O cases taking turns (default 9)")
+    parser.add_argument("--rounds-large", type=int, default=None, help="rounds for sizes >= 1 GB (default 5)")
+    parser.add_argument("--dir", default=None, help="where I/O files go (default: the temp dir)")
+    parser.add_argument("--job", action="store_true", help="run the main job in --quick mode too")
+    parser.add_argument("--job-timeout", type=float, default=900.0)
+    parser.add_argument("--markdown", type=Path, default=None, help="also write the tables as Markdown")
+    parser.add_argument("--from-json", type=Path, default=None, help="render a saved --json result, measure nothing")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    opts = parser.parse_args(argv)
+    q = opts.quick
+    opts.sections = [s.strip() for s in opts.only.split(",") if s.strip()]
+    unknown = [s for s in opts.sections if s not in SECTIONS]
+    if unknown:
+        parser.error(f"unknown section(s) {unknown}; choose from {list(SECTIONS)}")
+    opts.sizes = [float(x) for x in (opts.sizes or ("16" if q else "250,1000")).split(",") if x]
+    opts.caches = [c for c in opts.caches.split(",") if c]
+    if not opts.caches or any(c not in ("cold", "warm") for c in opts.caches):
+        parser.error("--caches takes cold, warm or cold,warm")
+    opts.rounds = opts.rounds or (2 if q else 9)
+    opts.rounds_large = opts.rounds_large or (2 if q else 5)
+    opts.call_repeats = 3 if q else 7
+    opts.loops = 20_000 if q else 300_000
+    opts.decisions = 5 if q else 100
+    opts.startup_runs = 1 if q else 15
+    opts.startup_procs = 1 if q else 5
+    opts.mode = "quick" if q else "full"
+    return opts
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    if opts.from_json is not None:
+        saved: dict[str, Any] = json.loads(opts.from_json.read_text(encoding="utf-8"))
+        print(render(saved))
+        if opts.markdown is not None:
+            opts.markdown.write_text(render_markdown(saved), encoding="utf-8")
+        return 0
+    t0 = time.perf_counter()
+    result: dict[str, Any] = {"schema": SCHEMA, "machine": machine(), "sections": opts.sections, "rows": []}
+    result["args"] = {"mode": opts.mode, "sizes_mb": opts.sizes, "caches": opts.caches, "rounds": opts.rounds,
+                      "rounds_large": opts.rounds_large}
+    failed = False
+    for name in opts.sections:
+        print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+        ts = time.perf_counter()
+        try:
+            rows = SECTIONS[name](opts)
+        except Exception as exc:  # noqa: BLE001 - a failed section is a row, the others still run
+            rows = [error_row(name, TITLES[name], f"failed: {exc}")]
+        failed = failed or any(r.get("error") and "skipped" not in r["note"] for r in rows)
+        result["rows"] += rows
+        print(f"[bench] {name} done in {time.perf_counter() - ts:.0f} s", file=sys.stderr, flush=True)
+    result["machine"]["loadavg_end"] = _loadavg()
+    result["elapsed_s"] = time.perf_counter() - t0
+    result["finished_unix"] = time.time()
+    result["targets"] = [
+        {"key": r["key"], "name": r["name"], "group": r["group"], "target": r["target"], "ok": r["ok"]}
+        for r in result["rows"] if r.get("target")
+    ]
+    print(render(result))
+    if opts.json is not None:
+        opts.json.parent.mkdir(parents=True, exist_ok=True)
+        opts.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    if opts.markdown is not None:
+        opts.markdown.write_text(render_markdown(result), encoding="utf-8")
+    if failed:
+        return 2
+    if opts.strict and any(t["ok"] is False for t in result["targets"]):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

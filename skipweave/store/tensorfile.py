@@ -1,0 +1,296 @@
+"""The tensor payload of an entry: a safetensors file written and read in one streaming pass, checksum included.
+
+The bytes on disk are plain safetensors (``safetensors.torch.load_file`` reads them). This module writes
+and reads them itself, for three reasons measured in docs/performance.md:
+
+* **One pass on write.** Each tensor's memory is written in 1 MiB chunks and every chunk is hashed
+  right after it was copied (still in the CPU cache); nothing is re-read from disk afterwards
+  (``save_file`` + a checksum of the file read it all back) and no tensor is copied to ``bytes``.
+* **Every byte in memory on replay, verified.** Each tensor is allocated once and the file is read
+  with ``readinto`` straight into it; the checksum is computed on that memory chunk by chunk (the
+  kernel's read-ahead fetches the next chunk meanwhile) and checked before anything is returned.
+  ``safetensors.torch.load_file`` maps the file instead: its pages are read lazily, after the checksum
+  was checked on a separate read, so the file is read twice and bytes changed on disk in between would
+  be served unverified.
+* **No extra copy.** The peak memory of a replay is the payload plus a few MB, and every tensor owns
+  its storage (offset 0: some torch functions, e.g. ``torch.set_rng_state``, ignore a view's offset).
+
+The layout follows safetensors' own writer: tensors by decreasing element size, header padded to a
+multiple of 8 bytes, so the file is also aligned for readers that map it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import torch
+
+from skipweave.store.manifest import EntryInvalid, checksum_digest, new_hasher
+
+CHUNK = 1 << 20
+"""Bytes per ``write``/``readinto`` call, each hashed right after it is copied (while it is still in the
+CPU cache: hashing 16 MiB chunks instead costs about twice as much memory traffic), and the unit of progress."""
+
+PROGRESS_MIN = 256 << 20
+"""Payloads larger than this show a progress bar (see :func:`progress_enabled`)."""
+
+_MAX_HEADER = 100 << 20
+
+_CODES: dict[torch.dtype, str] = {
+    torch.bool: "BOOL",
+    torch.uint8: "U8",
+    torch.int8: "I8",
+    torch.int16: "I16",
+    torch.int32: "I32",
+    torch.int64: "I64",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.float32: "F32",
+    torch.float64: "F64",
+}
+for _name, _code in (("uint16", "U16"), ("uint32", "U32"), ("uint64", "U64"), ("float8_e4m3fn", "F8_E4M3"),
+                     ("float8_e5m2", "F8_E5M2"), ("complex64", "C64")):
+    _dt = getattr(torch, _name, None)
+    if isinstance(_dt, torch.dtype):
+        _CODES[_dt] = _code
+_DTYPES: dict[str, torch.dtype] = {code: dt for dt, code in _CODES.items()}
+
+
+class _Progress(Protocol):
+    def update(self, n: int) -> Any: ...
+
+    def close(self) -> Any: ...
+
+
+class _NoProgress:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def progress_enabled(total: int) -> bool:
+    """Whether a transfer of ``total`` bytes shows a progress bar on stderr.
+
+    Only above :data:`PROGRESS_MIN`; ``SKIPWEAVE_PROGRESS=0`` turns bars off, ``=1`` on even when stderr
+    is not a terminal; unset, bars show when stderr is a terminal.
+    """
+    if total <= PROGRESS_MIN:
+        return False
+    env = os.environ.get("SKIPWEAVE_PROGRESS", "").strip().lower()
+    if env in ("0", "false", "no", "off"):
+        return False
+    if env in ("1", "true", "yes", "on"):
+        return True
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _progress(total: int, desc: str | None) -> _Progress:
+    if not desc or not progress_enabled(total):
+        return _NoProgress()
+    from tqdm import tqdm
+
+    bar: _Progress = tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr,
+                          leave=False, dynamic_ncols=True)
+    return bar
+
+
+def _byte_view(t: torch.Tensor) -> memoryview:
+    """The bytes of a contiguous CPU tensor, without a copy."""
+    if t.numel() == 0:
+        return memoryview(b"")
+    return t.reshape(-1).view(torch.uint8).numpy().data.cast("B")
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _chunks(view: memoryview) -> list[memoryview]:
+    return [view[i:i + CHUNK] for i in range(0, len(view), CHUNK)] or [view]
+
+
+def _layout(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None) -> tuple[bytes, list[memoryview]]:
+    """The 8-byte length and header of the file, and the tensors' bytes in file order."""
+    order = sorted(tensors.items(), key=lambda kv: (-kv[1].element_size(), kv[0]))
+    header: dict[str, Any] = {}
+    if metadata:
+        header["__metadata__"] = dict(metadata)
+    views: list[memoryview] = []
+    offset = 0
+    for name, t in order:
+        code = _CODES.get(t.dtype)
+        if code is None:
+            raise ValueError(f"tensor {name!r} has dtype {t.dtype}, which safetensors cannot store")
+        if t.layout != torch.strided or t.device.type != "cpu" or not t.is_contiguous():
+            raise ValueError(f"tensor {name!r} must be a contiguous CPU tensor")
+        nbytes = t.numel() * t.element_size()
+        header[name] = {"dtype": code, "shape": list(t.shape), "data_offsets": [offset, offset + nbytes]}
+        views.append(_byte_view(t))
+        offset += nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw, views
+
+
+def write(
+    path: str,
+    tensors: Mapping[str, torch.Tensor],
+    *,
+    metadata: Mapping[str, str] | None = None,
+    desc: str | None = None,
+) -> tuple[int, str]:
+    """Write ``tensors`` to ``path`` as safetensors and fsync it.
+
+    The checksum of the file's bytes is computed on the tensors' memory, chunk by chunk as it is written.
+
+    Args:
+        path: the file to create or truncate (a temporary name: the caller renames it into place).
+        tensors: contiguous CPU tensors of a dtype safetensors stores (what :func:`codec.encode` makes).
+        metadata: optional string pairs for the header's ``__metadata__``.
+        desc: label of the progress bar shown for large payloads (none when ``None``).
+
+    Returns:
+        ``(bytes written, checksum)`` with the checksum in the manifest's ``xxh3_128:<hex>`` form.
+
+    Raises:
+        ValueError: a tensor cannot be stored.
+        OSError: the write or the fsync failed (the partial file is left for the caller to remove).
+    """
+    prefix, views = _layout(tensors, metadata)
+    total = len(prefix) + sum(len(v) for v in views)
+    hasher = new_hasher()
+    bar = _progress(total, desc)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        for piece in [memoryview(prefix)] + [c for v in views if len(v) for c in _chunks(v)]:
+            _write_all(fd, piece)
+            hasher.update(piece)  # the chunk just copied is still in the CPU cache
+            bar.update(len(piece))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+        bar.close()
+    return total, checksum_digest(hasher)
+
+
+def _readinto_exact(fh: Any, view: memoryview, path: str) -> None:
+    got = 0
+    while got < len(view):
+        n = fh.readinto(view[got:])
+        if not n:
+            raise EntryInvalid(f"payload {path} ended early while being read")
+        got += n
+
+
+def read(path: str, *, size: int, checksum: str, desc: str | None = None) -> dict[str, torch.Tensor]:
+    """Read a safetensors file into memory, verify it against its manifest entry and return its tensors.
+
+    Every byte is read once: the header first, then each tensor's bytes straight into that tensor's own
+    freshly allocated memory (``readinto``). The checksum is computed on that memory, chunk by chunk,
+    and checked before anything is returned, so what was verified is
+    what is served. Each tensor owns its storage (offset 0, aligned): dropping one frees its memory.
+
+    Args:
+        path: the file.
+        size: its size in bytes according to the manifest.
+        checksum: its checksum according to the manifest (``xxh3_128:<hex>``).
+        desc: label of the progress bar shown for large payloads (none when ``None``).
+
+    Raises:
+        EntryInvalid: the file is missing, has another size, does not match its checksum, or its header
+            is malformed.
+    """
+    try:
+        fh = open(path, "rb", buffering=0)  # noqa: SIM115 - closed below
+    except OSError:
+        raise EntryInvalid(f"payload {path} is missing") from None
+    bar: _Progress = _NoProgress()
+    hasher = new_hasher()
+    try:
+        actual = os.fstat(fh.fileno()).st_size
+        if actual != size:
+            raise EntryInvalid(f"payload {path} has {actual} bytes, manifest says {size}")
+        if hasattr(os, "posix_fadvise"):
+            try:
+                os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            except OSError:
+                pass
+        prefix = bytearray(8)
+        _readinto_exact(fh, memoryview(prefix), path)
+        (n,) = struct.unpack("<Q", prefix)
+        if n > _MAX_HEADER or 8 + n > size:
+            raise EntryInvalid(f"payload {path} is not a valid safetensors file: header length {n} does not fit")
+        header = bytearray(n)
+        _readinto_exact(fh, memoryview(header), path)
+        hasher.update(prefix)
+        hasher.update(header)
+        tensors = _allocate(header, size - 8 - n, path)
+        bar = _progress(size, desc)
+        for t in tensors.values():
+            for chunk in _chunks(_byte_view(t)) if t.numel() else ():
+                _readinto_exact(fh, chunk, path)
+                hasher.update(chunk)  # while the kernel's read-ahead fetches the next chunk
+                bar.update(len(chunk))
+    except OSError as exc:
+        raise EntryInvalid(f"payload {path} is unreadable: {exc}") from exc
+    finally:
+        fh.close()
+        bar.close()
+    if checksum_digest(hasher) != checksum:
+        raise EntryInvalid(f"payload {path} does not match its checksum {checksum}")
+    return tensors
+
+
+def _allocate(header_bytes: bytes | bytearray, data_size: int, path: str) -> dict[str, torch.Tensor]:
+    """Parse a safetensors header and allocate (uninitialised) the tensors it lists, in file order.
+
+    The tensors' byte ranges must tile the data section exactly, as safetensors requires; the file is
+    then read into them in this order.
+    """
+    try:
+        header = json.loads(bytes(header_bytes))
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
+        spans = []
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            dtype = _DTYPES.get(info["dtype"])
+            if dtype is None:
+                raise ValueError(f"tensor {name!r} has unknown dtype {info['dtype']!r}")
+            shape = [int(x) for x in info["shape"]]
+            lo, hi = (int(x) for x in info["data_offsets"])
+            numel = 1
+            for d in shape:
+                if d < 0:
+                    raise ValueError(f"tensor {name!r} has a negative dimension in {shape}")
+                numel *= d
+            if hi - lo != numel * dtype.itemsize:
+                raise ValueError(f"tensor {name!r} has offsets {lo}..{hi} that do not fit its shape {shape}")
+            spans.append((lo, hi, name, dtype, shape))
+        spans.sort(key=lambda sp: (sp[0], sp[1]))
+        covered = 0
+        for lo, hi, *_ in spans:
+            if lo != covered:
+                raise ValueError("the tensors' bytes do not tile the data section")
+            covered = hi
+        if covered != data_size:
+            raise ValueError(f"the tensors' bytes end at {covered}, the data section at {data_size}")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EntryInvalid(f"payload {path} is not a valid safetensors file: {exc}") from exc
+    return {name: torch.empty(shape, dtype=dtype) for _lo, _hi, name, dtype, shape in spans}
+
+
+__all__ = ["CHUNK", "PROGRESS_MIN", "progress_enabled", "read", "write"]

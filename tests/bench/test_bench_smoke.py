@@ -1,0 +1,77 @@
+"""Smoke run of the benchmark harness: ``bench/run.py --quick --json out.json`` runs and writes the table.
+
+Only the table's structure is checked here. Speed and memory targets live in the benchmark itself
+(``python bench/run.py`` lists them as PASS/MISS), never in unit tests: a shared machine is too noisy.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ROW_KEYS = {"section", "group", "key", "name", "median", "unit", "values", "ratio", "ratio_to", "added",
+            "peak_mb", "payload_mb", "target", "ok", "note"}
+
+
+@pytest.mark.timeout(300)
+def test_quick_run_writes_the_documented_table(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--json", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=290,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    for title in ("1. cost per call", "2. record and replay", "3. start-up", "4. the main job", "targets"):
+        assert title in proc.stdout
+
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["schema"] == 1
+    assert data["sections"] == ["calls", "io", "startup", "job"]
+    assert {"cpus", "python", "torch", "loadavg_start", "loadavg_end"} <= set(data["machine"])
+    rows = data["rows"]
+    for r in rows:
+        assert ROW_KEYS <= set(r), r
+    by_key = {r["key"]: r for r in rows}
+    assert len(by_key) == len(rows), "row keys are unique"
+
+    # 1. every call path, in ns, with the added cost over a bare call and the bypass target
+    for case in ("bare", "functools_wraps", "wrapt_passthrough", "role_disabled", "bypass_step_not_eligible",
+                 "bypass_validation", "decision_hit_replay", "decision_miss_record"):
+        r = by_key[f"calls.{case}"]
+        assert r["unit"] == "ns" and r["median"] > 0 and r["values"] and r["added"] is not None
+    for case in ("bypass_step_not_eligible", "bypass_validation"):
+        assert by_key[f"calls.{case}"]["target"] and isinstance(by_key[f"calls.{case}"]["ok"], bool)
+
+    # 2. every writer and every reader (cold and warm page cache), with ratios and peak memory
+    io = [r for r in rows if r["section"] == "io"]
+    assert not [r for r in io if r.get("error")], io
+    cases = {r["key"].split(".", 2)[2] for r in io}
+    writes = {f"{c}.write" for c in ("raw_write", "skipweave_record", "torch_save", "pickle_dump")}
+    reads = {f"{c}.{cache}" for c in ("raw_read", "skipweave_load", "torch_load", "pickle_load")
+             for cache in ("cold", "warm")}
+    assert cases == writes | reads
+    for r in io:
+        assert r["unit"] == "s" and r["median"] > 0 and r["ratio"] > 0 and r["vs_pickle"] > 0
+        assert r["peak_mb"] is not None and r["payload_mb"] > 0
+    assert all(isinstance(r["ok"], bool) for r in io if "skipweave" in r["key"])
+
+    # 3. start-up: import, weave of 20 targets, and the three Hydra variants
+    for key in ("startup.import", "startup.first_weave", "startup.weave20", "startup.unweave20",
+                "startup.hydra.without", "startup.hydra.installed", "startup.hydra.profile"):
+        assert by_key[key]["unit"] == "ms" and by_key[key]["median"] > 0, by_key[key]
+    assert by_key["startup.hydra.installed"]["loaded"]["plugin_loaded"] is True
+    assert by_key["startup.hydra.without"]["loaded"]["plugin_loaded"] is False
+    assert by_key["startup.hydra.installed"]["loaded"]["torch_loaded"] is False
+
+    # 4. the main job is skipped in --quick, with a row that says so
+    job = [r for r in rows if r["section"] == "job"]
+    assert len(job) == 1 and "skipped" in job[0]["note"]
+
+    targets = data["targets"]
+    assert targets and all(t["ok"] in (True, False) for t in targets)
+    assert {t["key"] for t in targets} >= {"calls.bypass_step_not_eligible", "startup.hydra.installed"}
