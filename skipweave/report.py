@@ -76,6 +76,11 @@ def event(
         seconds: wall time of the read (hit) or of the live call (miss).
         saved: generation seconds the hit avoided (the recorded call's own duration).
     """
+    if status == BYPASS:  # the hot path: no lock (a lost increment under a thread race is acceptable)
+        _counters.bypasses += 1
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("skipweave bypass role=%s target=%s step=%s", role, target, step)
+        return
     _register_summary()
     with _lock:
         if status == HIT:
@@ -85,11 +90,7 @@ def event(
         elif status == MISS:
             _counters.misses += 1
             _counters.bytes_written += nbytes
-        else:
-            _counters.bypasses += 1
-    if status == BYPASS:
-        logger.debug("skipweave bypass role=%s target=%s step=%s", role, target, step)
-    elif status == HIT:
+    if status == HIT:
         logger.info(
             "skipweave hit role=%s target=%s step=%s served_by=%s bytes=%d read_s=%.3f saved_s=%.3f",
             role, target, step, served, nbytes, seconds, saved,

@@ -114,7 +114,10 @@ class StepSet:
             return True
         if not isinstance(step, int):
             return False
-        return any(lo <= step <= hi for lo, hi in self.ranges)
+        for lo, hi in self.ranges:
+            if lo <= step <= hi:
+                return True
+        return False
 
     def to_config(self) -> str | list[int | str]:
         """Return the canonical config form: ``"all"`` or a list of ints and ``"a-b"`` strings."""

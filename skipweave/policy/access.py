@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 MISSING: Any = object()
 """Sentinel returned when a path does not exist."""
+
+
+@functools.lru_cache(maxsize=256)
+def _split(path: str) -> tuple[str, ...]:
+    return tuple(path.split("."))
 
 
 def get_path(obj: Any, path: str) -> Any:
@@ -20,7 +26,12 @@ def get_path(obj: Any, path: str) -> Any:
     cur = obj
     if not path:
         return cur
-    for part in path.split("."):
+    for part in _split(path):
+        if type(cur) is dict:  # the hot path (verl's meta_info): no ABC check
+            cur = cur.get(part, MISSING)
+            if cur is MISSING:
+                return MISSING
+            continue
         if isinstance(cur, Mapping):
             if part in cur:
                 cur = cur[part]

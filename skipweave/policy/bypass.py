@@ -14,8 +14,10 @@ from skipweave.policy.access import MISSING, get_arg, get_path
 
 
 def _truthy(value: Any) -> bool:
-    if value is MISSING or value is None:
+    if value is MISSING or value is None or value is False:
         return False
+    if value is True:
+        return True
     if hasattr(value, "any") and callable(value.any):  # numpy / torch arrays: any element set
         try:
             return bool(value.any())
@@ -52,6 +54,9 @@ def make_bypass(
         arg = get_arg(args, kwargs, ref, positions)
         if arg is MISSING:
             return False
-        return any(_truthy(get_path(arg, p)) for p in paths)
+        for p in paths:
+            if _truthy(get_path(arg, p)):
+                return True
+        return False
 
     return predicate
