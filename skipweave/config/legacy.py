@@ -46,6 +46,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from skipweave.config.containers import plain
 from skipweave.config.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -100,10 +101,10 @@ def relevant_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     if "skip" in cfg:
-        out["skip"] = _plain(cfg["skip"])
+        out["skip"] = plain(cfg["skip"])
     parent = _node(cfg, LEGACY_PARENT)
     if parent is not None:
-        legacy = {k: _plain(parent[k]) for k in ("skip_rollout", "skip_dump_dir", "skip") if k in parent}
+        legacy = {k: plain(parent[k]) for k in ("skip_rollout", "skip_dump_dir", "skip") if k in parent}
         if legacy:
             out["actor_rollout_ref"] = {"rollout": legacy}
     _copy_verl_identity(cfg, out)
@@ -122,25 +123,13 @@ def _copy_verl_identity(cfg: Mapping[str, Any], out: dict[str, Any]) -> None:
         if parent is None or key not in parent:
             continue
         try:
-            value = _plain(parent[key])
+            value = plain(parent[key])
         except Exception:  # noqa: BLE001 - an interpolation that cannot resolve here: no identity from it
             continue
         node = out
         for part in parent_path.split("."):
             node = node.setdefault(part, {})
         node[key] = value
-
-
-def _plain(value: Any) -> Any:
-    if type(value).__module__.startswith("omegaconf"):
-        from omegaconf import OmegaConf
-
-        return OmegaConf.to_container(value, resolve=True)
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 def remap_legacy(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from skipweave.config.containers import plain
 from skipweave.config.errors import ConfigError
 from skipweave.config.legacy import remap_legacy
 from skipweave.config.schema import SkipConfig, parse_skip
@@ -29,20 +30,8 @@ def to_container(cfg: Any) -> dict[str, Any]:
             raise ConfigError("<config>", type(cfg).__name__, "a mapping with a top-level 'skip' node")
         return container  # type: ignore[return-value]
     if isinstance(cfg, Mapping):
-        return {str(k): _plain(v) for k, v in cfg.items()}
+        return {str(k): plain(v) for k, v in cfg.items()}
     raise ConfigError("<config>", type(cfg).__name__, "a mapping or OmegaConf DictConfig with a top-level 'skip' node")
-
-
-def _plain(value: Any) -> Any:
-    if type(value).__module__.startswith("omegaconf"):
-        from omegaconf import OmegaConf
-
-        return OmegaConf.to_container(value, resolve=True)
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 def load_skip_config(cfg: Any) -> SkipConfig:
