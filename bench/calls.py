@@ -16,6 +16,7 @@ import functools
 import importlib
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import textwrap
@@ -140,6 +141,7 @@ def measure(repeats: int, loops: int, decisions: int) -> dict[str, Any]:
             assert result is host.SMALL if kind == "miss" else result is not host.SMALL
     skipweave.unweave()
     counters = skipweave.counters()
+    shutil.rmtree(work, ignore_errors=True)
     return {
         "cases": {**out, "decision_miss_record": miss, "decision_hit_replay": hit},
         "counters": counters,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Measure skipweave's costs beside raw I/O and beside what users would do instead, in one run.
 
-    python bench/run.py                      # everything, this machine's numbers (about 15-25 minutes)
+    python bench/run.py                      # everything, this machine's numbers (7-30 minutes)
     python bench/run.py --quick              # small sizes, a smoke run (under a minute)
     python bench/run.py --json bench.json    # also write the table as JSON
     python bench/run.py --only calls,io --sizes 250
@@ -12,12 +12,13 @@ Sections (see docs/performance.md for what each row means):
 1. ``calls``   -- nanoseconds per call: bare, ``functools.wraps``, wrapt, skipweave's bypass and decision paths.
 2. ``io``      -- record and replay of a verl-sized rollout batch beside raw write+fsync / read of the same
                   bytes, ``torch.save``/``torch.load`` and ``pickle`` (verl's ``DataProto.save_to_disk``),
-                  with each case's peak memory (one process per case).
+                  with each case's peak memory (one process per size, the cases taking turns).
 3. ``startup`` -- ``import skipweave``, weaving 20 targets, and a minimal Hydra app without skipweave, with it
                   installed (no profile) and with ``+skip=rollout_cache``.
 4. ``job``     -- examples/tiny_grpo/compare.py: run-1 and run-2 rollout seconds and whole-run seconds.
 
-Every number is a median over repeats; cases take turns so that a noisy neighbour hits them alike. Targets
+Every number is a median over repeats; cases take turns so that a noisy neighbour hits them alike, and
+ratios and added costs are medians of per-round paired comparisons. Targets
 are checked and listed at the end; the exit code is 0 even when a target is missed (pass ``--strict`` to
 exit 1 then), and 2 when a section failed to run.
 """

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from skipweave import report
-from skipweave.config.schema import OnMismatch, RoleConfig, ShardKind, TargetSpec
+from skipweave.config.schema import Action, OnMismatch, RoleConfig, ShardKind, TargetSpec
 from skipweave.policy.actions import choose_step
 from skipweave.policy.steps import StepSource
 from skipweave.store import codec
@@ -245,7 +245,10 @@ class SkipProxy:
         decision.fp = fp
         try:
             self.store.prepare_part(step, self.target.name, shard)
-            recorded = self.store.recorded_steps(self.target.name, shard)
+            if self.role.action is Action.CACHE:  # only this very step can serve: no scan of the store
+                recorded = [step] if self.store.is_complete(step, self.target.name, shard) else []
+            else:
+                recorded = self.store.recorded_steps(self.target.name, shard)
             served = choose_step(self.role.action, step, recorded, self.role.record_steps)
             if served is not None and served != step:
                 # A repeat serves the same call index of another step; that step must hold it.
