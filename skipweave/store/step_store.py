@@ -28,7 +28,6 @@ from typing import Any
 import filelock
 import safetensors  # noqa: F401 - its version goes into every manifest (library_versions)
 
-from skipweave.store import codec, tensorfile
 from skipweave.store.atomic import fsync_dir, removing_on_error, tmp_name, write_bytes_atomic
 from skipweave.store.layout import (
     MANIFEST_SUFFIX,
@@ -175,6 +174,8 @@ class StepStore:
             codec.PickleRefused: the entry holds pickled data and ``allow_pickle`` is off.
             codec.CodecError: the payload cannot be decoded here (e.g. a class no longer importable).
         """
+        from skipweave.store import codec, tensorfile  # torch: imported on first use, not by the CLI
+
         folder = target_dir(self.dump_dir, key)
         where = manifest_path(self.dump_dir, key)
         manifest = read_manifest(where)
@@ -305,6 +306,8 @@ class StepStore:
                         return 0
                 except (EntryInvalid, FileNotFoundError):
                     old = None
+            from skipweave.store import codec, tensorfile
+
             encoded = codec.encode({"result": result, "rng": rng_state}, allow_pickle=self.allow_pickle)
             token = uuid.uuid4().hex[:8]
             tree_name = f"{key.stem}.{token}.tree.json"
