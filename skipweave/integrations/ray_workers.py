@@ -53,6 +53,8 @@ from typing import TYPE_CHECKING, Any
 
 import wrapt
 
+from skipweave.weaving.unpatch import remove_wrapper
+
 if TYPE_CHECKING:
     from skipweave.config.schema import RoleConfig, SkipConfig, TargetSpec
 
@@ -158,9 +160,7 @@ def stop() -> None:
         _DRIVER.init_handle = _DRIVER.init_owner = None
         if handle is None:
             return
-        try:
-            wrapt.unwrap_object(owner, "init", handle, missing_ok=True)
-        except wrapt.WrapperNotOutermostError:
+        if remove_wrapper(owner, "init", handle) is not None:
             # Another tool wrapped ray.init above us with a non-wrapt wrapper; ours now passes through.
             logger.debug("skipweave: ray.init stays wrapped under another wrapper (a pass-through now)")
 

@@ -27,6 +27,7 @@ from skipweave.policy.bypass import make_bypass
 from skipweave.store.step_store import StepStore
 from skipweave.weaving.proxy import SkipProxy
 from skipweave.weaving.resolve import ResolvedPath, TargetNotFound, resolve_owner, split_path
+from skipweave.weaving.unpatch import remove_wrapper
 
 logger = logging.getLogger(__name__)
 
@@ -206,11 +207,10 @@ class Weaver:
                     continue
                 assert p.proxy is not None
                 p.proxy.active = False
-                try:
-                    wrapt.unwrap_object(p.owner, p.attr, p.handle, missing_ok=True)
-                except wrapt.WrapperNotOutermostError as exc:
+                why = remove_wrapper(p.owner, p.attr, p.handle)
+                if why is not None:
                     logger.warning("skipweave: %s stays wrapped under another tool's wrapper and now passes "
-                                   "every call through (%s)", p.target.path, exc)
+                                   "every call through (%s)", p.target.path, why)
             self._state = _State(generation=self._state.generation + 1)
 
     def close_parts(self) -> None:

@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 import wrapt
 
+from skipweave.weaving.unpatch import remove_wrapper
+
 if TYPE_CHECKING:
     from skipweave.config.schema import SkipConfig
 
@@ -131,9 +133,7 @@ def _unwrap() -> None:
     _STATE.handle = _STATE.owner = None
     if handle is None:
         return
-    try:
-        wrapt.unwrap_object(owner, "init", handle, missing_ok=True)
-    except wrapt.WrapperNotOutermostError:
+    if remove_wrapper(owner, "init", handle) is not None:
         logger.debug("skipweave: SkipManager.init stays wrapped under another wrapper (passes through now)")
 
 
