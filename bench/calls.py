@@ -57,6 +57,22 @@ def wrapped_target(batch):
     return batch
 
 
+class Rollout:
+    """Method targets, the shape of verl's (``AgentLoopManager.generate_sequences(self, prompts)``)."""
+
+    def bare(self, batch):
+        return batch
+
+    def wrapped_target(self, batch):
+        return batch
+
+    def not_eligible(self, batch):
+        return batch
+
+    def validation(self, batch):
+        return batch
+
+
 SMALL = {"ids": torch.arange(256), "logp": torch.zeros(256), "text": ["a short response"] * 4}
 
 
@@ -81,7 +97,8 @@ def _plan(host: str, dump: str) -> dict[str, Any]:
             "off": {"enable": False, "dump_dir": dump, "targets": {"t": f"{host}.disabled"}},
             # every step outside `steps`: the proxy runs, finds the step not eligible, calls through
             "late": {"enable": True, "dump_dir": dump, "steps": [1_000_000],
-                     "targets": {"t": f"{host}.not_eligible", "v": f"{host}.validation"}},
+                     "targets": {"t": f"{host}.not_eligible", "v": f"{host}.validation",
+                                 "mt": f"{host}.Rollout.not_eligible", "mv": f"{host}.Rollout.validation"}},
             # eligible at every step: reaches the store (record on a miss, replay on a hit)
             "rollout": {"enable": True, "dump_dir": dump, "targets": {"t": f"{host}.decide"}},
         }
@@ -108,8 +125,15 @@ def measure(repeats: int, loops: int, decisions: int) -> dict[str, Any]:
     def closure(*args: Any, **kwargs: Any) -> Any:
         return host.bare(*args, **kwargs)
 
-    passthrough = wrapt.FunctionWrapper(host.wrapped_target, lambda wrapped, instance, a, k: wrapped(*a, **k))
+    def through(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return wrapped(*args, **kwargs)
+
+    passthrough = wrapt.FunctionWrapper(host.wrapped_target, through)
+    wrapt.wrap_function_wrapper(host.Rollout, "wrapped_target", through)
+    rollout = host.Rollout()
     step5, val = host.Batch({"global_steps": 5}), host.Batch({"validate": True, "global_steps": 5})
+    # Methods are timed through the attribute access the host does (``self.rollout.generate(batch)``):
+    # wrapt binds its wrapper on every access, which is part of what a woven method costs.
     fast: dict[str, tuple[Callable[[Any], Any], Any]] = {
         "bare": (host.bare, step5),
         "functools_wraps": (closure, step5),
@@ -117,6 +141,10 @@ def measure(repeats: int, loops: int, decisions: int) -> dict[str, Any]:
         "role_disabled": (host.disabled, step5),
         "bypass_step_not_eligible": (host.not_eligible, step5),
         "bypass_validation": (host.validation, val),
+        "method_bare": (lambda b: rollout.bare(b), step5),
+        "method_wrapt_passthrough": (lambda b: rollout.wrapped_target(b), step5),
+        "method_bypass_step_not_eligible": (lambda b: rollout.not_eligible(b), step5),
+        "method_bypass_validation": (lambda b: rollout.validation(b), val),
     }
     out: dict[str, list[float]] = {k: [] for k in fast}
     for fn, arg in fast.values():  # warm up

@@ -77,6 +77,13 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 # ----------------------------------------------------------------------------------------------- calls
+def _added(values: list[float], base: list[float]) -> float:
+    """Median of ``values - base``, paired round by round when both were timed in the same rounds."""
+    if len(values) == len(base):
+        return median([x - y for x, y in zip(values, base, strict=True)])
+    return median(values) - median(base)
+
+
 CALL_CASES = [
     ("bare", "bare call"),
     ("functools_wraps", "functools.wraps closure"),
@@ -84,6 +91,10 @@ CALL_CASES = [
     ("role_disabled", "skipweave: role disabled (not patched)"),
     ("bypass_step_not_eligible", "skipweave bypass: step not eligible"),
     ("bypass_validation", "skipweave bypass: validation call"),
+    ("method_bare", "method: bare call"),
+    ("method_wrapt_passthrough", "method: wrapt pass-through wrapper (reference)"),
+    ("method_bypass_step_not_eligible", "method: skipweave bypass, step not eligible"),
+    ("method_bypass_validation", "method: skipweave bypass, validation call"),
     ("decision_hit_replay", "skipweave decision: hit, replay small entry"),
     ("decision_miss_record", "skipweave decision: miss, call + record small entry"),
 ]
@@ -94,18 +105,19 @@ def section_calls(opts: argparse.Namespace) -> list[Row]:
     data = run_child("bench.calls", ["--repeats", str(opts.call_repeats), "--loops", str(opts.loops),
                                      "--decisions", str(opts.decisions)])
     cases = data["cases"]
-    bare = median(cases["bare"])
     rows = []
     for key, name in CALL_CASES:
+        prefix = "method_" if key.startswith("method_") else ""
+        base = cases[prefix + "bare"]
         r = row("calls", name, cases[key], "ns", key=f"calls.{key}")
-        r["ratio"], r["ratio_to"] = _ratio(r["median"], bare), "bare call"
-        if len(cases[key]) == len(cases["bare"]):  # timed in the same rounds: pair them
-            r["added"] = median([x - y for x, y in zip(cases[key], cases["bare"], strict=True)])
-        else:
-            r["added"] = r["median"] - bare
-        if key.startswith("bypass_"):
+        r["ratio"], r["ratio_to"] = _ratio(r["median"], median(base)), "bare call"
+        r["added"] = _added(cases[key], base)
+        if "bypass_" in key:
             r["target"] = f"adds <= {BYPASS_BUDGET_NS:.0f} ns over a bare call"
             r["ok"] = r["added"] <= BYPASS_BUDGET_NS
+            wrapt_alone = _added(cases[prefix + "wrapt_passthrough"], base)
+            r["note"] = (f"wrapt alone adds {wrapt_alone:.0f} ns; skipweave's own share "
+                         f"{_added(cases[key], cases[prefix + 'wrapt_passthrough']):.0f} ns")
         if key.startswith("decision_"):
             r["ratio"] = r["ratio_to"] = None  # microseconds to milliseconds: a ratio to 40 ns says nothing
             r["note"] = f"mean of {data['decisions']} calls, one per step, into an empty store"

@@ -36,7 +36,9 @@ class Counters:
     record_failures: int = 0
 
 
-_counters = Counters()
+COUNTERS = Counters()
+"""The process's counters; one object for the life of the process (:func:`reset` zeroes it in place), so hot
+paths may hold a reference to it."""
 _lock = threading.Lock()
 _summary_registered = False
 
@@ -44,14 +46,14 @@ _summary_registered = False
 def counters() -> dict[str, Any]:
     """Return a snapshot of this process's counters as a plain dict."""
     with _lock:
-        return asdict(_counters)
+        return asdict(COUNTERS)
 
 
 def reset() -> None:
-    """Zero the counters."""
-    global _counters
+    """Zero the counters (in place: references to :data:`COUNTERS` stay valid)."""
     with _lock:
-        _counters = Counters()
+        for name, value in asdict(Counters()).items():
+            setattr(COUNTERS, name, value)
 
 
 def event(
@@ -77,19 +79,19 @@ def event(
         saved: generation seconds the hit avoided (the recorded call's own duration).
     """
     if status == BYPASS:  # the hot path: no lock (a lost increment under a thread race is acceptable)
-        _counters.bypasses += 1
+        COUNTERS.bypasses += 1
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("skipweave bypass role=%s target=%s step=%s", role, target, step)
         return
     _register_summary()
     with _lock:
         if status == HIT:
-            _counters.hits += 1
-            _counters.bytes_read += nbytes
-            _counters.seconds_saved += saved
+            COUNTERS.hits += 1
+            COUNTERS.bytes_read += nbytes
+            COUNTERS.seconds_saved += saved
         elif status == MISS:
-            _counters.misses += 1
-            _counters.bytes_written += nbytes
+            COUNTERS.misses += 1
+            COUNTERS.bytes_written += nbytes
     if status == HIT:
         logger.info(
             "skipweave hit role=%s target=%s step=%s served_by=%s bytes=%d read_s=%.3f saved_s=%.3f",
@@ -105,7 +107,7 @@ def event(
 def record_failed() -> None:
     """Count a record that failed (the warning itself is logged by the proxy)."""
     with _lock:
-        _counters.record_failures += 1
+        COUNTERS.record_failures += 1
 
 
 def _register_summary() -> None:

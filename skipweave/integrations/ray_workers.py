@@ -344,10 +344,11 @@ def _reduce_function_wrapper(obj: Any) -> tuple[Any, ...]:
 
 def _is_skipweave_wrapper(obj: Any) -> bool:
     """True when ``obj`` (or a wrapt wrapper under it) is a skipweave proxy or refusal."""
-    proxy_cls = getattr(sys.modules.get("skipweave.weaving.proxy"), "SkipProxy", _Refusal)
+    proxy_mod = sys.modules.get("skipweave.weaving.proxy")
     seen = 0
     while isinstance(obj, (wrapt.FunctionWrapper, wrapt.BoundFunctionWrapper)) and seen < 32:
-        if isinstance(getattr(obj, "_self_wrapper", None), (proxy_cls, _Refusal)):
+        wrapper = getattr(obj, "_self_wrapper", None)
+        if isinstance(wrapper, _Refusal) or (proxy_mod is not None and proxy_mod.proxy_of(wrapper) is not None):
             return True
         obj, seen = getattr(obj, "__wrapped__", None), seen + 1
     return False

@@ -114,6 +114,10 @@ class StepStore:
         self._writing: set[tuple[int, str, str]] = set()  # parts this process records into
         self._checked: set[tuple[int, str, str]] = set()  # parts checked for interrupted leftovers
         self._open: dict[tuple[str, str], int] = {}  # (target, shard) -> step of the part left open
+        # Parts seen closed, so the repeat actions need not re-read every part file on every call. A closed
+        # part changes only when set aside or discarded (here: dropped from the set) or when another process's
+        # gc removes entries from it; then the served call is found missing and runs live, as before.
+        self._closed: set[tuple[int, str, str]] = set()
 
     def key(self, step: int, target: str, shard: str, call: int) -> EntryKey:
         """Return the :class:`EntryKey` of a call of this role."""
@@ -150,12 +154,16 @@ class StepStore:
     def is_complete(self, step: int, target: str, shard: str) -> bool:
         """True when a part may be served: closed by its writer, or holding every expected call."""
         with self._lock:
-            if (step, target, shard) in self._writing:
+            if (step, target, shard) in self._writing or (step, target, shard) in self._closed:
                 return True
         info = self.part_info(step, target, shard)
         if not info.calls:
             return False
-        return info.closed or info.contiguous >= self.expected_calls(target, shard)
+        if info.closed:
+            with self._lock:
+                self._closed.add((step, target, shard))
+            return True
+        return info.contiguous >= self.expected_calls(target, shard)
 
     def recorded_steps(self, target: str, shard: str) -> list[int]:
         """Sorted steps holding a complete recording of ``target`` for ``shard``."""
@@ -238,6 +246,8 @@ class StepStore:
     def set_aside(self, step: int, target: str, shard: str, *, reason: str) -> str | None:
         """Move a part's files to ``_set_aside/{step}-{target}-{shard}-{stamp}/``; return that folder."""
         key = self.key(step, target, shard, 0)
+        with self._lock:
+            self._closed.discard((step, target, shard))
         folder = target_dir(self.dump_dir, key)
         stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{uuid.uuid4().hex[:6]}"
         dest = os.path.join(role_dir(self.dump_dir, self.namespace, self.role), SET_ASIDE_DIR,
@@ -347,6 +357,8 @@ class StepStore:
 
     def discard(self, key: EntryKey, *, reason: str) -> None:
         """Move a corrupt entry's manifest and payload to ``_set_aside/`` so it is never served again."""
+        with self._lock:
+            self._closed.discard((key.step, key.target, key.shard))
         folder = target_dir(self.dump_dir, key)
         dest = os.path.join(role_dir(self.dump_dir, self.namespace, self.role), SET_ASIDE_DIR,
                             f"{key.step}-{key.target}-{key.stem}-corrupt-{uuid.uuid4().hex[:6]}")

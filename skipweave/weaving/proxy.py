@@ -14,6 +14,11 @@ coroutine to completion when called plainly but hands it back when its caller's 
 coroutine. For such targets (``bridge=True``) the proxy follows the same rule from the caller's frame
 and calls the helper from a coroutine frame of its own when the caller is one, so the helper keeps
 making the choice it would make without skipweave.
+
+What wrapt installs is :meth:`SkipProxy.wrapper`: the proxy itself, or, for a plain ``def`` target whose
+role has verl's bypass shape (see :mod:`skipweave.policy.screen`), a front function that settles the
+common bypasses -- validation calls, steps outside ``steps`` -- in a few dict lookups and hands every
+other call to the proxy. Both paths give the same decision, counters and annotation.
 """
 
 from __future__ import annotations
@@ -26,12 +31,14 @@ import os
 import sys
 import threading
 import time
+import types
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from skipweave import report
 from skipweave.config.schema import Action, OnMismatch, RoleConfig, ShardKind, TargetSpec
 from skipweave.policy.actions import choose_step
+from skipweave.policy.screen import Screen, screen_for
 from skipweave.policy.steps import StepSource
 from skipweave.store import codec
 from skipweave.store.fingerprint import fingerprint
@@ -99,6 +106,9 @@ class SkipProxy:
 
     A proxy set inactive (``active = False``) passes every call straight through; unweave does that
     when another tool's non-wrapt wrapper sits above ours and the patch cannot be spliced out.
+
+    Subclasses (host integrations) may replace ``bypass``, ``step_source``, ``on_replay`` or ``__call__``;
+    a proxy that does runs every call through ``__call__`` (no screen).
     """
 
     def __init__(
@@ -118,18 +128,45 @@ class SkipProxy:
         self.bypass = bypass
         self.is_async = is_async
         self.bridge = bridge
-        self.active = True
+        self._on = [True]  # shared with the screened front (a list: the closure sees every change)
         self.steps = role.steps
         self.step_source = StepSource(role.step, positions, name=f"role {role.role} target {target.name}")
+        self._positions = positions
+        self._role_bypass = bypass
         self._calls: dict[tuple[int, str], int] = {}
         self._free: dict[tuple[int, str], list[int]] = {}
         self._lock = threading.Lock()
+
+    @property
+    def active(self) -> bool:
+        """False once unweave has turned this proxy into a pass-through."""
+        return self._on[0]
+
+    @active.setter
+    def active(self, value: bool) -> None:
+        self._on[0] = bool(value)
+
+    def screen(self) -> Screen | None:
+        """The bypass screen this proxy may use, or ``None`` (async or bridged target, or a subclass that
+        replaced the bypass predicate, the step source or ``__call__``)."""
+        if (self.is_async or self.bridge or type(self).__call__ is not SkipProxy.__call__
+                or self.bypass is not self._role_bypass or type(self.step_source) is not StepSource):
+            return None
+        return screen_for(self.role.bypass, self.role.step, self.steps, self._positions)
+
+    def wrapper(self) -> Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]:
+        """Return the wrapt wrapper to install: a screened front (see the module docstring) or the proxy.
+
+        :func:`proxy_of` maps either back to the proxy.
+        """
+        screen = self.screen()
+        return self if screen is None else _screened(self, screen)
 
     # ------------------------------------------------------------------ wrapt entry point
     def __call__(
         self, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        if not self.active or id(self) in _ACTIVE.get():
+        if not self._on[0] or id(self) in _ACTIVE.get():
             return wrapped(*args, **kwargs)
         # A sync-or-await helper awaited by its caller must be called from a coroutine frame, bypasses too.
         awaited = self.bridge and bool(sys._getframe(1).f_code.co_flags & _CORO_FLAGS)
@@ -361,3 +398,76 @@ class SkipProxy:
                      nbytes=nbytes, seconds=seconds)
         annotate(result, report.MISS, d.step, None)
         return result
+
+
+def proxy_of(wrapper: Any) -> SkipProxy | None:
+    """Return the :class:`SkipProxy` behind a wrapt wrapper's ``_self_wrapper``, or ``None`` if not ours."""
+    if isinstance(wrapper, SkipProxy):
+        return wrapper
+    proxy = getattr(wrapper, "skipweave_proxy", None)
+    return proxy if isinstance(proxy, SkipProxy) else None
+
+
+def _screened(proxy: SkipProxy, screen: Screen) -> Callable[..., Any]:
+    """Build the screened front of ``proxy``: the bypasses :class:`Screen` settles, inlined; the rest to the proxy.
+
+    Every name the hot path reads is a closure cell (no attribute lookups on the proxy), the bypass count
+    goes straight into :data:`report.COUNTERS`, and the result is annotated as :meth:`SkipProxy._live_bypass`
+    does. A call the screen cannot settle costs one extra Python call on its way to the proxy. The DEBUG
+    line per bypass is written when the ``skipweave`` logger was at DEBUG at weave time (the proxy's own
+    path asks on every call).
+    """
+    call = proxy.__call__
+    on = proxy._on
+    index, attr, flag, step_key, eligible = screen.index, screen.attr, screen.flag, screen.step_key, screen.eligible
+    plain: dict[type, bool] = {}  # argument type -> not a Mapping (a Mapping's keys would win over attributes)
+    awaitables: dict[type, bool] = {}  # result type -> may be awaitable
+    counters, log = report.COUNTERS, report.logger
+    # One DEBUG line per bypass only when the skipweave logger is at DEBUG when weaving: asking the logger
+    # on every call costs as much as the rest of the screen.
+    log_each = log.isEnabledFor(logging.DEBUG)
+    role, target = proxy.role.role, proxy.target.name
+
+    def screened(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not (on[0] and len(args) > index):
+            return call(wrapped, instance, args, kwargs)
+        arg = args[index]
+        meta = getattr(arg, attr, None)
+        if type(meta) is not dict:
+            return call(wrapped, instance, args, kwargs)
+        is_plain = plain.get(type(arg))
+        if is_plain is None:
+            is_plain = plain[type(arg)] = not isinstance(arg, Mapping)
+        if not is_plain:
+            return call(wrapped, instance, args, kwargs)
+        value = meta.get(flag) if flag is not None else None
+        step = None
+        if value is not True:
+            if value is not None and value is not False:  # truthiness of anything else: the general path
+                return call(wrapped, instance, args, kwargs)
+            if step_key is None:
+                return call(wrapped, instance, args, kwargs)
+            step = meta.get(step_key)
+            if type(step) is not int or step in eligible:
+                return call(wrapped, instance, args, kwargs)
+        counters.bypasses += 1
+        if log_each:
+            log.debug("skipweave bypass role=%s target=%s step=%s", role, target, step)
+        result = wrapped(*args, **kwargs)
+        out = getattr(result, "meta_info", None)
+        if type(out) is dict:
+            out["skipweave"] = {"status": "bypass", "step": step, "served_step": None}
+            return result
+        if out is not None:
+            annotate(result, report.BYPASS, step, None)
+            return result
+        maybe = awaitables.get(type(result))
+        if maybe is None:
+            maybe = awaitables[type(result)] = (
+                issubclass(type(result), Awaitable) or type(result) is types.GeneratorType)
+        if maybe and inspect.isawaitable(result):  # a plain def that handed back an awaitable
+            return proxy._annotated_awaitable(result, step)
+        return result
+
+    screened.skipweave_proxy = proxy  # type: ignore[attr-defined]
+    return screened

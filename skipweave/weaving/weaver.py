@@ -188,7 +188,7 @@ class Weaver:
         proxy_cls = _proxy_class(patch.target)
         proxy = proxy_cls(patch.role, patch.target, self._store(patch.role), bypass, is_async=is_async,
                           bridge=bridge, positions=positions)
-        handle = wrapt.wrap_function_wrapper(owner, attr, proxy)
+        handle = wrapt.wrap_function_wrapper(owner, attr, proxy.wrapper())
         patch.proxy, patch.owner, patch.attr, patch.handle, patch.pending = proxy, owner, attr, handle, False
         logger.debug("skipweave: patched %s (%s) for role %s", patch.target.path,
                      "async" if is_async else "sync", patch.role.role)

@@ -16,6 +16,7 @@ from skipweave.config import load_skip_config  # noqa: E402
 from skipweave.integrations.hydra.callback import job_skip_config  # noqa: E402
 from skipweave.integrations.verl.coexist import sanitize_skip, taken_roles  # noqa: E402
 from skipweave.integrations.verl.namespace import derive_namespace  # noqa: E402
+from skipweave.weaving.proxy import proxy_of  # noqa: E402
 from tests.integrations.verl.apps.agent_loop_app import compose  # noqa: E402
 
 AGENT_LOOP = "verl.experimental.agent_loop.agent_loop.AgentLoopManager.generate_sequences"
@@ -166,7 +167,7 @@ def test_weave_reaches_every_verl_entry_point(tmp_path: Path) -> None:
     for (owner, attr), cls in expected.items():
         current = inspect.getattr_static(owner, attr)
         assert isinstance(current, wrapt.FunctionWrapper), (owner, attr)
-        assert type(current._self_wrapper) is cls, (owner, attr)
+        assert type(proxy_of(current._self_wrapper)) is cls, (owner, attr)
     assert all(not p.pending for p in patches)
     agent = next(p for p in patches if p.target.name == "verl_agent_loop")
     assert agent.proxy is not None and agent.proxy.bridge and not agent.proxy.is_async  # verl's auto_await

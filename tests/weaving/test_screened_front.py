@@ -1,0 +1,201 @@
+"""The screened front of a proxy decides exactly as the proxy does, only faster.
+
+Every case is played twice on real wrapt patches and real stores: through the screened front that
+``weave`` installs, and through the proxy's general path (a subclass that overrides ``__call__`` gets no
+screen). Status annotations, counters and live calls must agree call by call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import skipweave
+from skipweave.weaving.proxy import SkipProxy, proxy_of
+
+HOST = '''
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from skipweave.weaving.proxy import SkipProxy
+
+CALLS = []
+
+
+class Batch:
+    def __init__(self, meta):
+        if meta is not None:
+            self.meta_info = meta
+
+
+class Meta(dict):
+    pass
+
+
+class MappingBatch(Mapping):
+    """A Mapping that also has a meta_info attribute: its keys win in the general path."""
+
+    def __init__(self, meta):
+        self.meta_info = meta
+        self._d = {"meta_info": {}}
+
+    def __getitem__(self, k):
+        return self._d[k]
+
+    def __iter__(self):
+        return iter(self._d)
+
+    def __len__(self):
+        return len(self._d)
+
+
+@dataclass
+class Out:
+    meta_info: dict
+
+
+def gen(batch, *, extra=None):
+    meta = getattr(batch, "meta_info", None) or {}
+    CALLS.append(meta.get("global_steps"))
+    return Out({"step": meta.get("global_steps")})
+
+
+class General(SkipProxy):
+    def __call__(self, wrapped, instance, args, kwargs):
+        return super().__call__(wrapped, instance, args, kwargs)
+'''
+
+
+def _cases(mod: Any) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
+    B = mod.Batch
+    return [
+        ("validation", (B({"validate": True, "global_steps": 2}),), {}),
+        ("eligible step", (B({"global_steps": 3}),), {}),
+        ("step not eligible", (B({"global_steps": 2}),), {}),
+        ("validate False", (B({"validate": False, "global_steps": 2}),), {}),
+        ("validate None", (B({"validate": None, "global_steps": 2}),), {}),
+        ("validate 1", (B({"validate": 1, "global_steps": 2}),), {}),
+        ("validate 0", (B({"validate": 0, "global_steps": 2}),), {}),
+        ("validate np.bool_", (B({"validate": np.bool_(True), "global_steps": 3}),), {}),
+        ("validate tensor", (B({"validate": torch.tensor([False, True]), "global_steps": 3}),), {}),
+        ("validate empty list", (B({"validate": [], "global_steps": 2}),), {}),
+        ("step as str", (B({"global_steps": "2"}),), {}),
+        ("step as float", (B({"global_steps": 2.0}),), {}),
+        ("step as np.int64", (B({"global_steps": np.int64(2)}),), {}),
+        ("step as bool", (B({"global_steps": True}),), {}),
+        ("step missing", (B({}),), {}),
+        ("meta_info missing", (B(None),), {}),
+        ("meta_info a dict subclass", (B(mod.Meta(global_steps=2)),), {}),
+        ("batch by keyword", (), {"batch": B({"global_steps": 2})}),
+        ("batch a Mapping", (mod.MappingBatch({"global_steps": 2}),), {}),
+        ("keyword beside", (B({"global_steps": 2}),), {"extra": 1}),
+        ("no arguments", (), {}),
+    ]
+
+
+def _play(mod: Any, dump: Path, proxy: str | None) -> list[tuple[str, Any, int]]:
+    skipweave.unweave()
+    target: Any = f"{mod.__name__}:gen" if proxy is None else {"path": f"{mod.__name__}:gen", "proxy": proxy}
+    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(dump), "steps": [1, "3-4"],
+                                          "targets": {"g": target}}}})
+    seen = []
+    for name, args, kwargs in _cases(mod):
+        before = skipweave.counters()
+        calls = len(mod.CALLS)
+        try:
+            out = mod.gen(*args, **kwargs)
+            status = out.meta_info.get("skipweave", {}).get("status"), out.meta_info.get("skipweave", {}).get("step")
+        except Exception as exc:  # the general path may refuse an input; the screen must refuse it too
+            status = (type(exc).__name__, None)
+        after = skipweave.counters()
+        delta = tuple(after[k] - before[k] for k in ("hits", "misses", "bypasses"))
+        seen.append((name, (status, delta), len(mod.CALLS) - calls))
+    return seen
+
+
+@pytest.fixture
+def mod(host_module: Any) -> Any:
+    name, _ = host_module(HOST)
+    return sys.modules[name]
+
+
+def test_the_front_is_installed_only_where_the_screen_applies(mod: Any, tmp_path: Path) -> None:
+    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "steps": [1],
+                                          "targets": {"g": f"{mod.__name__}:gen"}}}})
+    wrapper = mod.gen._self_wrapper
+    assert not isinstance(wrapper, SkipProxy) and isinstance(proxy_of(wrapper), SkipProxy)
+    skipweave.unweave()
+    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "steps": [1],
+                                          "targets": {"g": {"path": f"{mod.__name__}:gen",
+                                                            "proxy": f"{mod.__name__}:General"}}}}})
+    assert type(mod.gen._self_wrapper).__name__ == "General"
+
+
+def test_screened_and_general_paths_agree_call_by_call(mod: Any, tmp_path: Path) -> None:
+    for _ in range(2):  # the second round replays what the first recorded
+        screened = _play(mod, tmp_path / "screened", None)
+        general = _play(mod, tmp_path / "general", f"{mod.__name__}:General")
+        assert screened == general
+    by_name = {name: outcome for name, outcome, _ in screened}
+    assert by_name["validation"] == (("bypass", None), (0, 0, 1))
+    assert by_name["step not eligible"] == (("bypass", 2), (0, 0, 1))
+    assert by_name["eligible step"] == (("hit", 3), (1, 0, 0))
+
+
+def test_an_inactive_front_passes_calls_through_untouched(mod: Any, tmp_path: Path) -> None:
+    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "steps": [1],
+                                          "targets": {"g": f"{mod.__name__}:gen"}}}})
+    proxy = proxy_of(mod.gen._self_wrapper)
+    assert proxy is not None
+    proxy.active = False
+    before = skipweave.counters()["bypasses"]
+    out = mod.gen(mod.Batch({"global_steps": 2}))
+    assert "skipweave" not in out.meta_info and skipweave.counters()["bypasses"] == before
+
+
+def test_a_plain_def_handing_back_an_awaitable_is_annotated_once_awaited(host_module: Any, tmp_path: Path) -> None:
+    name, _ = host_module('''
+class Batch:
+    def __init__(self, meta):
+        self.meta_info = meta
+
+async def _work(b):
+    return Batch({"step": b.meta_info["global_steps"]})
+
+def gen(b):
+    return _work(b)
+''')
+    mod = sys.modules[name]
+    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "steps": [1],
+                                          "targets": {"g": f"{name}:gen"}}}})
+    out = asyncio.run(mod.gen(mod.Batch({"global_steps": 2})))
+    assert out.meta_info["skipweave"] == {"status": "bypass", "step": 2, "served_step": None}
+
+
+def test_bypass_lines_follow_the_log_level_at_weave_time(mod: Any, tmp_path: Path,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    cfg = {"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "steps": [1],
+                                "targets": {"g": f"{mod.__name__}:gen"}}}}
+    with caplog.at_level(logging.INFO, logger="skipweave"):
+        skipweave.weave(cfg)
+        mod.gen(mod.Batch({"global_steps": 2}))
+    assert not [r for r in caplog.records if "bypass role" in r.getMessage()]
+    skipweave.unweave()
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="skipweave"):
+        skipweave.weave(cfg)
+        mod.gen(mod.Batch({"global_steps": 2}))
+    assert [r.getMessage() for r in caplog.records if "bypass role" in r.getMessage()] == [
+        "skipweave bypass role=rollout target=g step=2"]
+
+
+def test_mapping_check_is_the_abc() -> None:
+    assert not isinstance(object(), Mapping)  # the screen's per-type cache relies on the ABC answer
