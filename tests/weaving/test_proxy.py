@@ -237,3 +237,37 @@ def test_fingerprint_shards_keep_different_inputs_apart(mod: Any, tmp_path: Path
     a2 = mod.Gen().generate(mod.Batch(step=1))
     assert torch.equal(a2.batch["y"], a.batch["y"]) and torch.equal(b2.batch["y"], b.batch["y"])
     assert len(mod.CALLS) == 2
+
+
+def test_threads_of_one_process_get_their_own_recording_with_fingerprint_shards(mod: Any, tmp_path: Path) -> None:
+    import threading
+
+    cfg = _cfg(tmp_path, mod.__name__, shard="fingerprint")
+    inputs = {"a": torch.arange(4), "b": torch.arange(4) * 3}
+
+    def play(order: list[str]) -> dict[str, Any]:
+        skipweave.unweave()
+        skipweave.weave(cfg)
+        outs: dict[str, Any] = {}
+        turn = {name: threading.Event() for name in order}
+
+        def worker(name: str) -> None:
+            turn[name].wait(10)
+            outs[name] = mod.Gen().generate(mod.Batch(step=1, x=inputs[name]))
+            nxt = order.index(name) + 1
+            if nxt < len(order):
+                turn[order[nxt]].set()
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in inputs]
+        for t in threads:
+            t.start()
+        turn[order[0]].set()
+        for t in threads:
+            t.join(10)
+        return outs
+
+    first = play(["a", "b"])
+    again = play(["b", "a"])  # the other thread reaches the step first this time
+    for name in inputs:
+        assert again[name].meta_info["skipweave"]["status"] == "hit"
+        assert torch.equal(again[name].batch["y"], first[name].batch["y"])
