@@ -15,6 +15,14 @@ def _split(path: str) -> tuple[str, ...]:
     return tuple(path.split("."))
 
 
+def _isinstance(obj: Any, abc_cls: type) -> bool:
+    """``isinstance`` against an ABC, False when the ABC cannot check (a class made unhashable by its metaclass)."""
+    try:
+        return isinstance(obj, abc_cls)
+    except TypeError:
+        return False
+
+
 def get_path(obj: Any, path: str) -> Any:
     """Follow ``path`` (``a.b.0.c``) through attributes, mapping keys and sequence indices.
 
@@ -32,13 +40,13 @@ def get_path(obj: Any, path: str) -> Any:
             if cur is MISSING:
                 return MISSING
             continue
-        if isinstance(cur, Mapping):
+        if _isinstance(cur, Mapping):
             if part in cur:
                 cur = cur[part]
                 continue
             return MISSING
         nxt = getattr(cur, part, MISSING)
-        if nxt is MISSING and part.lstrip("-").isdigit() and isinstance(cur, Sequence):
+        if nxt is MISSING and part.lstrip("-").isdigit() and _isinstance(cur, Sequence):
             try:
                 nxt = cur[int(part)]
             except IndexError:

@@ -15,13 +15,15 @@ whether a role has that shape and what to read; the proxy inlines the reads.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Container, Mapping
 from dataclasses import dataclass
 
 from skipweave.config.schema import BypassConfig, BypassKind, StepSet, StepSourceConfig, StepSourceKind
 
-MAX_STEP_SET = 65_536
-"""Largest ``steps`` selection turned into a ``frozenset`` for the screen; larger ones keep the range check."""
+MAX_STEP_SET = 4096
+"""Largest selection of several ranges turned into a ``frozenset`` (one per distinct ``steps``, shared by the
+targets using it); one range becomes a ``range`` (constant size), more and larger keep the range check."""
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,8 @@ class Screen:
             bypasses nothing by argument (``bypass.when: never``).
         step_key: key holding the call's step (``global_steps``), or ``None`` when the step cannot be
             screened (another step source) or every step is eligible (``steps: all``).
-        eligible: the role's eligible steps (a ``frozenset`` when at most :data:`MAX_STEP_SET` steps).
+        eligible: the role's eligible steps: a ``range`` for one range, a ``frozenset`` for several holding at
+            most :data:`MAX_STEP_SET` steps, else the :class:`StepSet`.
     """
 
     index: int
@@ -60,8 +63,12 @@ def _two_parts(path: str) -> tuple[str, str] | None:
     return parts[0], parts[1]
 
 
+@functools.lru_cache(maxsize=64)
 def _eligible(steps: StepSet) -> Container[int]:
+    """A container answering ``int in it`` in C for the screen (``steps`` itself loops in Python)."""
     ranges = steps.ranges or ()
+    if len(ranges) == 1:
+        return range(ranges[0][0], ranges[0][1] + 1)
     if sum(hi - lo + 1 for lo, hi in ranges) <= MAX_STEP_SET:
         return frozenset(s for lo, hi in ranges for s in range(lo, hi + 1))
     return steps

@@ -3,8 +3,8 @@
 ``encode`` walks an object and produces an :class:`Encoded` value:
 
 * ``tree`` -- a JSON-serialisable dict (``json.dumps`` works on it, no NaN/Infinity literals) of the form
-  ``{"codec_version": 1, "root": <node>}``. Every node is a dict with a short type tag ``"t"``
-  (``"tensor"``, ``"ndarray"``, ``"dict"``, ``"list"``, ``"dataproto"``, ...).
+  ``{"codec_version": 1 or 2, "root": <node>}`` (see *Versions* below). Every node is a dict with a short
+  type tag ``"t"`` (``"tensor"``, ``"ndarray"``, ``"dict"``, ``"list"``, ``"dataproto"``, ...).
 * ``tensors`` -- a flat ``name -> torch.Tensor`` dict (names ``"t0"``, ``"t1"``, ...), every tensor
   contiguous, on CPU and not sharing storage with another entry, so it can be handed to
   ``safetensors.torch.save_file`` directly.
@@ -23,8 +23,8 @@ Supported values
   ``requires_grad`` is NOT preserved, tensor subclasses (e.g. ``nn.Parameter``) decode as plain tensors,
   and tensors that were the same Python object decode as one shared tensor;
 * ``torch.Size``, ``torch.dtype``, ``torch.device``;
-* ``numpy.ndarray`` (exact type only) of numeric, bool, datetime, string (``U``/``S``) and object dtype
-  (object elements are encoded element-wise), and numpy scalars (``np.float32(1.5)`` ...);
+* ``numpy.ndarray`` (exact type only) of numeric, bool, datetime, string (``U``/``S``) and object dtype,
+  and numpy scalars (``np.float32(1.5)`` ...). Object arrays take one of three forms (see below);
 * dataclass instances and enum members of importable (module-level) classes;
 * objects shaped like verl's ``DataProto`` (attributes ``batch``, ``non_tensor_batch``, ``meta_info``), with
   ``batch`` being ``None``, a dict or a ``tensordict.TensorDict``.
@@ -34,6 +34,34 @@ refused with :class:`PickleRefused` otherwise.
 
 Decoding does not copy tensor data: decoded tensors and numeric arrays may share memory with the entries of
 ``tensors`` passed in.
+
+Object arrays
+-------------
+verl's ``non_tensor_batch`` is a dict of object arrays whose elements are nearly always strings (``uid``,
+``data_source``) or small JSON-like values (``reward_model``, ``extra_info`` dicts, ``raw_prompt`` lists of
+chat messages). One node per element made the tree large and slow to parse and decode, so a non-empty
+object array is stored in the first of these forms that holds it exactly:
+
+* ``"strs": [...]`` -- every element is exactly a ``str`` (not a subclass): the strings as one JSON list;
+* ``"json": [...]`` -- every element is a *plain JSON value*, one whose JSON round trip gives back the same
+  types and values: ``None``, ``bool``, ``int`` within 64 bits, finite ``float``, ``str``, ``list`` and
+  ``dict`` with ``str`` keys (exact types, no subclasses, nesting below ``_PLAIN_MAX_DEPTH``), stored as one
+  JSON list (dict key order is kept by JSON);
+* ``"items": [node, ...]`` -- anything else (tuples, NaN/inf, bytes, tensors, non-string keys, subclasses,
+  ...), and empty arrays: one node per element, as in version 1.
+
+The check is a tight recursion over exact types, several times cheaper than encoding element-wise; when
+it fails the array falls back to ``items``. The compact forms do not copy: the tree's lists hold the
+array's own strings, dicts and lists, and decoding puts the tree's objects in the new array (after a JSON
+round trip those are fresh objects; ``decode(encode(x).tree, ...)`` in memory shares them with ``x``).
+
+Versions
+--------
+A tree carries the lowest ``codec_version`` that describes it: ``2`` when it holds a compact object array
+(``strs`` or ``json``, added in version 2), ``1`` otherwise. An older reader, which understands 1 only,
+therefore refuses a tree using the new forms with an "unknown codec_version" error naming both versions
+(instead of failing obscurely on the missing ``items``, or worse), while trees without them stay
+readable by it. This module reads versions 1 and 2; :data:`CODEC_VERSION` is the newest it writes.
 """
 
 from __future__ import annotations
@@ -57,7 +85,10 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-CODEC_VERSION = 1
+CODEC_VERSION = 2
+"""The newest codec version this module writes; a tree records the lowest version able to describe it."""
+_READABLE_VERSIONS = (1, 2)
+_COMPACT_VERSION = 2  # version that introduced the "strs" / "json" object-array forms
 
 __all__ = [
     "CODEC_VERSION",
@@ -85,7 +116,8 @@ class Encoded:
     """The encoded form of an object.
 
     Attributes:
-        tree: JSON-serialisable skeleton ``{"codec_version": 1, "root": node}``.
+        tree: JSON-serialisable skeleton ``{"codec_version": v, "root": node}``, ``v`` being 1, or 2 when
+            the tree holds a compact object array.
         tensors: flat ``name -> tensor`` mapping; each tensor is contiguous, on CPU and owns its storage
             relative to the other entries (ready for ``safetensors.torch.save_file``).
         pickled: True if any part of the object was pickled (only possible with ``allow_pickle=True``).
@@ -295,6 +327,65 @@ def _torch_dtype(name: str, path: str) -> torch.dtype:
     return dt
 
 
+_PLAIN_TYPES = frozenset({str, bool, int, float, type(None), dict, list})
+_PLAIN_MAX_DEPTH = 100
+"""Containers nested deeper than this inside an object-array element are not checked: the element-wise
+form takes the array (which also reports reference cycles, which would otherwise recurse forever)."""
+
+
+def _is_plain(x: Any, depth: int) -> bool:
+    """True if ``x`` is a plain JSON value: its ``json.dumps``/``json.loads`` round trip is exact.
+
+    Exact types only: ``bool`` stays ``bool`` through JSON but a ``str``/``int``/``float``/``dict``/``list``
+    subclass would come back as its base type, a tuple as a list, a non-string key as a string; NaN and
+    infinities are not JSON, and ints beyond 64 bits are kept out of the JSON for other readers' sake.
+    """
+    tp = type(x)
+    if tp is str or tp is bool or x is None:
+        return True
+    if tp is int:
+        return -_INT_JSON_LIMIT <= x < _INT_JSON_LIMIT
+    if tp is float:
+        return x - x == 0.0  # False for nan and +-inf
+    if depth >= _PLAIN_MAX_DEPTH:
+        return False
+    if tp is dict:
+        for k, v in x.items():
+            if type(k) is not str:
+                return False
+            t = type(v)
+            if t is str or t is bool or v is None:  # the common leaves, without a call
+                continue
+            if not _is_plain(v, depth + 1):
+                return False
+        return True
+    if tp is list:
+        for v in x:
+            t = type(v)
+            if t is str or t is bool or v is None:
+                continue
+            if not _is_plain(v, depth + 1):
+                return False
+        return True
+    return False
+
+
+def _compact_object_items(arr: np.ndarray) -> tuple[str, list[Any]] | None:
+    """The compact form of a non-empty object array, ``("strs" | "json", elements)``, or None if it has none.
+
+    The elements are the array's own objects (flattened in C order), not copies.
+    """
+    if arr.size == 0:
+        return None
+    items: list[Any] = arr.reshape(-1).tolist()  # an object array's tolist() returns the elements themselves
+    types = set(map(type, items))
+    if types == {str}:
+        return "strs", items
+    if types <= _PLAIN_TYPES and all(_is_plain(x, 0) for x in items):
+        return "json", items
+    return None
+
+
 # --------------------------------------------------------------------------------------------------------
 # encoding
 
@@ -311,16 +402,18 @@ class _Encoder:
         self._by_id: dict[int, dict[str, Any]] = {}
         self._keep: list[Any] = []
         self._stack: set[int] = set()  # ids of containers on the current path (cycle detection)
+        self.version = 1  # lowest codec version describing the nodes made so far
 
     # -- state snapshots, so a failed optional sub-encoding leaves no trace -------------------------------
-    def snapshot(self) -> tuple[int, int, set[int], dict[int, dict[str, Any]], bool]:
-        return self._counter, len(self.tensors), set(self._storages), dict(self._by_id), self.pickled
+    def snapshot(self) -> tuple[int, int, set[int], dict[int, dict[str, Any]], bool, int]:
+        return self._counter, len(self.tensors), set(self._storages), dict(self._by_id), self.pickled, self.version
 
-    def rollback(self, snap: tuple[int, int, set[int], dict[int, dict[str, Any]], bool]) -> None:
-        counter, n_tensors, storages, by_id, pickled = snap
+    def rollback(self, snap: tuple[int, int, set[int], dict[int, dict[str, Any]], bool, int]) -> None:
+        counter, n_tensors, storages, by_id, pickled, version = snap
         for key in list(self.tensors)[n_tensors:]:
             del self.tensors[key]
         self._counter, self._storages, self._by_id, self.pickled = counter, storages, by_id, pickled
+        self.version = version
 
     # -- tensor storage --------------------------------------------------------------------------------
     def _add(self, t: torch.Tensor) -> str:
@@ -441,15 +534,23 @@ class _Encoder:
         dt = arr.dtype
         node: dict[str, Any] = {"t": "ndarray", "dtype": dt.str, "shape": list(arr.shape)}
         if dt.kind == "O":
-            oid = id(arr)
-            if oid in self._stack:
-                raise CodecError(f"{path}: reference cycle through an object array cannot be encoded")
-            self._stack.add(oid)
-            try:
-                flat_path = path if arr.ndim == 1 else _child(path, ".flat")
-                node["items"] = [self.encode(el, _child(flat_path, f"[{i}]")) for i, el in enumerate(arr.flat)]
-            finally:
-                self._stack.discard(oid)
+            compact = _compact_object_items(arr)
+            if compact is not None:
+                form, elements = compact
+                node[form] = elements
+                self.version = max(self.version, _COMPACT_VERSION)
+            else:
+                oid = id(arr)
+                if oid in self._stack:
+                    raise CodecError(f"{path}: reference cycle through an object array cannot be encoded")
+                self._stack.add(oid)
+                try:
+                    flat_path = path if arr.ndim == 1 else _child(path, ".flat")
+                    node["items"] = [
+                        self.encode(el, _child(flat_path, f"[{i}]")) for i, el in enumerate(arr.flat)
+                    ]
+                finally:
+                    self._stack.discard(oid)
         elif dt.kind in ("U", "S"):
             items = arr.reshape(-1).tolist()
             if dt.kind == "S":
@@ -612,7 +713,8 @@ def encode(obj: Any, *, allow_pickle: bool = False, root_name: str = "obj") -> E
     Contiguous CPU tensors and native-endian numeric numpy arrays are not copied (the entries of
     ``Encoded.tensors`` share memory with them); non-contiguous or accelerator tensors are copied to
     contiguous CPU tensors, and a tensor whose storage is already used by another entry is cloned so the
-    result can be saved with safetensors.
+    result can be saved with safetensors. Likewise the compact form of an object array holds the array's
+    own elements: serialise the tree before mutating them.
 
     Args:
         obj: the value to encode (see the module docstring for the supported types).
@@ -620,7 +722,8 @@ def encode(obj: Any, *, allow_pickle: bool = False, root_name: str = "obj") -> E
         root_name: name of ``obj`` used as the start of paths in error messages (e.g. ``"result"``).
 
     Returns:
-        An :class:`Encoded` with ``tree == {"codec_version": 1, "root": node}``.
+        An :class:`Encoded` with ``tree == {"codec_version": v, "root": node}``: ``v`` is 2 when an object
+        array took a compact form (``strs``/``json``), else 1 (see the module docstring).
 
     Raises:
         PickleRefused: a value needs pickle and ``allow_pickle`` is False; the message names its path
@@ -630,7 +733,7 @@ def encode(obj: Any, *, allow_pickle: bool = False, root_name: str = "obj") -> E
     """
     enc = _Encoder(allow_pickle)
     root = enc.encode(obj, root_name)
-    return Encoded(tree={"codec_version": CODEC_VERSION, "root": root}, tensors=enc.tensors, pickled=enc.pickled)
+    return Encoded(tree={"codec_version": enc.version, "root": root}, tensors=enc.tensors, pickled=enc.pickled)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -690,6 +793,9 @@ class _Decoder:
         shape = tuple(int(x) for x in node["shape"])
         arr: np.ndarray
         if dt.kind == "O":
+            for form in ("strs", "json"):
+                if form in node:
+                    return self._compact_object_array(node[form], shape, form, path)
             items = node["items"]
             arr = np.empty(shape, dtype=object)
             flat = arr.reshape(-1)
@@ -719,6 +825,16 @@ class _Decoder:
                 raise CodecError(f"{path}: stored array has dtype {arr.dtype}, expected {dt}")
         self._cache[ck] = arr
         return arr
+
+    @staticmethod
+    def _compact_object_array(elements: Any, shape: tuple[int, ...], form: str, path: str) -> np.ndarray:
+        """An object array from the JSON list of a ``strs``/``json`` node; the elements are not copied."""
+        size = math.prod(shape)
+        if not isinstance(elements, list) or len(elements) != size:
+            got = f"{len(elements)} elements" if isinstance(elements, list) else f"a {_type_name(elements)}"
+            raise CodecError(f"{path}: object array {form!r} holds {got}, expected a list of {size}")
+        # fromiter stores each element as it is; assigning a list to a slice would broadcast nested lists
+        return np.fromiter(elements, dtype=object, count=size).reshape(shape)
 
     def _npscalar(self, node: Mapping[str, Any], path: str) -> Any:
         dt = np.dtype(node["dtype"])
@@ -858,9 +974,10 @@ def _check_root(tree: Mapping[str, Any]) -> Any:
     if not isinstance(tree, Mapping) or "codec_version" not in tree or "root" not in tree:
         raise CodecError("not a codec tree: expected a dict with 'codec_version' and 'root'")
     version = tree["codec_version"]
-    if version != CODEC_VERSION:
+    if type(version) is not int or version not in _READABLE_VERSIONS:
+        known = " and ".join(str(v) for v in _READABLE_VERSIONS)
         raise CodecError(
-            f"unknown codec_version {version!r} (this skipweave understands {CODEC_VERSION}); "
+            f"unknown codec_version {version!r} (this skipweave understands {known}); "
             "the recording was written by a different skipweave version"
         )
     return tree["root"]

@@ -114,10 +114,10 @@ class StepStore:
         self._writing: set[tuple[int, str, str]] = set()  # parts this process records into
         self._checked: set[tuple[int, str, str]] = set()  # parts checked for interrupted leftovers
         self._open: dict[tuple[str, str], int] = {}  # (target, shard) -> step of the part left open
-        # Parts seen closed, so the repeat actions need not re-read every part file on every call. A closed
-        # part changes only when set aside or discarded (here: dropped from the set) or when another process's
-        # gc removes entries from it; then the served call is found missing and runs live, as before.
-        self._closed: set[tuple[int, str, str]] = set()
+        # Parts seen closed -> (inode, mtime in ns) of their folder then, so the repeat actions need not
+        # re-read every part file on every call: one stat tells whether anything in the folder was added,
+        # replaced or removed since (by any process: a re-record, gc, a deleted step), and then it is re-read.
+        self._closed: dict[tuple[int, str, str], tuple[int, int]] = {}
 
     def key(self, step: int, target: str, shard: str, call: int) -> EntryKey:
         """Return the :class:`EntryKey` of a call of this role."""
@@ -153,17 +153,23 @@ class StepStore:
 
     def is_complete(self, step: int, target: str, shard: str) -> bool:
         """True when a part may be served: closed by its writer, or holding every expected call."""
+        part = (step, target, shard)
         with self._lock:
-            if (step, target, shard) in self._writing or (step, target, shard) in self._closed:
+            if part in self._writing:
                 return True
+            seen = self._closed.get(part)
+        folder = target_dir(self.dump_dir, self.key(step, target, shard, 0))
+        if seen is not None and seen == _folder_stamp(folder):
+            return True
+        stamp = _folder_stamp(folder)  # before reading: a change while reading shows at the next call
         info = self.part_info(step, target, shard)
+        with self._lock:
+            self._closed.pop(part, None)
+            if info.calls and info.closed and stamp is not None:
+                self._closed[part] = stamp
         if not info.calls:
             return False
-        if info.closed:
-            with self._lock:
-                self._closed.add((step, target, shard))
-            return True
-        return info.contiguous >= self.expected_calls(target, shard)
+        return info.closed or info.contiguous >= self.expected_calls(target, shard)
 
     def recorded_steps(self, target: str, shard: str) -> list[int]:
         """Sorted steps holding a complete recording of ``target`` for ``shard``."""
@@ -247,7 +253,7 @@ class StepStore:
         """Move a part's files to ``_set_aside/{step}-{target}-{shard}-{stamp}/``; return that folder."""
         key = self.key(step, target, shard, 0)
         with self._lock:
-            self._closed.discard((step, target, shard))
+            self._closed.pop((step, target, shard), None)
         folder = target_dir(self.dump_dir, key)
         stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{uuid.uuid4().hex[:6]}"
         dest = os.path.join(role_dir(self.dump_dir, self.namespace, self.role), SET_ASIDE_DIR,
@@ -358,7 +364,7 @@ class StepStore:
     def discard(self, key: EntryKey, *, reason: str) -> None:
         """Move a corrupt entry's manifest and payload to ``_set_aside/`` so it is never served again."""
         with self._lock:
-            self._closed.discard((key.step, key.target, key.shard))
+            self._closed.pop((key.step, key.target, key.shard), None)
         folder = target_dir(self.dump_dir, key)
         dest = os.path.join(role_dir(self.dump_dir, self.namespace, self.role), SET_ASIDE_DIR,
                             f"{key.step}-{key.target}-{key.stem}-corrupt-{uuid.uuid4().hex[:6]}")
@@ -390,6 +396,15 @@ class StepStore:
         info = self.part_info(key.step, key.target, key.shard)
         data = {"state": state, "calls": info.contiguous, "updated_unix": time.time(), "pid": os.getpid()}
         write_bytes_atomic(part_path(self.dump_dir, key), json.dumps(data).encode())
+
+
+def _folder_stamp(folder: str) -> tuple[int, int] | None:
+    """(inode, mtime in ns) of a folder, or None when it does not exist; changes whenever an entry in it does."""
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 def _read_verified(path: str, item: dict[str, Any]) -> bytes:

@@ -23,6 +23,7 @@ other call to the proxy. Both paths give the same decision, counters and annotat
 
 from __future__ import annotations
 
+import abc
 import contextvars
 import heapq
 import inspect
@@ -129,10 +130,11 @@ class SkipProxy:
         self.is_async = is_async
         self.bridge = bridge
         self._on = [True]  # shared with the screened front (a list: the closure sees every change)
+        self._running = [0]  # real calls in progress, in any thread (shared with the screened front)
         self.steps = role.steps
         self.step_source = StepSource(role.step, positions, name=f"role {role.role} target {target.name}")
-        self._positions = positions
-        self._role_bypass = bypass
+        # What the screen is built from, kept by identity: a subclass that replaces any of them gets no screen.
+        self._screen_inputs = (bypass, self.step_source, self.steps, role.bypass, role.step, positions)
         self._calls: dict[tuple[int, str], int] = {}
         self._free: dict[tuple[int, str], list[int]] = {}
         self._lock = threading.Lock()
@@ -149,10 +151,12 @@ class SkipProxy:
     def screen(self) -> Screen | None:
         """The bypass screen this proxy may use, or ``None`` (async or bridged target, or a subclass that
         replaced the bypass predicate, the step source or ``__call__``)."""
+        bypass, source, steps, bypass_cfg, step_cfg, positions = self._screen_inputs
         if (self.is_async or self.bridge or type(self).__call__ is not SkipProxy.__call__
-                or self.bypass is not self._role_bypass or type(self.step_source) is not StepSource):
+                or self.bypass is not bypass or self.step_source is not source or self.steps is not steps
+                or type(source) is not StepSource or source.cfg is not step_cfg):
             return None
-        return screen_for(self.role.bypass, self.role.step, self.steps, self._positions)
+        return screen_for(bypass_cfg, step_cfg, steps, positions)
 
     def wrapper(self) -> Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]:
         """Return the wrapt wrapper to install: a screened front (see the module docstring) or the proxy.
@@ -189,7 +193,7 @@ class SkipProxy:
         if awaited:
             return self._bridged_bypass(wrapped, args, kwargs, step)
         result = wrapped(*args, **kwargs)
-        if inspect.isawaitable(result):
+        if type(result) is types.CoroutineType:  # a plain def that handed back its coroutine
             return self._annotated_awaitable(result, step)
         annotate(result, report.BYPASS, step, None)
         return result
@@ -215,14 +219,16 @@ class SkipProxy:
         self._fingerprint(d, args, kwargs)  # before the call: the host may mutate its inputs
         t0 = time.perf_counter()
         token = _ACTIVE.set(_ACTIVE.get() | {id(self)})
+        self._enter()
         try:
             result = wrapped(*args, **kwargs)
         except BaseException:
             self._give_back(d)
             raise
         finally:
+            self._leave()
             _ACTIVE.reset(token)
-        if inspect.isawaitable(result):  # a plain def that hands back an awaitable
+        if type(result) is types.CoroutineType:  # a plain def that hands back its coroutine
             return self._finish_awaitable(result, d, t0)
         return self._after_live(result, d, time.perf_counter() - t0)
 
@@ -242,6 +248,7 @@ class SkipProxy:
         self._fingerprint(d, args, kwargs)
         t0 = time.perf_counter()
         token = _ACTIVE.set(_ACTIVE.get() | {id(self)})
+        self._enter()
         try:
             result = wrapped(*args, **kwargs)  # called from this coroutine's frame
             if not maybe_sync or inspect.isawaitable(result):
@@ -250,6 +257,7 @@ class SkipProxy:
             self._give_back(d)
             raise
         finally:
+            self._leave()
             _ACTIVE.reset(token)
         return self._after_live(result, d, time.perf_counter() - t0)
 
@@ -299,6 +307,15 @@ class SkipProxy:
             return decision
         decision.served = served
         return decision
+
+    def _enter(self) -> None:
+        """A real call starts: the screened front leaves every call to ``__call__`` while one runs."""
+        with self._lock:
+            self._running[0] += 1
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._running[0] -= 1
 
     def _give_back(self, d: _Decision) -> None:
         """The real call raised: its call index is reused by the next call of the step (nothing was recorded)."""
@@ -374,6 +391,12 @@ class SkipProxy:
     def _after_live(self, result: Any, d: _Decision, seconds: float) -> Any:
         key = self.store.key(d.step, self.target.name, d.shard, d.call)
         nbytes = 0
+        if not d.no_store and inspect.isawaitable(result):
+            # e.g. a Ray ObjectRef or an asyncio Future: a handle to work still running, not its result
+            logger.warning("skipweave: not recording %s: %s returned %s, a handle to a result still being "
+                           "computed; weave the function that produces the data instead", key,
+                           self.target.path, type(result).__name__)
+            d.no_store = True
         if d.no_store:
             report.event(report.MISS, role=self.role.role, target=self.target.name, step=d.step,
                          nbytes=0, seconds=seconds)
@@ -413,31 +436,44 @@ def _screened(proxy: SkipProxy, screen: Screen) -> Callable[..., Any]:
 
     Every name the hot path reads is a closure cell (no attribute lookups on the proxy), the bypass count
     goes straight into :data:`report.COUNTERS`, and the result is annotated as :meth:`SkipProxy._live_bypass`
-    does. A call the screen cannot settle costs one extra Python call on its way to the proxy. The DEBUG
-    line per bypass is written when the ``skipweave`` logger was at DEBUG at weave time (the proxy's own
-    path asks on every call).
+    does. A call the screen cannot settle costs one extra Python call on its way to the proxy, and so does
+    every call while one of the proxy's real calls runs (a nested call must see the proxy's recursion
+    guard). The DEBUG line per bypass is written when the ``skipweave`` logger was at DEBUG at weave time
+    (the proxy's own path asks on every call).
     """
     call = proxy.__call__
-    on = proxy._on
+    on, running = proxy._on, proxy._running
     index, attr, flag, step_key, eligible = screen.index, screen.attr, screen.flag, screen.step_key, screen.eligible
-    plain: dict[type, bool] = {}  # argument type -> not a Mapping (a Mapping's keys would win over attributes)
-    awaitables: dict[type, bool] = {}  # result type -> may be awaitable
+    # Argument type -> "not a Mapping" (a Mapping's keys win over its attributes in the general path). The ABC
+    # check costs ~0.3 µs, so its answer is kept here; bounded, and dropped whenever an ABC registers a class.
+    plain: dict[type, bool] = {}
+    cache_token = abc.get_cache_token
+    token = [cache_token()]
     counters, log = report.COUNTERS, report.logger
-    # One DEBUG line per bypass only when the skipweave logger is at DEBUG when weaving: asking the logger
-    # on every call costs as much as the rest of the screen.
     log_each = log.isEnabledFor(logging.DEBUG)
     role, target = proxy.role.role, proxy.target.name
+    coroutine = types.CoroutineType
 
     def screened(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if not (on[0] and len(args) > index):
+        if running[0] or not (on[0] and len(args) > index):
             return call(wrapped, instance, args, kwargs)
         arg = args[index]
         meta = getattr(arg, attr, None)
         if type(meta) is not dict:
             return call(wrapped, instance, args, kwargs)
-        is_plain = plain.get(type(arg))
-        if is_plain is None:
-            is_plain = plain[type(arg)] = not isinstance(arg, Mapping)
+        kind = type(arg)
+        try:
+            is_plain = plain.get(kind)
+        except TypeError:  # a class made unhashable by its metaclass
+            return call(wrapped, instance, args, kwargs)
+        if is_plain is None or token[0] != cache_token():
+            is_plain = _not_a_mapping(arg)
+            if is_plain is None:
+                return call(wrapped, instance, args, kwargs)
+            if len(plain) >= _PLAIN_TYPES_KEPT or token[0] != cache_token():
+                plain.clear()
+                token[0] = cache_token()
+            plain[kind] = is_plain
         if not is_plain:
             return call(wrapped, instance, args, kwargs)
         value = meta.get(flag) if flag is not None else None
@@ -454,20 +490,27 @@ def _screened(proxy: SkipProxy, screen: Screen) -> Callable[..., Any]:
         if log_each:
             log.debug("skipweave bypass role=%s target=%s step=%s", role, target, step)
         result = wrapped(*args, **kwargs)
+        if type(result) is coroutine:  # a plain def that handed back its coroutine
+            return proxy._annotated_awaitable(result, step)
         out = getattr(result, "meta_info", None)
         if type(out) is dict:
             out["skipweave"] = {"status": "bypass", "step": step, "served_step": None}
-            return result
-        if out is not None:
+        elif out is not None:
             annotate(result, report.BYPASS, step, None)
-            return result
-        maybe = awaitables.get(type(result))
-        if maybe is None:
-            maybe = awaitables[type(result)] = (
-                issubclass(type(result), Awaitable) or type(result) is types.GeneratorType)
-        if maybe and inspect.isawaitable(result):  # a plain def that handed back an awaitable
-            return proxy._annotated_awaitable(result, step)
         return result
 
     screened.skipweave_proxy = proxy  # type: ignore[attr-defined]
     return screened
+
+
+_PLAIN_TYPES_KEPT = 64
+"""Argument types whose Mapping check a screened front remembers before it starts afresh (no unbounded growth,
+no class kept alive for good by a host that makes classes per call)."""
+
+
+def _not_a_mapping(arg: Any) -> bool | None:
+    """``not isinstance(arg, Mapping)``, or ``None`` when the ABC check itself fails (unhashable class)."""
+    try:
+        return not isinstance(arg, Mapping)
+    except TypeError:
+        return None

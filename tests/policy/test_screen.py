@@ -54,8 +54,16 @@ def test_named_arguments_use_the_signature_positions() -> None:
     assert screen_for(named, step, SOME, {}) is None  # the name is not a positional parameter
 
 
-def test_large_step_selections_keep_the_range_check() -> None:
-    huge = StepSet(((1, MAX_STEP_SET + 1),))
+def test_step_containers_stay_small_and_are_shared() -> None:
+    one_range = StepSet(((1, 10**9),))
+    s = screen_for(BypassConfig(), StepSourceConfig(), one_range)
+    assert s is not None and isinstance(s.eligible, range) and 10**9 in s.eligible and 10**9 + 1 not in s.eligible
+    several = StepSet(((1, 2), (5, MAX_STEP_SET)))
+    s = screen_for(BypassConfig(), StepSourceConfig(), several)
+    assert s is not None and isinstance(s.eligible, frozenset) and {1, 2, 5, MAX_STEP_SET} <= s.eligible
+    again = screen_for(BypassConfig(), StepSourceConfig(), StepSet(((1, 2), (5, MAX_STEP_SET))))
+    assert again is not None and again.eligible is s.eligible  # one set per distinct selection, not per target
+    huge = StepSet(((1, 2), (5, MAX_STEP_SET + 5)))
     s = screen_for(BypassConfig(), StepSourceConfig(), huge)
     assert s is not None and s.eligible is huge
-    assert MAX_STEP_SET + 1 in s.eligible and MAX_STEP_SET + 2 not in s.eligible
+    assert MAX_STEP_SET + 5 in s.eligible and MAX_STEP_SET + 6 not in s.eligible and 3 not in s.eligible

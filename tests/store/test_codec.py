@@ -86,6 +86,10 @@ class Pair(NamedTuple):
     right: Any
 
 
+class Tag(str):
+    """A str subclass: JSON would give back a plain str, so object arrays holding one are encoded element-wise."""
+
+
 class Opaque:
     """Arbitrary class: needs pickle."""
 
@@ -323,6 +327,156 @@ def test_object_arrays(tmp_path: Path) -> None:
     out = roundtrip({"uid": uid, "mixed": mixed, "grid": grid, "empty": np.empty((0,), dtype=object)}, tmp_path)
     assert out["grid"].shape == (2, 3) and out["grid"][1, 0]["i"] == 1
     assert isinstance(out["mixed"][1], list) and isinstance(out["mixed"][3], np.ndarray)
+
+
+def _object_array(values: list[Any], shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """An object array holding ``values`` as they are (np.array would turn nested lists into dimensions)."""
+    arr = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        arr[i] = v
+    return arr.reshape(shape) if shape is not None else arr
+
+
+def _array_node(tree: dict[str, Any], key: str) -> dict[str, Any]:
+    node = tree["root"]["v"][key]
+    assert node["t"] == "ndarray" and node["dtype"] == "|O"
+    return node  # type: ignore[no-any-return]
+
+
+def test_object_array_of_strings_is_one_json_list(tmp_path: Path) -> None:
+    strs = ["", "a-1", "ünïcödé", "\U0001f600 emoji", "nul \x00 inside", "\ud800 lone surrogate", "x" * 10_000]
+    obj = {
+        "uid": _object_array(strs),
+        "grid": _object_array([f"cell{i}" for i in range(6)], (2, 3)),
+        "zero_d": _object_array(["only"], ()),
+    }
+    obj["transposed"] = obj["grid"].T  # not C-contiguous: elements stored in C order of the view
+    enc = encode(obj)
+    assert enc.tree["codec_version"] == 2
+    uid = _array_node(enc.tree, "uid")
+    assert uid == {"t": "ndarray", "dtype": "|O", "shape": [len(strs)], "strs": strs}
+    grid = _array_node(enc.tree, "grid")
+    assert grid["shape"] == [2, 3] and grid["strs"] == [f"cell{i}" for i in range(6)] and "items" not in grid
+    out = roundtrip(obj, tmp_path)
+    assert out["grid"][1, 0] == "cell3" and out["zero_d"].shape == () and out["zero_d"][()] == "only"
+    assert _array_node(enc.tree, "transposed")["strs"][:2] == ["cell0", "cell3"]
+    assert out["transposed"].shape == (3, 2) and out["transposed"][0, 1] == "cell3"
+    assert all(type(x) is str for x in out["uid"]) and list(out["uid"]) == strs
+    assert out["uid"].flags.writeable
+
+
+def test_object_array_of_json_values_is_one_json_list(tmp_path: Path) -> None:
+    # verl's raw_prompt: one list of chat messages per row; reward_model / extra_info: one small dict per row
+    raw_prompt = _object_array(
+        [[{"role": "system", "content": "be brief"}, {"role": "user", "content": f"q{i}"}] for i in range(3)]
+    )
+    extra_info = _object_array(
+        [{"zeta": i, "alpha": f"a{i}", "mid": [i, None, True], "beta": {"z": 1.5, "a": -0.0}} for i in range(3)]
+    )
+    scalars = _object_array(
+        [None, True, False, 0, 1, -(2**63), 2**63 - 1, 1.0, -0.0, 1e-310, 1 / 3, "s", [], {}, [[[]]]]
+    )
+    grid = _object_array([{"i": i} if i % 2 else [i] for i in range(4)], (2, 2))
+    obj = {"raw_prompt": raw_prompt, "extra_info": extra_info, "scalars": scalars, "grid": grid}
+    enc = encode(obj)
+    assert enc.tree["codec_version"] == 2
+    for key in obj:
+        node = _array_node(enc.tree, key)
+        assert "json" in node and "items" not in node and "strs" not in node, key
+    assert _array_node(enc.tree, "raw_prompt")["json"][2][1] == {"role": "user", "content": "q2"}
+    out = roundtrip(obj, tmp_path)  # exact: element types (bool is not int), values, -0.0, key order
+    assert list(out["extra_info"][0]) == ["zeta", "alpha", "mid", "beta"]
+    assert list(out["extra_info"][0]["beta"]) == ["z", "a"]
+    assert [type(x) for x in out["scalars"][:5]] == [type(None), bool, bool, int, int]
+    assert out["raw_prompt"].shape == (3,) and type(out["raw_prompt"][0]) is list
+    assert out["grid"].shape == (2, 2) and out["grid"][0, 1] == {"i": 1}
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        pytest.param(Tag("sub"), id="str_subclass"),
+        pytest.param({"pair": (1, 2)}, id="tuple_inside"),
+        pytest.param([1.0, float("nan")], id="nan_inside"),
+        pytest.param(float("inf"), id="inf"),
+        pytest.param({1: "int key"}, id="non_str_key"),
+        pytest.param(b"raw", id="bytes"),
+        pytest.param(collections.OrderedDict([("b", 1), ("a", 2)]), id="dict_subclass"),
+        pytest.param({"big": 2**64}, id="int_beyond_64_bits"),
+        pytest.param(Level.HIGH, id="int_subclass"),
+        pytest.param(np.str_("numpy str"), id="numpy_str"),
+        pytest.param([np.float64(1.5)], id="float_subclass_inside"),
+        pytest.param(torch.tensor([1, 2]), id="tensor"),
+    ],
+)
+def test_object_arrays_that_json_cannot_hold_fall_back_element_wise(odd: Any, tmp_path: Path) -> None:
+    arr = _object_array(["plain", {"k": ["v"]}, odd])
+    enc = encode({"a": arr}, allow_pickle=True)
+    node = _array_node(enc.tree, "a")
+    assert "items" in node and "json" not in node and "strs" not in node
+    assert enc.tree["codec_version"] == 1  # no compact node: version-1 readers can still read this tree
+    out = roundtrip({"a": arr}, tmp_path, allow_pickle=True)["a"]
+    assert type(out[2]) is type(odd)
+
+
+def test_object_array_fallback_keeps_cycle_detection_and_deep_nesting(tmp_path: Path) -> None:
+    cyclic: list[Any] = ["x"]
+    cyclic.append(cyclic)
+    with pytest.raises(CodecError, match="cycle"):
+        encode({"a": _object_array(["ok", cyclic])})
+    deep: list[Any] = []
+    for _ in range(120):  # deeper than the plain-JSON check goes: stored element-wise, still exact
+        deep = [deep]
+    enc = encode({"a": _object_array([deep, "s"])})
+    assert "items" in _array_node(enc.tree, "a")
+    roundtrip({"a": _object_array([deep, "s"])}, tmp_path)
+
+
+def test_empty_object_array_keeps_version_1(tmp_path: Path) -> None:
+    obj = {"empty": np.empty((0,), dtype=object), "empty_2d": np.empty((3, 0), dtype=object)}
+    enc = encode(obj)
+    assert enc.tree["codec_version"] == 1 and _array_node(enc.tree, "empty")["items"] == []
+    out = roundtrip(obj, tmp_path)
+    assert out["empty_2d"].shape == (3, 0)
+
+
+# A tree as skipweave wrote it before the compact forms (codec_version 1): one node per element.
+OLD_TREE = """{"codec_version": 1, "root": {"t": "dict", "v": {
+  "uid": {"t": "ndarray", "dtype": "|O", "shape": [2], "items": [{"t": "str", "v": "u0"}, {"t": "str", "v": ""}]},
+  "grid": {"t": "ndarray", "dtype": "|O", "shape": [1, 2], "items": [{"t": "str", "v": "a"}, {"t": "none"}]},
+  "extra_info": {"t": "ndarray", "dtype": "|O", "shape": [1], "items": [{"t": "dict", "v": {
+      "zeta": {"t": "int", "v": 1}, "alpha": {"t": "list", "v": [{"t": "bool", "v": true}]}}}]}}}}"""
+
+
+def test_version_1_tree_still_decodes() -> None:
+    tree = json.loads(OLD_TREE)
+    out = decode(tree, {})
+    grid = np.empty((1, 2), dtype=object)
+    grid[0, 0] = "a"
+    assert_same(
+        out,
+        {
+            "uid": _object_array(["u0", ""]),
+            "grid": grid,
+            "extra_info": _object_array([{"zeta": 1, "alpha": [True]}]),
+        },
+    )
+    assert [r["kind"] for r in summarize(tree)] == ["ndarray"] * 3
+
+
+def test_compact_form_with_wrong_length_is_an_error() -> None:
+    enc = encode({"a": _object_array(["x", "y"])})
+    tree = json.loads(json.dumps(enc.tree))
+    tree["root"]["v"]["a"]["strs"].pop()
+    with pytest.raises(CodecError, match=r"obj\['a'\].*1 elements, expected a list of 2"):
+        decode(tree, {})
+
+
+def test_dropped_dataproto_extra_does_not_raise_the_version() -> None:
+    proto = PlainProto({"x": torch.ones(1)}, {}, {})
+    proto.note = {"uid": _object_array(["a"]), "bad": Opaque(1)}  # type: ignore[assignment]  # dropped
+    enc = encode(proto)
+    assert "extra" not in enc.tree["root"] and enc.tree["codec_version"] == 1
 
 
 def test_numpy_scalars(tmp_path: Path) -> None:

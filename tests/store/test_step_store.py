@@ -22,15 +22,28 @@ def _filled(dump: Path, steps: int) -> None:
     writer.close_all()
 
 
-def test_recorded_steps_lists_closed_parts_and_remembers_them(tmp_path: Path) -> None:
+def test_recorded_steps_lists_closed_parts_and_sees_later_changes(tmp_path: Path) -> None:
     _filled(tmp_path, 4)
-    reader = StepStore(str(tmp_path), "ns", "rollout")
+    reader = StepStore(str(tmp_path), "ns", "rollout", calls_per_step=2)
     assert reader.recorded_steps("gen", "r0") == [1, 2, 3, 4]
-    # A remembered closed part is not re-read: its part file going away unseen does not change the answer...
+    assert set(reader._closed) == {(s, "gen", "r0") for s in (1, 2, 3, 4)}  # remembered, not re-read next time
+    # Another process touching a remembered part is seen: no part file, one call of the two expected.
     (Path(target_dir(str(tmp_path), reader.key(2, "gen", "r0", 0))) / "r0.part.json").unlink()
-    assert reader.recorded_steps("gen", "r0") == [1, 2, 3, 4]
-    # ...while a fresh reader re-reads it: no part file and one call of the two expected, so step 2 is incomplete.
-    assert StepStore(str(tmp_path), "ns", "rollout", calls_per_step=2).recorded_steps("gen", "r0") == [1, 3, 4]
+    assert reader.recorded_steps("gen", "r0") == [1, 3, 4]
+
+
+def test_a_step_re_recorded_by_another_process_is_judged_afresh(tmp_path: Path) -> None:
+    _filled(tmp_path, 3)
+    reader = StepStore(str(tmp_path), "ns", "rollout", calls_per_step=2)
+    assert reader.recorded_steps("gen", "r0") == [1, 2, 3]
+    shutil.rmtree(tmp_path / "ns" / "rollout" / "2")
+    other = StepStore(str(tmp_path), "ns", "rollout", calls_per_step=2)
+    _record(other, 2)  # one call of two, never closed: an interrupted re-record
+    assert reader.recorded_steps("gen", "r0") == [1, 3]
+    folder = Path(target_dir(str(tmp_path), reader.key(2, "gen", "r0", 0)))
+    for f in folder.iterdir():  # what gc leaves of that incomplete part: an empty folder
+        f.unlink()
+    assert reader.recorded_steps("gen", "r0") == [1, 3]
 
 
 def test_a_step_folder_removed_by_another_process_drops_out(tmp_path: Path) -> None:

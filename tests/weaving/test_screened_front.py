@@ -62,9 +62,37 @@ class Out:
     meta_info: dict
 
 
+class Unhashable(type):
+    """A metaclass defining __eq__ without __hash__: its classes cannot sit in a set or an ABC cache."""
+
+    def __eq__(cls, other):
+        return cls is other
+
+
+class OddBatch(metaclass=Unhashable):
+    def __init__(self, meta):
+        self.meta_info = meta
+
+
+class FutureBatch:
+    """Awaitable and carrying meta_info, like a host's own future of a batch."""
+
+    def __init__(self, step):
+        self.meta_info = {"step": step}
+
+    def __await__(self):
+        yield from ()
+        return Out({"done": True})
+
+
 def gen(batch, *, extra=None):
     meta = getattr(batch, "meta_info", None) or {}
     CALLS.append(meta.get("global_steps"))
+    if meta.get("future"):
+        return FutureBatch(meta.get("global_steps"))
+    if meta.get("nested"):  # calls itself while its real call runs: the inner call must run bare
+        inner = gen(Batch({"validate": True, "global_steps": meta["global_steps"]}))
+        return Out({"step": meta.get("global_steps"), "inner": dict(inner.meta_info)})
     return Out({"step": meta.get("global_steps")})
 
 
@@ -98,6 +126,9 @@ def _cases(mod: Any) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
         ("batch a Mapping", (mod.MappingBatch({"global_steps": 2}),), {}),
         ("keyword beside", (B({"global_steps": 2}),), {"extra": 1}),
         ("no arguments", (), {}),
+        ("argument of an unhashable class", (mod.OddBatch({"global_steps": 2}),), {}),
+        ("awaitable result with meta_info", (B({"global_steps": 2, "future": True}),), {}),
+        ("nested call while recording", (B({"global_steps": 4, "nested": True}),), {}),
     ]
 
 
@@ -112,9 +143,10 @@ def _play(mod: Any, dump: Path, proxy: str | None) -> list[tuple[str, Any, int]]
         calls = len(mod.CALLS)
         try:
             out = mod.gen(*args, **kwargs)
-            status = out.meta_info.get("skipweave", {}).get("status"), out.meta_info.get("skipweave", {}).get("step")
+            mark = out.meta_info.get("skipweave", {})
+            status = (type(out).__name__, mark.get("status"), mark.get("step"), out.meta_info.get("inner"))
         except Exception as exc:  # the general path may refuse an input; the screen must refuse it too
-            status = (type(exc).__name__, None)
+            status = (type(exc).__name__, None, None, None)
         after = skipweave.counters()
         delta = tuple(after[k] - before[k] for k in ("hits", "misses", "bypasses"))
         seen.append((name, (status, delta), len(mod.CALLS) - calls))
@@ -145,9 +177,12 @@ def test_screened_and_general_paths_agree_call_by_call(mod: Any, tmp_path: Path)
         general = _play(mod, tmp_path / "general", f"{mod.__name__}:General")
         assert screened == general
     by_name = {name: outcome for name, outcome, _ in screened}
-    assert by_name["validation"] == (("bypass", None), (0, 0, 1))
-    assert by_name["step not eligible"] == (("bypass", 2), (0, 0, 1))
-    assert by_name["eligible step"] == (("hit", 3), (1, 0, 0))
+    assert by_name["validation"] == (("Out", "bypass", None, None), (0, 0, 1))
+    assert by_name["step not eligible"] == (("Out", "bypass", 2, None), (0, 0, 1))
+    assert by_name["eligible step"] == (("Out", "hit", 3, None), (1, 0, 0))
+    assert by_name["awaitable result with meta_info"] == (("FutureBatch", "bypass", 2, None), (0, 0, 1))
+    # recorded in round one with the inner call bare (no annotation, no count), replayed in round two
+    assert by_name["nested call while recording"] == (("Out", "hit", 4, {"step": 4}), (1, 0, 0))
 
 
 def test_an_inactive_front_passes_calls_through_untouched(mod: Any, tmp_path: Path) -> None:
@@ -199,3 +234,76 @@ def test_bypass_lines_follow_the_log_level_at_weave_time(mod: Any, tmp_path: Pat
 
 def test_mapping_check_is_the_abc() -> None:
     assert not isinstance(object(), Mapping)  # the screen's per-type cache relies on the ABC answer
+
+
+def test_subclasses_that_replace_what_the_screen_reads_get_the_general_path(mod: Any, tmp_path: Path) -> None:
+    from skipweave.config.schema import StepSourceConfig, StepSourceKind
+    from skipweave.policy.steps import StepSource
+
+    class CounterSteps(SkipProxy):
+        def __init__(self, *a: Any, **k: Any) -> None:
+            super().__init__(*a, **k)
+            self.step_source = StepSource(StepSourceConfig(source=StepSourceKind.COUNTER))
+
+    class OddSteps(SkipProxy):
+        def __init__(self, *a: Any, **k: Any) -> None:
+            super().__init__(*a, **k)
+            self.steps = {1, 3, 5}  # type: ignore[assignment]
+
+    for cls, expect in ((CounterSteps, ("miss", 1)), (OddSteps, ("bypass", 2))):
+        setattr(mod, cls.__name__, cls)
+        skipweave.unweave()
+        skipweave.weave({"skip": {"rollout": {
+            "enable": True, "dump_dir": str(tmp_path / cls.__name__), "steps": [1],
+            "targets": {"g": {"path": f"{mod.__name__}:gen", "proxy": f"{mod.__name__}:{cls.__name__}"}}}}})
+        assert isinstance(mod.gen._self_wrapper, cls)  # the proxy itself: no screened front
+        mark = mod.gen(mod.Batch({"global_steps": 2})).meta_info["skipweave"]
+        assert (mark["status"], mark["step"]) == expect
+
+
+def test_the_front_keeps_no_argument_class_alive(mod: Any, tmp_path: Path) -> None:
+    import gc
+    import weakref
+
+    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "steps": [1],
+                                          "targets": {"g": f"{mod.__name__}:gen"}}}})
+    refs = []
+    for i in range(300):  # a host making a class per call
+        cls = type(f"Batch{i}", (), {})
+        b = cls()
+        b.meta_info = {"global_steps": 2}
+        assert mod.gen(b).meta_info["skipweave"]["status"] == "bypass"
+        refs.append(weakref.ref(cls))
+        del cls, b
+    gc.collect()
+    assert sum(r() is not None for r in refs) <= 64
+
+
+def test_a_class_registered_as_a_mapping_later_is_seen(mod: Any, tmp_path: Path) -> None:
+    class Late:
+        def __init__(self) -> None:
+            self.meta_info = {"global_steps": 2}
+
+        def __getitem__(self, key: str) -> Any:
+            return {"global_steps": 3}
+
+        def __contains__(self, key: str) -> bool:
+            return key == "meta_info"
+
+    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "steps": [3],
+                                          "targets": {"g": f"{mod.__name__}:gen"}}}})
+    assert mod.gen(Late()).meta_info["skipweave"]["status"] == "bypass"  # attribute: step 2, not eligible
+    Mapping.register(Late)
+    assert mod.gen(Late()).meta_info["skipweave"]["status"] != "bypass"  # now its keys win: step 3
+
+
+def test_a_handle_to_running_work_is_handed_back_untouched_and_not_recorded(
+        mod: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "steps": [3],
+                                          "targets": {"g": f"{mod.__name__}:gen"}}}})
+    before = skipweave.counters()
+    with caplog.at_level(logging.WARNING, logger="skipweave"):
+        out = mod.gen(mod.Batch({"global_steps": 3, "future": True}))
+    assert type(out).__name__ == "FutureBatch"  # not turned into a coroutine (a Ray ObjectRef must stay one)
+    assert skipweave.counters()["bytes_written"] == before["bytes_written"]
+    assert any("handle to a result still being computed" in r.getMessage() for r in caplog.records)
