@@ -94,10 +94,47 @@ def main_alias(module: str) -> str:
 
 
 def _find_spec(name: str) -> Any:
+    """The module spec of ``name``, or None; parents are not imported when the finders can do without.
+
+    ``importlib.util.find_spec("a.b.c")`` imports ``a`` and ``a.b`` to learn where ``c`` lives: for a host
+    library such as verl that is seconds of imports (torch, transformers, ray) in every process that weaves
+    its profile, including processes that never touch it. The finders on ``sys.meta_path`` are asked
+    directly instead, with the parent's search locations found the same way; a package that builds its
+    ``__path__`` at import time (``pkgutil.extend_path``) is not found so, and is then looked up by
+    importing its parents, as before.
+    """
+    spec = _find_spec_without_import(name)
+    if spec is not None:
+        return spec
     try:
         return importlib.util.find_spec(name)
     except (ImportError, ValueError):
         return None
+
+
+def _find_spec_without_import(name: str) -> Any:
+    if name in sys.modules:
+        return getattr(sys.modules[name], "__spec__", None)
+    parent, _, _ = name.rpartition(".")
+    locations = None
+    if parent:
+        parent_spec = _find_spec_without_import(parent)
+        locations = getattr(parent_spec, "submodule_search_locations", None)
+        if parent in sys.modules:
+            locations = getattr(sys.modules[parent], "__path__", locations)
+        if locations is None:
+            return None
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        try:
+            spec = find(name, locations)
+        except Exception:  # noqa: BLE001 - a third-party finder failing is a "not found" here
+            continue
+        if spec is not None:
+            return spec
+    return None
 
 
 def resolve_owner(module_obj: Any, rpath: ResolvedPath) -> tuple[Any, str]:

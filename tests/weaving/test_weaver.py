@@ -6,7 +6,9 @@ import asyncio
 import functools
 import importlib
 import inspect
+import os
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -274,3 +276,45 @@ def test_weave_reentered_from_an_import_during_weave_wraps_once(
     finally:
         for name in ("reentry_pkg.mod", "reentry_pkg"):
             sys.modules.pop(name, None)
+
+
+def test_weaving_a_target_deep_in_a_package_imports_none_of_it(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # verl's package __init__ imports torch, transformers and ray: seconds in every process that weaves the
+    # profile, also where verl is never used. Finding the target's module must not run any __init__.
+    name = f"heavy_{uuid.uuid4().hex[:8]}"
+    pkg = tmp_path / name / "experimental"
+    pkg.mkdir(parents=True)
+    (tmp_path / name / "__init__.py").write_text("import os\nos.environ['SKIPWEAVE_TEST_HEAVY'] = 'imported'\n")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "loop.py").write_text("class Manager:\n    def generate(self, n):\n        return [n]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("SKIPWEAVE_TEST_HEAVY", raising=False)
+    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path / "dump"), "step": "counter",
+                                          "targets": {"g": f"{name}.experimental.loop.Manager.generate"}}}})
+    assert name not in sys.modules and "SKIPWEAVE_TEST_HEAVY" not in os.environ
+    loop = importlib.import_module(f"{name}.experimental.loop")  # the host imports it: patched then
+    before = skipweave.counters()["misses"]
+    assert loop.Manager().generate(3) == [3]
+    assert skipweave.counters()["misses"] == before + 1
+    for mod in [m for m in sys.modules if m.startswith(name)]:
+        sys.modules.pop(mod)
+
+
+def test_a_package_extending_its_path_at_import_is_still_found(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    name = f"split_{uuid.uuid4().hex[:8]}"
+    for part, body in (("a", "from pkgutil import extend_path\n__path__ = extend_path(__path__, __name__)\n"),
+                       ("b", None)):
+        (tmp_path / part / name).mkdir(parents=True)
+        if body is not None:
+            (tmp_path / part / name / "__init__.py").write_text(body)
+        monkeypatch.syspath_prepend(str(tmp_path / part))
+    (tmp_path / "b" / name / "gen.py").write_text("def generate(n):\n    return [n]\n")
+    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path / "dump"), "step": "counter",
+                                          "targets": {"g": f"{name}.gen.generate"}}}})
+    gen = importlib.import_module(f"{name}.gen")
+    before = skipweave.counters()["misses"]
+    assert gen.generate(2) == [2] and skipweave.counters()["misses"] == before + 1
+    for mod in [m for m in sys.modules if m.startswith(name)]:
+        sys.modules.pop(mod)
