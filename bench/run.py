@@ -499,7 +499,9 @@ def main(argv: list[str] | None = None) -> int:
             rows = [error_row(name, TITLES[name], f"failed: {exc}")]
         failed = failed or any(r.get("error") and "skipped" not in r["note"] for r in rows)
         result["rows"] += rows
-        print(f"[bench] {name} done in {time.perf_counter() - ts:.0f} s", file=sys.stderr, flush=True)
+        skipped = bool(rows) and all(r.get("error") and "skipped" in r["note"] for r in rows)
+        print(f"[bench] {name} {'skipped' if skipped else 'done'} in {time.perf_counter() - ts:.0f} s",
+              file=sys.stderr, flush=True)
     result["machine"]["loadavg_end"] = _loadavg()
     result["elapsed_s"] = time.perf_counter() - t0
     result["finished_unix"] = time.time()

@@ -168,6 +168,8 @@ def print_table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
         f"{'':>10} | {hit_text:>10} | "
         f"{'yes' if summary['identical'] else 'NO'}"
     )
+    print(f"identical: {', '.join(COMPARED_KEYS)} equal at the step in both runs (values in run1/ and run2/ "
+          "metrics.jsonl)")
     print(f"rollout time ratio run2/run1: {summary['rollout_ratio']:.4f}")
     print(f"validation rewards identical: {'yes' if summary['val_identical'] else 'NO'}")
 
@@ -219,6 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print_table(rows, summary)
     print(f"wall time: run-1 {wall[0]:.1f}s, run-2 {wall[1]:.1f}s")
+    if dump_dir is not None:
+        print(f"store kept in {dump_dir} (look inside: skipweave ls {dump_dir}); runs and logs in {out_dir}")
     if args.summary_json is not None:
         args.summary_json.parent.mkdir(parents=True, exist_ok=True)
         args.summary_json.write_text(json.dumps(summary, indent=2), encoding="utf-8")
