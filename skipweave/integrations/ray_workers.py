@@ -624,7 +624,7 @@ def _refuse_all_targets() -> None:
             if _in_main(target.path):
                 continue  # refused when Ray loads the class (_weave_loaded_class)
             try:
-                rpath = split_path(target.path)
+                rpath = split_path(target.path, may_import=not target.optional)
             except TargetNotFound:
                 continue  # nothing to refuse: the module does not exist here
             key = f"{rpath.module}|{rpath.attr}"

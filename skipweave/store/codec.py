@@ -833,6 +833,8 @@ class _Decoder:
         if not isinstance(elements, list) or len(elements) != size:
             got = f"{len(elements)} elements" if isinstance(elements, list) else f"a {_type_name(elements)}"
             raise CodecError(f"{path}: object array {form!r} holds {got}, expected a list of {size}")
+        if form == "strs" and not set(map(type, elements)) <= {str}:
+            raise CodecError(f"{path}: object array 'strs' holds values that are not strings")
         # fromiter stores each element as it is; assigning a list to a slice would broadcast nested lists
         return np.fromiter(elements, dtype=object, count=size).reshape(shape)
 

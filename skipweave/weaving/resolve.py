@@ -2,13 +2,17 @@
 
 Two spellings are accepted: ``pkg.mod:Class.method`` (module explicit) and the dotted form Hydra uses
 for ``_target_`` (``pkg.mod.Class.method``), where the module is the longest prefix that is a module.
-Finding that prefix imports parent *packages* only (their ``__init__``), never the target module
-itself, so a target in a module not yet imported can be patched when the host first imports it.
+Finding that prefix asks the import finders where each part lives without importing anything, so a
+target in a module not yet imported is patched when the host first imports it, and weaving a profile
+never imports the host library (verl's package alone takes seconds). Only a path the finders cannot
+place so (a package building its ``__path__`` at import time, ``pkgutil.extend_path``) is looked up by
+importing its parent packages -- and, for an optional target, not at all.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -34,20 +38,28 @@ class ResolvedPath:
     attr: str  # e.g. "Class.method" or "func"
 
 
-def split_path(path: str) -> ResolvedPath:
+def split_path(path: str, *, may_import: bool = True) -> ResolvedPath:
     """Split ``path`` into module and attribute path.
+
+    Args:
+        path: ``pkg.mod:Class.method`` or ``pkg.mod.Class.method``.
+        may_import: when the finders cannot place a part without imports, import its parent packages
+            to look again (False for optional targets: a part not found so counts as missing).
 
     Raises:
         TargetNotFound: no prefix of ``path`` is an importable module, or nothing is left for the attribute.
     """
+    def find(name: str) -> Any:
+        return _find_spec(name, may_import=may_import)
+
     if ":" in path:
         module, _, attr = path.partition(":")
         if not attr:
             raise TargetNotFound(path, path, "nothing after ':'")
-        if module not in sys.modules and _find_spec(module) is None:
+        if module not in sys.modules and find(module) is None:
             parts = module.split(".")
             failed = next(
-                (".".join(parts[: i + 1]) for i in range(len(parts)) if _find_spec(".".join(parts[: i + 1])) is None),
+                (".".join(parts[: i + 1]) for i in range(len(parts)) if find(".".join(parts[: i + 1])) is None),
                 module,
             )
             raise TargetNotFound(path, failed, f"no module named '{failed}'")
@@ -62,7 +74,7 @@ def split_path(path: str) -> ResolvedPath:
             if not hasattr(mod, "__path__"):
                 break  # a plain module: the rest are attributes
             continue
-        spec = _find_spec(candidate)
+        spec = find(candidate)
         if spec is None:
             break
         module = candidate
@@ -93,7 +105,7 @@ def main_alias(module: str) -> str:
     return module
 
 
-def _find_spec(name: str) -> Any:
+def _find_spec(name: str, *, may_import: bool = True) -> Any:
     """The module spec of ``name``, or None; parents are not imported when the finders can do without.
 
     ``importlib.util.find_spec("a.b.c")`` imports ``a`` and ``a.b`` to learn where ``c`` lives: for a host
@@ -104,7 +116,7 @@ def _find_spec(name: str) -> Any:
     importing its parents, as before.
     """
     spec = _find_spec_without_import(name)
-    if spec is not None:
+    if spec is not None or not may_import:
         return spec
     try:
         return importlib.util.find_spec(name)
@@ -119,12 +131,14 @@ def _find_spec_without_import(name: str) -> Any:
     locations = None
     if parent:
         parent_spec = _find_spec_without_import(parent)
-        locations = getattr(parent_spec, "submodule_search_locations", None)
+        locations = _plain_locations(getattr(parent_spec, "submodule_search_locations", None))
         if parent in sys.modules:
             locations = getattr(sys.modules[parent], "__path__", locations)
         if locations is None:
             return None
     for finder in sys.meta_path:
+        if type(finder).__name__ == "ImportHookFinder" and type(finder).__module__.startswith("wrapt"):
+            continue  # wrapt's post-import hook finder answers through importlib.util.find_spec: it imports
         find = getattr(finder, "find_spec", None)
         if find is None:
             continue
@@ -134,7 +148,31 @@ def _find_spec_without_import(name: str) -> Any:
             continue
         if spec is not None:
             return spec
+    if parent and locations is not None:
+        # A folder without __init__.py inside a package is a namespace portion; the path finder cannot
+        # describe one while its parent is not imported (its _NamespacePath reads sys.modules[parent]).
+        last = name.rpartition(".")[2]
+        portions = [os.path.join(loc, last) for loc in locations if isinstance(loc, str)]
+        portions = [p for p in portions if os.path.isdir(p)]
+        if portions:
+            spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+            spec.submodule_search_locations = portions
+            return spec
     return None
+
+
+def _plain_locations(locations: Any) -> list[str] | None:
+    """A namespace package's search locations as a list, without its parent imported.
+
+    Iterating a ``_NamespacePath`` recomputes it from ``sys.modules[parent].__path__``, which fails while the
+    parent is not imported; the locations found with the spec are kept in its ``_path``.
+    """
+    if locations is None:
+        return None
+    try:
+        return list(locations)
+    except KeyError:
+        return list(getattr(locations, "_path", None) or []) or None
 
 
 def resolve_owner(module_obj: Any, rpath: ResolvedPath) -> tuple[Any, str]:

@@ -118,7 +118,7 @@ class Weaver:
             for role in plan.enabled_roles:
                 for target in role.targets:
                     try:
-                        rpath = split_path(target.path)
+                        rpath = split_path(target.path, may_import=not target.optional)
                     except TargetNotFound as exc:
                         if target.optional:
                             logger.debug("skipweave: optional target %s skipped: %s", target.path, exc)

@@ -751,3 +751,11 @@ def test_missing_tensor_is_an_error() -> None:
     enc = encode({"x": torch.ones(1)})
     with pytest.raises(CodecError, match="missing"):
         decode(enc.tree, {})
+
+
+def test_a_strs_list_holding_other_values_is_refused() -> None:
+    enc = encode(np.array(["a", "b"], dtype=object))
+    tree = json.loads(json.dumps(enc.tree))
+    tree["root"]["strs"] = ["a", 2]
+    with pytest.raises(CodecError, match="not strings"):
+        decode(tree, enc.tensors)
