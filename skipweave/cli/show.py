@@ -134,7 +134,7 @@ def _file_state(folder: str, item: dict[str, Any], checksums: bool) -> dict[str,
 
 def _leaves(folder: str, manifest: dict[str, Any]) -> list[dict[str, Any]]:
     """Summarise the entry's tree file; each row gains ``bytes`` (``None`` when held in the JSON tree)."""
-    from skipweave.store import codec
+    from skipweave.store import tree as codec_tree
 
     names = [str(i.get("name")) for i in manifest.get("payload", []) if isinstance(i, dict)]
     tree_name = next((n for n in names if n.endswith(".tree.json")), None)
@@ -142,20 +142,28 @@ def _leaves(folder: str, manifest: dict[str, Any]) -> list[dict[str, Any]]:
         raise ValueError("the manifest lists no tree file")
     with open(os.path.join(folder, tree_name), encoding="utf-8") as fh:
         tree = json.load(fh)
-    return [{**row, "bytes": _leaf_bytes(row)} for row in codec.summarize(tree)]
+    return [{**row, "bytes": _leaf_bytes(row)} for row in codec_tree.summarize(tree)]
+
+
+TORCH_ITEMSIZE = {
+    "bool": 1, "uint8": 1, "int8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1,
+    "float8_e5m2fnuz": 1, "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2, "int32": 4, "uint32": 4,
+    "float32": 4, "int64": 8, "uint64": 8, "float64": 8, "complex64": 8, "complex128": 16,
+}
+"""Bytes per element of the torch dtypes the codec writes (``str(dtype)`` without ``torch.``), so ``show``
+needs no torch import (~2-3 s); a dtype missing here shows no size."""
 
 
 def _leaf_bytes(row: dict[str, Any]) -> int | None:
     """Bytes a tensor or numeric array leaf takes in the tensor file, from its dtype and shape."""
     import numpy as np
-    import torch
 
     numel = 1
     for n in row["shape"]:
         numel *= int(n)
     if row["kind"] == "tensor":
-        dtype = getattr(torch, str(row["dtype"]).removeprefix("torch."), None)
-        return numel * dtype.itemsize if isinstance(dtype, torch.dtype) else None
+        size = TORCH_ITEMSIZE.get(str(row["dtype"]).removeprefix("torch."))
+        return None if size is None else numel * size
     if row["kind"] == "ndarray":
         try:
             dt = np.dtype(row["dtype"])

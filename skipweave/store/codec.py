@@ -76,18 +76,23 @@ import logging
 import math
 import pickle
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from skipweave.store.tree import CodecError, summarize
+from skipweave.store.tree import check_root as _check_root
+from skipweave.store.tree import child_path as _child
+from skipweave.store.tree import float_from_node as _float_from_node
+from skipweave.store.tree import key_label as _key_label
+
 logger = logging.getLogger(__name__)
 
 CODEC_VERSION = 2
 """The newest codec version this module writes; a tree records the lowest version able to describe it."""
-_READABLE_VERSIONS = (1, 2)
 _COMPACT_VERSION = 2  # version that introduced the "strs" / "json" object-array forms
 
 __all__ = [
@@ -101,10 +106,6 @@ __all__ = [
     "is_tensordict",
     "summarize",
 ]
-
-
-class CodecError(Exception):
-    """A value cannot be encoded or a tree cannot be decoded; the message names the path and the type."""
 
 
 class PickleRefused(CodecError):
@@ -260,29 +261,12 @@ def _is_namedtuple(obj: Any) -> bool:
     return isinstance(obj, tuple) and type(obj) is not tuple and hasattr(type(obj), "_fields")
 
 
-def _key_label(key: Any) -> str:
-    return f"[{key!r}]"
-
-
-def _child(path: str, suffix: str) -> str:
-    """Join a path and a suffix; ``suffix`` is ``"[...]"`` or ``".name"``."""
-    if not path and suffix.startswith("."):
-        return suffix[1:]
-    return path + suffix
-
-
 def _float_node(x: float) -> dict[str, Any]:
     if math.isnan(x):
         return {"t": "float", "s": "nan"}
     if math.isinf(x):
         return {"t": "float", "s": "inf" if x > 0 else "-inf"}
     return {"t": "float", "v": x}
-
-
-def _float_from_node(node: Mapping[str, Any]) -> float:
-    if "s" in node:
-        return float(node["s"])
-    return float(node["v"])
 
 
 def _device_available(device: str) -> bool:
@@ -972,19 +956,6 @@ _DECODERS: dict[str, Callable[[_Decoder, Mapping[str, Any], str], Any]] = {
 }
 
 
-def _check_root(tree: Mapping[str, Any]) -> Any:
-    if not isinstance(tree, Mapping) or "codec_version" not in tree or "root" not in tree:
-        raise CodecError("not a codec tree: expected a dict with 'codec_version' and 'root'")
-    version = tree["codec_version"]
-    if type(version) is not int or version not in _READABLE_VERSIONS:
-        known = " and ".join(str(v) for v in _READABLE_VERSIONS)
-        raise CodecError(
-            f"unknown codec_version {version!r} (this skipweave understands {known}); "
-            "the recording was written by a different skipweave version"
-        )
-    return tree["root"]
-
-
 def decode(
     tree: dict[str, Any],
     tensors: Mapping[str, torch.Tensor],
@@ -1013,106 +984,3 @@ def decode(
     """
     root = _check_root(tree)
     return _Decoder(tensors, allow_pickle).decode(root, root_name)
-
-
-# --------------------------------------------------------------------------------------------------------
-# summary
-
-
-def _leaf_row(node: Mapping[str, Any], path: str) -> dict[str, Any]:
-    tag = node["t"]
-    if tag == "tensor":
-        return {"path": path, "kind": "tensor", "dtype": node["dtype"], "shape": list(node["shape"])}
-    if tag == "ndarray":
-        return {
-            "path": path,
-            "kind": "ndarray",
-            "dtype": str(np.dtype(node["dtype"])),
-            "shape": list(node["shape"]),
-        }
-    if tag == "npscalar":
-        return {"path": path, "kind": "npscalar", "dtype": str(np.dtype(node["dtype"])), "shape": []}
-    if tag in ("enum", "pickle"):
-        return {"path": path, "kind": tag, "dtype": node.get("cls") or node.get("type"), "shape": []}
-    if tag == "torch_size":
-        return {"path": path, "kind": tag, "dtype": "torch.Size", "shape": [len(node["v"])]}
-    if tag == "none":
-        return {"path": path, "kind": "none", "dtype": "NoneType", "shape": []}
-    return {"path": path, "kind": tag, "dtype": tag, "shape": []}
-
-
-def _walk(node: Mapping[str, Any], path: str) -> Iterator[dict[str, Any]]:
-    tag = node.get("t")
-    if tag == "dict":
-        if "v" in node:
-            for k, v in node["v"].items():
-                yield from _walk(v, _child(path, _key_label(k)))
-        else:
-            for kn, vn in node["kv"]:
-                yield from _walk(vn, _child(path, _key_label(_summary_key(kn))))
-    elif tag in ("list", "tuple", "set", "frozenset"):
-        for i, v in enumerate(node["v"]):
-            yield from _walk(v, _child(path, f"[{i}]"))
-    elif tag in ("namedtuple", "dataclass"):
-        for k, v in node["v"].items():
-            yield from _walk(v, _child(path, f".{k}"))
-    elif tag == "tensordict":
-        if "stack" in node:
-            for i, v in enumerate(node["stack"]):
-                yield from _walk(v, _child(path, f".tensordicts[{i}]"))
-        else:
-            for k, v in node["v"].items():
-                yield from _walk(v, _child(path, _key_label(k)))
-    elif tag == "nontensordata":
-        yield from _walk(node["data"], _child(path, ".data"))
-    elif tag == "dataproto":
-        for attr in ("batch", "non_tensor_batch", "meta_info"):
-            yield from _walk(node[attr], _child(path, f".{attr}"))
-        for k, v in node.get("extra", {}).items():
-            yield from _walk(v, _child(path, f".{k}"))
-    else:
-        yield _leaf_row(node, path)
-
-
-def _summary_key(node: Mapping[str, Any]) -> Any:
-    """Best-effort Python value of a dict key node, for display only (no tensors needed)."""
-    tag = node.get("t")
-    if tag in ("str", "bool"):
-        return node["v"]
-    if tag == "int":
-        return int(node["s"]) if "s" in node else node["v"]
-    if tag == "float":
-        return _float_from_node(node)
-    if tag == "none":
-        return None
-    if tag == "tuple":
-        return tuple(_summary_key(n) for n in node["v"])
-    if tag == "enum":
-        return f"{node['cls']}.{node.get('name', '?')}"
-    return f"<{tag}>"
-
-
-def summarize(tree: Mapping[str, Any], *, root: str = "") -> list[dict[str, Any]]:
-    """List the leaves of an encoded tree without needing its tensors.
-
-    Containers (dict, list, tuple, set, namedtuple, dataclass, TensorDict, DataProto-like) are expanded;
-    object-dtype numpy arrays are reported as one leaf. Empty containers produce no row.
-
-    Args:
-        tree: ``Encoded.tree`` (the ``{"codec_version": ..., "root": ...}`` wrapper) or a bare node.
-        root: prefix for the paths (default empty, so a DataProto root gives ``"batch['input_ids']"``).
-
-    Returns:
-        One dict per leaf: ``{"path": str, "kind": str, "dtype": str, "shape": list[int]}``. ``kind`` is the
-        node type tag (``"tensor"``, ``"ndarray"``, ``"int"``, ``"str"``, ``"pickle"``, ...); ``dtype`` is
-        e.g. ``"torch.bfloat16"`` / ``"int64"`` for arrays, the numpy dtype for numpy scalars, the class
-        reference for enums and pickled values, otherwise the tag; ``shape`` is ``[]`` for scalars.
-
-    Raises:
-        CodecError: unknown ``codec_version`` or malformed tree.
-    """
-    node = _check_root(tree) if "codec_version" in tree else tree
-    try:
-        return list(_walk(node, root))
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise CodecError(f"malformed codec tree: {type(exc).__name__}: {exc}") from exc

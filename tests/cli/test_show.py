@@ -117,3 +117,24 @@ def test_show_refuses_paths_that_are_not_one_entry(tmp_path: Path, capsys: Any) 
         status, out, err = cli(capsys, "show", path)
         assert status == 2 and not out, path
         assert err.startswith("skipweave show: ") and message in err, err
+
+
+def test_show_starts_without_importing_torch(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    manifest = _one_entry(tmp_path / "dump")
+    code = ("import sys\nfrom skipweave.cli.main import main\nstatus = main(['show', sys.argv[1], '--verify'])\n"
+            "assert 'torch' not in sys.modules, 'show imported torch'\nsys.exit(status)")
+    proc = subprocess.run([sys.executable, "-c", code, str(manifest)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "batch['logp']" in proc.stdout and "256 B" in proc.stdout
+
+
+def test_the_dtype_sizes_show_uses_match_torch() -> None:
+    from skipweave.cli.show import TORCH_ITEMSIZE
+
+    for name, size in TORCH_ITEMSIZE.items():
+        dtype = getattr(torch, name, None)
+        if isinstance(dtype, torch.dtype):
+            assert dtype.itemsize == size, name
