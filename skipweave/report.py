@@ -14,6 +14,8 @@ from typing import Any
 logger = logging.getLogger("skipweave")
 
 HIT, MISS, BYPASS = "hit", "miss", "bypass"
+BYPASS_LINE = "skipweave bypass role=%s target=%s step=%s"
+"""The DEBUG line of a bypass (arguments: role, target, step), also written by the proxies' screened fronts."""
 
 
 @dataclass
@@ -81,7 +83,7 @@ def event(
     if status == BYPASS:  # the hot path: no lock (a lost increment under a thread race is acceptable)
         COUNTERS.bypasses += 1
         if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("skipweave bypass role=%s target=%s step=%s", role, target, step)
+            logger.debug(BYPASS_LINE, role, target, step)
         return
     _register_summary()
     with _lock:

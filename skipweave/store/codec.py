@@ -83,11 +83,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from skipweave.store.tree import CodecError, summarize
-from skipweave.store.tree import check_root as _check_root
-from skipweave.store.tree import child_path as _child
-from skipweave.store.tree import float_from_node as _float_from_node
-from skipweave.store.tree import key_label as _key_label
+from skipweave.store.tree import CodecError, check_root, child_path, float_from_node, key_label, summarize
 
 logger = logging.getLogger(__name__)
 
@@ -529,9 +525,9 @@ class _Encoder:
                     raise CodecError(f"{path}: reference cycle through an object array cannot be encoded")
                 self._stack.add(oid)
                 try:
-                    flat_path = path if arr.ndim == 1 else _child(path, ".flat")
+                    flat_path = path if arr.ndim == 1 else child_path(path, ".flat")
                     node["items"] = [
-                        self.encode(el, _child(flat_path, f"[{i}]")) for i, el in enumerate(arr.flat)
+                        self.encode(el, child_path(flat_path, f"[{i}]")) for i, el in enumerate(arr.flat)
                     ]
                 finally:
                     self._stack.discard(oid)
@@ -566,7 +562,7 @@ class _Encoder:
         name = obj.name
         if name is not None and cls.__members__.get(name) is obj:
             return {"t": "enum", "cls": ref, "name": name}
-        return {"t": "enum", "cls": ref, "value": self.encode(obj.value, _child(path, ".value"))}
+        return {"t": "enum", "cls": ref, "value": self.encode(obj.value, child_path(path, ".value"))}
 
     def _encode_pickle(self, obj: Any, path: str, reason: str | None = None) -> dict[str, Any]:
         tname = _type_name(obj)
@@ -592,12 +588,12 @@ class _Encoder:
             if tp is collections.OrderedDict:
                 node["ordered"] = True
             if all(type(k) is str for k in obj):
-                node["v"] = {k: self.encode(v, _child(path, _key_label(k))) for k, v in obj.items()}
+                node["v"] = {k: self.encode(v, child_path(path, key_label(k))) for k, v in obj.items()}
             else:
                 node["kv"] = [
                     [
-                        self.encode(k, _child(path, f"<key {k!r}>")),
-                        self.encode(v, _child(path, _key_label(k))),
+                        self.encode(k, child_path(path, f"<key {k!r}>")),
+                        self.encode(v, child_path(path, key_label(k))),
                     ]
                     for k, v in obj.items()
                 ]
@@ -605,10 +601,10 @@ class _Encoder:
         if tp is list or tp is tuple:
             return {
                 "t": tp.__name__,
-                "v": [self.encode(v, _child(path, f"[{i}]")) for i, v in enumerate(obj)],
+                "v": [self.encode(v, child_path(path, f"[{i}]")) for i, v in enumerate(obj)],
             }
         if tp is set or tp is frozenset:
-            items = [self.encode(v, _child(path, f"<item {v!r}>")) for v in obj]
+            items = [self.encode(v, child_path(path, f"<item {v!r}>")) for v in obj]
             items.sort(key=lambda n: json.dumps(n, sort_keys=True))  # deterministic trees across processes
             return {"t": tp.__name__, "v": items}
         # namedtuple
@@ -616,13 +612,13 @@ class _Encoder:
         return {
             "t": "namedtuple",
             "cls": ref,
-            "v": {f: self.encode(getattr(obj, f), _child(path, f".{f}")) for f in tp._fields},
+            "v": {f: self.encode(getattr(obj, f), child_path(path, f".{f}")) for f in tp._fields},
         }
 
     def _encode_dataclass(self, obj: Any, path: str) -> dict[str, Any]:
         ref = self._class_ref_checked(type(obj), path)
         fields = {
-            f.name: self.encode(getattr(obj, f.name), _child(path, f".{f.name}")) for f in dataclasses.fields(obj)
+            f.name: self.encode(getattr(obj, f.name), child_path(path, f".{f.name}")) for f in dataclasses.fields(obj)
         }
         return {"t": "dataclass", "cls": ref, "v": fields}
 
@@ -639,13 +635,13 @@ class _Encoder:
         if isinstance(parts, (list, tuple)) and isinstance(getattr(obj, "stack_dim", None), int):
             # lazy stack (LazyStackedTensorDict / NonTensorStack): keep the stacked parts
             node["stack_dim"] = int(obj.stack_dim)
-            node["stack"] = [self.encode(td, _child(path, f".tensordicts[{i}]")) for i, td in enumerate(parts)]
+            node["stack"] = [self.encode(td, child_path(path, f".tensordicts[{i}]")) for i, td in enumerate(parts)]
             return node
         items: dict[str, Any] = {}
         for k, v in obj.items():
             if type(k) is not str:
                 raise CodecError(f"{path}: TensorDict key {k!r} of type {_type_name(k)} is not supported")
-            items[k] = self.encode(v, _child(path, _key_label(k)))
+            items[k] = self.encode(v, child_path(path, key_label(k)))
         node["v"] = items
         return node
 
@@ -656,14 +652,14 @@ class _Encoder:
             "cls": self._class_ref_checked(type(obj), path),
             "batch_size": [int(x) for x in obj.batch_size],
             "device": None if device is None else str(device),
-            "data": self.encode(obj.data, _child(path, ".data")),
+            "data": self.encode(obj.data, child_path(path, ".data")),
         }
 
     def _encode_dataproto(self, obj: Any, path: str) -> dict[str, Any]:
         ref = self._class_ref_checked(type(obj), path)
         node: dict[str, Any] = {"t": "dataproto", "cls": ref}
         for attr in ("batch", "non_tensor_batch", "meta_info"):
-            node[attr] = self.encode(getattr(obj, attr), _child(path, f".{attr}"))
+            node[attr] = self.encode(getattr(obj, attr), child_path(path, f".{attr}"))
         extra: dict[str, Any] = {}
         for name, value in getattr(obj, "__dict__", {}).items():
             if name in ("batch", "non_tensor_batch", "meta_info") or type(name) is not str:
@@ -672,10 +668,10 @@ class _Encoder:
             allow = self.allow_pickle
             self.allow_pickle = False  # extras are kept only if natively supported
             try:
-                extra[name] = self.encode(value, _child(path, f".{name}"))
+                extra[name] = self.encode(value, child_path(path, f".{name}"))
             except CodecError as exc:
                 self.rollback(snap)
-                logger.debug("not recording attribute %s: %s", _child(path, f".{name}"), exc)
+                logger.debug("not recording attribute %s: %s", child_path(path, f".{name}"), exc)
             finally:
                 self.allow_pickle = allow
         if extra:
@@ -785,9 +781,9 @@ class _Decoder:
             flat = arr.reshape(-1)
             if len(items) != flat.size:
                 raise CodecError(f"{path}: object array has {len(items)} items, expected {flat.size}")
-            flat_path = path if len(shape) == 1 else _child(path, ".flat")
+            flat_path = path if len(shape) == 1 else child_path(path, ".flat")
             for i, item in enumerate(items):
-                flat[i] = self.decode(item, _child(flat_path, f"[{i}]"))
+                flat[i] = self.decode(item, child_path(flat_path, f"[{i}]"))
             return arr
         if dt.kind in ("U", "S"):
             items = node["items"]
@@ -842,29 +838,29 @@ class _Decoder:
             raise CodecError(f"{path}: {node['cls']!r} is not an Enum class")
         if "name" in node:
             return cls[node["name"]]
-        return cls(self.decode(node["value"], _child(path, ".value")))
+        return cls(self.decode(node["value"], child_path(path, ".value")))
 
     # -- containers -------------------------------------------------------------------------------------
     def _dict(self, node: Mapping[str, Any], path: str) -> dict[Any, Any]:
         out: dict[Any, Any] = collections.OrderedDict() if node.get("ordered") else {}
         if "v" in node:
             for k, v in node["v"].items():
-                out[k] = self.decode(v, _child(path, _key_label(k)))
+                out[k] = self.decode(v, child_path(path, key_label(k)))
         else:
             for kn, vn in node["kv"]:
-                k = self.decode(kn, _child(path, "<key>"))
-                out[k] = self.decode(vn, _child(path, _key_label(k)))
+                k = self.decode(kn, child_path(path, "<key>"))
+                out[k] = self.decode(vn, child_path(path, key_label(k)))
         return out
 
     def _seq(self, node: Mapping[str, Any], path: str) -> Any:
-        items = [self.decode(v, _child(path, f"[{i}]")) for i, v in enumerate(node["v"])]
+        items = [self.decode(v, child_path(path, f"[{i}]")) for i, v in enumerate(node["v"])]
         return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[node["t"]](items)
 
     def _namedtuple(self, node: Mapping[str, Any], path: str) -> Any:
         cls = import_ref(node["cls"])
         if not (isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")):
             raise CodecError(f"{path}: {node['cls']!r} is not a namedtuple class")
-        values = {k: self.decode(v, _child(path, f".{k}")) for k, v in node["v"].items()}
+        values = {k: self.decode(v, child_path(path, f".{k}")) for k, v in node["v"].items()}
         return tuple.__new__(cls, tuple(values[f] for f in cls._fields))
 
     def _dataclass(self, node: Mapping[str, Any], path: str) -> Any:
@@ -873,7 +869,7 @@ class _Decoder:
             raise CodecError(f"{path}: {node['cls']!r} is not a dataclass; refusing to construct it")
         obj = cls.__new__(cls)
         for name, vn in node["v"].items():
-            object.__setattr__(obj, name, self.decode(vn, _child(path, f".{name}")))
+            object.__setattr__(obj, name, self.decode(vn, child_path(path, f".{name}")))
         return obj
 
     def _import_tensordict_class(self, node: Mapping[str, Any], path: str) -> Any:
@@ -896,17 +892,17 @@ class _Decoder:
         cls = self._import_tensordict_class(node, path)
         device = self._td_device(node)
         if "stack" in node:
-            parts = [self.decode(n, _child(path, f".tensordicts[{i}]")) for i, n in enumerate(node["stack"])]
+            parts = [self.decode(n, child_path(path, f".tensordicts[{i}]")) for i, n in enumerate(node["stack"])]
             return cls(*parts, stack_dim=int(node["stack_dim"]))
         if getattr(cls, "__name__", "") != "TensorDict":
             # other TensorDictBase subclasses cannot be rebuilt from items: return a plain TensorDict
             cls = import_ref("tensordict:TensorDict")
-        items = {k: self.decode(v, _child(path, _key_label(k))) for k, v in node["v"].items()}
+        items = {k: self.decode(v, child_path(path, key_label(k))) for k, v in node["v"].items()}
         return cls(items, batch_size=[int(x) for x in node["batch_size"]], device=device)
 
     def _nontensordata(self, node: Mapping[str, Any], path: str) -> Any:
         cls = self._import_tensordict_class(node, path)
-        data = self.decode(node["data"], _child(path, ".data"))
+        data = self.decode(node["data"], child_path(path, ".data"))
         return cls(data=data, batch_size=[int(x) for x in node["batch_size"]], device=self._td_device(node))
 
     def _dataproto(self, node: Mapping[str, Any], path: str) -> Any:
@@ -920,9 +916,9 @@ class _Decoder:
         klass: Any = cls
         obj = klass.__new__(klass)
         for attr in ("batch", "non_tensor_batch", "meta_info"):
-            object.__setattr__(obj, attr, self.decode(node[attr], _child(path, f".{attr}")))
+            object.__setattr__(obj, attr, self.decode(node[attr], child_path(path, f".{attr}")))
         for name, vn in node.get("extra", {}).items():
-            object.__setattr__(obj, name, self.decode(vn, _child(path, f".{name}")))
+            object.__setattr__(obj, name, self.decode(vn, child_path(path, f".{name}")))
         return obj
 
 
@@ -930,8 +926,8 @@ _DECODERS: dict[str, Callable[[_Decoder, Mapping[str, Any], str], Any]] = {
     "none": lambda d, n, p: None,
     "bool": lambda d, n, p: bool(n["v"]),
     "int": lambda d, n, p: int(n["s"]) if "s" in n else int(n["v"]),
-    "float": lambda d, n, p: _float_from_node(n),
-    "complex": lambda d, n, p: complex(_float_from_node(n["re"]), _float_from_node(n["im"])),
+    "float": lambda d, n, p: float_from_node(n),
+    "complex": lambda d, n, p: complex(float_from_node(n["re"]), float_from_node(n["im"])),
     "str": lambda d, n, p: str(n["v"]),
     "bytes": lambda d, n, p: base64.b64decode(n["b64"]),
     "bytearray": lambda d, n, p: bytearray(base64.b64decode(n["b64"])),
@@ -982,5 +978,5 @@ def decode(
         CodecError: unknown ``codec_version``, malformed tree, missing tensor, or a class (dataclass, enum,
             DataProto-like, TensorDict) that cannot be imported here.
     """
-    root = _check_root(tree)
+    root = check_root(tree)
     return _Decoder(tensors, allow_pickle).decode(root, root_name)

@@ -158,10 +158,10 @@ class StepStore:
             if part in self._writing:
                 return True
             seen = self._closed.get(part)
-        folder = target_dir(self.dump_dir, self.key(step, target, shard, 0))
-        if seen is not None and seen == _folder_stamp(folder):
+        stamp = _folder_stamp(target_dir(self.dump_dir, self.key(step, target, shard, 0)))
+        if seen is not None and seen == stamp:
             return True
-        stamp = _folder_stamp(folder)  # before reading: a change while reading shows at the next call
+        # stamp taken before reading: a change made while reading shows at the next call
         info = self.part_info(step, target, shard)
         with self._lock:
             self._closed.pop(part, None)

@@ -24,6 +24,7 @@ other call to the proxy. Both paths give the same decision, counters and annotat
 from __future__ import annotations
 
 import abc
+import contextlib
 import contextvars
 import heapq
 import inspect
@@ -33,7 +34,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 from skipweave import report
@@ -218,16 +219,8 @@ class SkipProxy:
             return value
         self._fingerprint(d, args, kwargs)  # before the call: the host may mutate its inputs
         t0 = time.perf_counter()
-        token = _ACTIVE.set(_ACTIVE.get() | {id(self)})
-        self._enter()
-        try:
+        with self._real_call(d):
             result = wrapped(*args, **kwargs)
-        except BaseException:
-            self._give_back(d)
-            raise
-        finally:
-            self._leave()
-            _ACTIVE.reset(token)
         if type(result) is types.CoroutineType:  # a plain def that hands back its coroutine
             return self._finish_awaitable(result, d, t0)
         return self._after_live(result, d, time.perf_counter() - t0)
@@ -247,18 +240,10 @@ class SkipProxy:
             return value
         self._fingerprint(d, args, kwargs)
         t0 = time.perf_counter()
-        token = _ACTIVE.set(_ACTIVE.get() | {id(self)})
-        self._enter()
-        try:
+        with self._real_call(d):
             result = wrapped(*args, **kwargs)  # called from this coroutine's frame
             if not maybe_sync or inspect.isawaitable(result):
                 result = await result
-        except BaseException:
-            self._give_back(d)
-            raise
-        finally:
-            self._leave()
-            _ACTIVE.reset(token)
         return self._after_live(result, d, time.perf_counter() - t0)
 
     # ------------------------------------------------------------------ hooks for host integrations
@@ -308,14 +293,22 @@ class SkipProxy:
         decision.served = served
         return decision
 
-    def _enter(self) -> None:
-        """A real call starts: the screened front leaves every call to ``__call__`` while one runs."""
+    @contextlib.contextmanager
+    def _real_call(self, d: _Decision) -> Iterator[None]:
+        """Around the target's real call: nested calls of it run live (recursion guard, and the screened
+        front leaves every call to ``__call__`` while one runs); if it raises, its call index is given back."""
+        token = _ACTIVE.set(_ACTIVE.get() | {id(self)})
         with self._lock:
             self._running[0] += 1
-
-    def _leave(self) -> None:
-        with self._lock:
-            self._running[0] -= 1
+        try:
+            yield
+        except BaseException:
+            self._give_back(d)
+            raise
+        finally:
+            with self._lock:
+                self._running[0] -= 1
+            _ACTIVE.reset(token)
 
     def _give_back(self, d: _Decision) -> None:
         """The real call raised: its call index is reused by the next call of the step (nothing was recorded)."""
@@ -488,7 +481,7 @@ def _screened(proxy: SkipProxy, screen: Screen) -> Callable[..., Any]:
                 return call(wrapped, instance, args, kwargs)
         counters.bypasses += 1
         if log_each:
-            log.debug("skipweave bypass role=%s target=%s step=%s", role, target, step)
+            log.debug(report.BYPASS_LINE, role, target, step)
         result = wrapped(*args, **kwargs)
         if type(result) is coroutine:  # a plain def that handed back its coroutine
             return proxy._annotated_awaitable(result, step)
