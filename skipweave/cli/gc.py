@@ -18,7 +18,15 @@ import logging
 import time
 from typing import Any
 
-from skipweave.cli.ls import EXIT_USAGE, add_dump_dir_arguments, emit, misplaced, scan_or_explain
+from skipweave.cli.ls import (
+    EXIT_USAGE,
+    add_dump_dir_arguments,
+    emit,
+    ignored_lines,
+    ignored_list,
+    misplaced,
+    scan_or_explain,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -90,10 +98,12 @@ def run(args: argparse.Namespace) -> int:
             "actions": [a.as_dict() for a in actions],
             "freed_bytes": freed,
             "complete_entries_kept": kept,
+            "ignored": ignored_list(result),
         }
         emit(json.dumps(doc, indent=2))
         return EXIT_FAILED if failed else EXIT_OK
-    emit(render(result.dump_dir, actions, dry_run=dry_run, freed=freed, kept=kept))
+    emit("\n".join([render(result.dump_dir, actions, dry_run=dry_run, freed=freed, kept=kept),
+                    *ignored_lines(result)]))
     return EXIT_FAILED if failed else EXIT_OK
 
 

@@ -42,13 +42,14 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Import (or list); return 0, or 2 when the dump cannot be read or trust was not given."""
+    from skipweave.config.errors import ConfigError
     from skipweave.integrations.verl.importer import TrustRequired, import_verl
 
     try:
         report = import_verl(args.verl_dump, args.store, trust_pickle=args.trust_pickle, role=args.role,
                              target=args.target, namespace=args.namespace, dry_run=args.dry_run,
                              overwrite=args.overwrite)
-    except (TrustRequired, FileNotFoundError, NotADirectoryError) as exc:
+    except (TrustRequired, FileNotFoundError, NotADirectoryError, ConfigError) as exc:
         print(f"skipweave import-verl: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:

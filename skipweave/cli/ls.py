@@ -38,6 +38,11 @@ def add_dump_dir_arguments(parser: argparse.ArgumentParser) -> None:
         "--calls-per-step", type=_positive_int, default=None, metavar="N",
         help="calls one shard makes per step (as skip.<role>.calls_per_step); default: learned from closed steps",
     )
+    parser.add_argument(
+        "--allow-pickle", action="store_true",
+        help="judge entries holding pickled data as a run with skip.<role>.allow_pickle=true would "
+             "(default: they are 'refused', as a run refuses them)",
+    )
 
 
 def _positive_int(text: str) -> int:
@@ -55,7 +60,8 @@ def scan_or_explain(command: str, args: argparse.Namespace, *, checksums: bool) 
     from skipweave.store.inspect import scan
 
     try:
-        return scan(args.dump_dir, checksums=checksums, calls_per_step=args.calls_per_step)
+        return scan(args.dump_dir, checksums=checksums, calls_per_step=args.calls_per_step,
+                    allow_pickle=getattr(args, "allow_pickle", False))
     except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
         print(f"skipweave {command}: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return None
@@ -92,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
             "totals": result.totals(),
             "namespaces": result.tree(),
             "leftovers": [x.as_dict() for x in result.leftovers],
+            "ignored": ignored_list(result),
         }
         emit(json.dumps(doc, indent=2))
         return EXIT_OK
@@ -125,12 +132,30 @@ def render(result: Any) -> str:
         f"{plural(totals['parts'], 'part')}, {plural(totals['entries'], 'entry', 'entries')}, "
         f"{human_bytes(totals['bytes'])}: "
         f"{parts[Status.COMPLETE.value]} complete, {parts[Status.INCOMPLETE.value]} incomplete, "
-        f"{parts[Status.CORRUPT.value]} corrupt (sizes checked; `skipweave verify` checks checksums)"
+        + (f"{parts[Status.REFUSED.value]} refused (pickled), " if parts[Status.REFUSED.value] else "")
+        + f"{parts[Status.CORRUPT.value]} corrupt (sizes checked; `skipweave verify` checks checksums)"
     )
     lines.append(summary)
     if result.leftovers:
         lines.append(f"leftovers: {leftover_summary(result.leftovers)}; `skipweave gc` removes them")
+    lines += ignored_lines(result)
     return "\n".join(lines)
+
+
+def ignored_list(result: Any) -> list[dict[str, str]]:
+    """The ``ignored`` list of the JSON documents: names skipweave never writes, each ``{path, why}``."""
+    return [{"path": path, "why": why} for path, why in result.ignored]
+
+
+def ignored_lines(result: Any, limit: int = 10) -> list[str]:
+    """Human lines for the names a scan ignored (symlinks, stray files and folders); none when there are none."""
+    if not result.ignored:
+        return []
+    lines = [f"ignored (never followed, read or removed): {len(result.ignored)} name(s) skipweave does not write"]
+    lines += [f"  {path}: {why}" for path, why in result.ignored[:limit]]
+    if len(result.ignored) > limit:
+        lines.append(f"  ... and {len(result.ignored) - limit} more")
+    return lines
 
 
 def leftover_summary(leftovers: list[Any]) -> str:

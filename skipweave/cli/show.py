@@ -36,6 +36,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("path", metavar="PATH", help="a manifest, a payload file, or a folder holding one entry")
     parser.add_argument("--verify", action="store_true", help="also check payload checksums (reads every byte)")
     parser.add_argument("--all", action="store_true", help=f"list every leaf (default: the first {_MAX_ROWS})")
+    parser.add_argument("--allow-pickle", action="store_true",
+                        help="judge an entry holding pickled data as a run with allow_pickle=true would")
     parser.add_argument("--json", action="store_true", help="print one JSON document (schema skipweave.show/1)")
     parser.set_defaults(func=run)
 
@@ -72,7 +74,7 @@ def resolve_manifest(path: str) -> str:
     return os.path.join(folder, stem + MANIFEST_SUFFIX)
 
 
-def describe(manifest_path: str, *, checksums: bool) -> dict[str, Any]:
+def describe(manifest_path: str, *, checksums: bool, allow_pickle: bool = False) -> dict[str, Any]:
     """Return the ``skipweave.show/1`` document of one entry (see docs/cli.md).
 
     Raises:
@@ -80,11 +82,12 @@ def describe(manifest_path: str, *, checksums: bool) -> dict[str, Any]:
     """
     from skipweave.store.inspect import check_entry
 
-    manifest, reason = check_entry(manifest_path, checksums=checksums)
+    verdict = check_entry(manifest_path, checksums=checksums, allow_pickle=allow_pickle)
+    manifest, reason = verdict.manifest, verdict.reason
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "path": manifest_path,
-        "status": "corrupt" if reason else "valid",
+        "status": "refused" if verdict.refused else "corrupt" if reason else "valid",
         "reason": reason,
         "checksums_checked": checksums,
         "manifest": manifest,
@@ -140,7 +143,9 @@ def _leaves(folder: str, manifest: dict[str, Any]) -> list[dict[str, Any]]:
     tree_name = next((n for n in names if n.endswith(".tree.json")), None)
     if tree_name is None:
         raise ValueError("the manifest lists no tree file")
-    with open(os.path.join(folder, tree_name), encoding="utf-8") as fh:
+    from skipweave.store.paths import open_regular
+
+    with open(open_regular(os.path.join(folder, tree_name)), encoding="utf-8") as fh:  # never through a symlink
         tree = json.load(fh)
     return [{**row, "bytes": _leaf_bytes(row)} for row in codec_tree.summarize(tree)]
 
@@ -177,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     """Show one entry; return 0 (valid), 1 (corrupt) or 2 (``PATH`` is not an entry)."""
     try:
         manifest_path = resolve_manifest(args.path)
-        doc = describe(manifest_path, checksums=args.verify)
+        doc = describe(manifest_path, checksums=args.verify, allow_pickle=args.allow_pickle)
     except NotAnEntry as exc:
         print(f"skipweave show: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -188,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     from skipweave.cli.ls import emit
 
     emit(json.dumps(doc, indent=2) if args.json else render(doc, all_rows=args.all))
-    return EXIT_CORRUPT if doc["status"] == "corrupt" else EXIT_OK
+    return EXIT_CORRUPT if doc["status"] in ("corrupt", "refused") else EXIT_OK
 
 
 def render(doc: dict[str, Any], *, all_rows: bool = False) -> str:
@@ -200,6 +205,8 @@ def render(doc: dict[str, Any], *, all_rows: bool = False) -> str:
     lines = [f"entry     {doc['path']}"]
     if doc["status"] == "corrupt":
         lines.append(f"status    CORRUPT: {doc['reason']}")
+    elif doc["status"] == "refused":
+        lines.append(f"status    REFUSED: {doc['reason']} (or pass --allow-pickle)")
     else:
         lines.append("status    valid (" + ("sizes and checksums match" if doc["checksums_checked"]
                                           else "sizes match; --verify checks checksums") + ")")

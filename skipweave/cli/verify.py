@@ -1,8 +1,11 @@
 """``skipweave verify DUMP_DIR [--json]``: check every manifest and checksum.
 
-Reads every payload byte. Exits 0 when every entry is complete and valid, 1 when some entry is corrupt
-or some part is incomplete (each is listed), 2 when the dump dir cannot be read. Leftover files are
-listed but are not errors. See docs/cli.md for the ``--json`` schema.
+Reads every payload byte and judges every entry as a run would (the same function). Exits 0 when
+nothing would be served wrongly: every entry is valid, and parts that are only incomplete (an interrupted
+run; a run sets them aside and records them afresh) are listed as a note. Exits 1 when some entry is
+corrupt, belongs to another place, or is refused (pickled, without --allow-pickle); 2 when the dump dir
+cannot be read. Leftovers and ignored names are listed but are not errors. See docs/cli.md for the
+``--json`` schema.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from skipweave.cli.ls import (
     EXIT_USAGE,
     add_dump_dir_arguments,
     emit,
+    ignored_lines,
+    ignored_list,
     leftover_summary,
     misplaced,
     scan_or_explain,
@@ -30,7 +35,7 @@ EXIT_OK, EXIT_PROBLEMS = 0, 1
 def register(subparsers: Any) -> None:
     """Add the ``verify`` subcommand to ``subparsers``."""
     parser = subparsers.add_parser(
-        "verify", help="check every manifest and checksum; exit 1 if anything is corrupt or incomplete",
+        "verify", help="check every manifest and checksum; exit 1 if anything is corrupt or refused",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_dump_dir_arguments(parser)
@@ -46,9 +51,9 @@ def problems(result: Any) -> list[dict[str, Any]]:
     for p in result.parts:
         where = {"namespace": p.namespace, "role": p.role, "target": p.target, "step": p.step, "shard": p.shard}
         for e in p.entries:
-            if e.status is Status.CORRUPT:
-                out.append({"status": "corrupt", **where, "call": e.key.call, "path": e.path, "reason": e.reason,
-                            "entries": [e.path]})
+            if e.status in (Status.CORRUPT, Status.REFUSED):
+                out.append({"status": e.status.value, **where, "call": e.key.call, "path": e.path,
+                            "reason": e.reason, "entries": [e.path]})
         if not p.complete:
             out.append({"status": "incomplete", **where, "call": None, "path": p.folder,
                         "reason": p.incomplete_reason, "entries": [e.path for e in p.entries]})
@@ -61,20 +66,27 @@ def run(args: argparse.Namespace) -> int:
     if result is None or misplaced("verify", result):
         return EXIT_USAGE
     found = problems(result)
+    bad = failing(found)
     if args.json:
         doc = {
             "schema": SCHEMA,
             "dump_dir": result.dump_dir,
-            "ok": not found,
+            "ok": not bad,
             "checksums_checked": True,
             "totals": result.totals(),
             "problems": found,
             "leftovers": [x.as_dict() for x in result.leftovers],
+            "ignored": ignored_list(result),
         }
         emit(json.dumps(doc, indent=2))
     else:
         emit(render(result, found))
-    return EXIT_PROBLEMS if found else EXIT_OK
+    return EXIT_PROBLEMS if bad else EXIT_OK
+
+
+def failing(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The problems that make ``verify`` exit 1: corrupt and refused entries (incomplete parts are a note)."""
+    return [p for p in found if p["status"] != "incomplete"]
 
 
 def render(result: Any, found: list[dict[str, Any]]) -> str:
@@ -88,17 +100,25 @@ def render(result: Any, found: list[dict[str, Any]]) -> str:
         where = f"{p['namespace']}/{p['role']} {p['target']} step {p['step']} shard {p['shard']}"
         if p["status"] == "corrupt":
             lines.append(f"CORRUPT     {where} call {p['call']}: {p['reason']}")
+        elif p["status"] == "refused":
+            lines.append(f"REFUSED     {where} call {p['call']}: {p['reason']} (or pass --allow-pickle)")
         else:
             n = plural(len(p["entries"]), "entry", "entries")
-            lines.append(f"INCOMPLETE  {where}: {p['reason']} ({n}; never served)")
+            lines.append(f"INCOMPLETE  {where}: {p['reason']} ({n}; never served, a run records it afresh)")
     if result.leftovers:
         lines.append(f"leftovers (not errors): {leftover_summary(result.leftovers)}")
-    if found:
-        corrupt = sum(1 for p in found if p["status"] == "corrupt")
-        incomplete = len(found) - corrupt
+    lines += ignored_lines(result)
+    corrupt = sum(1 for p in found if p["status"] == "corrupt")
+    refused = sum(1 for p in found if p["status"] == "refused")
+    incomplete = len(found) - corrupt - refused
+    if corrupt or refused:
         lines.append(f"FAILED: {plural(corrupt, 'corrupt entry', 'corrupt entries')}, "
-                     f"{plural(incomplete, 'incomplete part')}. A run records them afresh; "
+                     f"{plural(refused, 'refused entry', 'refused entries')}, "
+                     f"{plural(incomplete, 'incomplete part')}. A run sets them aside and records them afresh; "
                      f"`skipweave gc {result.dump_dir}` shows what it would remove.")
+    elif incomplete:
+        lines.append(f"OK: nothing would be served wrongly; {plural(incomplete, 'incomplete part')} (an interrupted "
+                     f"run) will be recorded afresh; `skipweave gc {result.dump_dir}` shows what it would remove")
     else:
         lines.append("OK: every entry is complete and matches its checksums" if result.parts
                      else "OK: nothing recorded yet")

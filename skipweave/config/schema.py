@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skipweave.config.errors import ConfigError
+from skipweave.store.paths import NAME_RULE, name_problem
 
 DEFAULT_DUMP_DIR = "~/.cache/skipweave"
 
@@ -196,6 +197,9 @@ class RoleConfig:
         shard: how several processes' entries are kept apart.
         restore_rng: restore the RNG state the real call left behind on replay.
         allow_pickle: let results the safe codec cannot hold be pickled (and loaded).
+        trusted_classes: ``pkg.mod:Class`` classes a replay may rebuild besides the ones the codec approves by
+            itself (dataclasses, enums and namedtuples already imported, verl's ``DataProto``, tensordict);
+            e.g. a DataProto-like class of your own. A listed class's module may be imported on replay.
         calls_per_step: calls one process makes per step, when known; used to tell a step left
             incomplete by an interrupted run. ``None``: learned from finished steps, else 1.
         record_steps: for ``repeat*`` actions, steps recorded when missing even though another
@@ -215,6 +219,7 @@ class RoleConfig:
     shard: ShardKind = ShardKind.AUTO
     restore_rng: bool = True
     allow_pickle: bool = False
+    trusted_classes: tuple[str, ...] = ()
     calls_per_step: int | None = None
     record_steps: StepSet | None = None
 
@@ -249,6 +254,7 @@ class RoleConfig:
             "shard": self.shard.value,
             "restore_rng": self.restore_rng,
             "allow_pickle": self.allow_pickle,
+            "trusted_classes": list(self.trusted_classes),
             "calls_per_step": self.calls_per_step,
             "record_steps": None if self.record_steps is None else self.record_steps.to_config(),
         }
@@ -272,11 +278,12 @@ class SkipConfig:
 
 _ROLE_KEYS = {
     "enable", "action", "steps", "dump_dir", "namespace", "targets", "step", "bypass",
-    "fingerprint", "shard", "restore_rng", "allow_pickle", "calls_per_step", "record_steps",
+    "fingerprint", "shard", "restore_rng", "allow_pickle", "trusted_classes", "calls_per_step", "record_steps",
 }
 _RANGE_RE = re.compile(r"^\s*(-?\d+)\s*(?:-|\.\.|:)\s*(-?\d+)\s*$")
 _PATH_RE = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$")
-_ROLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
+_ROLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$", re.ASCII)
+_CLASS_REF_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", re.ASCII)
 _HYDRA_KEY_RE = re.compile(r"^_[a-z]+_$")  # Hydra's instantiate directives (_target_, _convert_ …), not roles
 
 
@@ -407,6 +414,9 @@ def _targets(key: str, value: Any) -> tuple[TargetSpec, ...]:
         tkey = f"{key}.{name}"
         if spec is None:  # a null entry removes a target another config source added
             continue
+        problem = name_problem(name)
+        if problem is not None:  # the name is a folder of the dump dir
+            raise ConfigError(key, name, f"target names that are one folder name: {NAME_RULE} (this one {problem})")
         proxy: str | None = None
         if isinstance(spec, str):
             path: Any = spec
@@ -467,8 +477,8 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
         ConfigError: the first invalid key, naming it, its value and what is allowed.
     """
     key = f"{prefix}.{role}"
-    if not _ROLE_NAME_RE.match(role):
-        raise ConfigError(key, role, "a role name made of letters, digits, '_' and '-'")
+    if not _ROLE_NAME_RE.match(role) or name_problem(role) is not None:
+        raise ConfigError(key, role, "a role name made of ASCII letters, digits, '_' and '-'")
     if raw is None:
         raw = {}
     if isinstance(raw, bool):  # `skip.rollout: false` reads as "off"
@@ -531,6 +541,7 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
         shard=_enum(ShardKind, f"{key}.shard", data.get("shard", "auto")),
         restore_rng=_bool(f"{key}.restore_rng", data.get("restore_rng", True)),
         allow_pickle=_bool(f"{key}.allow_pickle", data.get("allow_pickle", False)),
+        trusted_classes=_class_refs(f"{key}.trusted_classes", data.get("trusted_classes")),
         calls_per_step=None if calls is None else _int(f"{key}.calls_per_step", calls, minimum=1),
         record_steps=None
         if data.get("record_steps") is None
@@ -546,9 +557,24 @@ def _default(value: Any, default: Any) -> Any:
 def _namespace(key: str, value: Any) -> str:
     text = _str(key, str(value) if isinstance(value, (int, float)) else value)
     assert text is not None
-    if "/" in text or "\\" in text or text in {".", ".."} or text.startswith("_"):
-        raise ConfigError(key, value, "a folder name without '/', not '.', '..' or starting with '_'")
+    if name_problem(text) is not None or text.startswith("_"):
+        raise ConfigError(key, value, f"{NAME_RULE}, not starting with '_'")
     return text
+
+
+def _class_refs(key: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(key, value, "a list of class paths like 'my_pkg.protocol:Batch'")
+    out = []
+    for i, ref in enumerate(value):
+        if not isinstance(ref, str) or not _CLASS_REF_RE.match(ref.strip()):
+            raise ConfigError(f"{key}[{i}]", ref, "a class path like 'my_pkg.protocol:Batch' (module:qualname)")
+        out.append(ref.strip())
+    return tuple(out)
 
 
 def parse_skip(skip: Any, *, prefix: str = "skip") -> SkipConfig:

@@ -10,7 +10,8 @@
   ``safetensors.torch.save_file`` directly.
 
 ``decode`` inverts it. The round trip is exact for the supported types (type, dtype, shape, values, dict key
-order, tuple vs list). Nothing is pickled unless ``allow_pickle=True`` is passed to both functions.
+order, tuple vs list). Nothing is pickled unless ``allow_pickle=True`` is passed to both functions, and
+decoding constructs only the classes *Decoding constructs* below allows.
 
 Supported values
 ----------------
@@ -25,15 +26,50 @@ Supported values
 * ``torch.Size``, ``torch.dtype``, ``torch.device``;
 * ``numpy.ndarray`` (exact type only) of numeric, bool, datetime, string (``U``/``S``) and object dtype,
   and numpy scalars (``np.float32(1.5)`` ...). Object arrays take one of three forms (see below);
-* dataclass instances and enum members of importable (module-level) classes;
+* dataclass instances and enum members of module-level classes (see *Decoding constructs* for what a replay
+  accepts);
 * objects shaped like verl's ``DataProto`` (attributes ``batch``, ``non_tensor_batch``, ``meta_info``), with
-  ``batch`` being ``None``, a dict or a ``tensordict.TensorDict``.
+  ``batch`` being ``None``, a dict or a ``tensordict.TensorDict``; a replay rebuilds them only for approved
+  classes (verl's ``DataProto``, classes registered with :func:`skipweave.store.classes.register`, trusted
+  refs). Encoding warns once per class it records that a replay in this process would refuse.
 
 Anything else is pickled when ``allow_pickle=True`` (the bytes go into ``tensors`` as a uint8 tensor) and
 refused with :class:`PickleRefused` otherwise.
 
 Decoding does not copy tensor data: decoded tensors and numeric arrays may share memory with the entries of
 ``tensors`` passed in.
+
+Decoding constructs
+-------------------
+A tree is untrusted input (a dump dir on shared storage, copied from another cluster): decoding imports no
+module and runs no code a tree names. The ``cls`` of ``enum``, ``namedtuple``, ``dataclass``, ``dataproto``,
+``tensordict`` and ``nontensordata`` nodes is looked up by :func:`skipweave.store.classes.resolve`: the module
+must already be imported (refs listed in ``decode(..., trusted=...)``, the user's
+``skip.<role>.trusted_classes``, are the only ones imported), the qualname is walked statically, and the class
+must be of the node's kind -- a dataclass or namedtuple defining no ``__del__`` (data only), an Enum, or for
+DataProto-like and tensordict nodes an approved class (registered in :mod:`skipweave.store.classes`: verl's
+``DataProto`` and tensordict's classes are); a trusted ref is approved for any kind and skips the data-only
+rule. Then:
+
+* dataclasses are built with ``object.__new__`` and ``object.__setattr__`` (no ``__new__``/``__init__``/
+  ``__post_init__``/``__setattr__`` runs), and the node must list exactly the class's
+  ``dataclasses.fields`` -- a renamed, missing or extra field is a :class:`CodecError`;
+* namedtuples are built with ``tuple.__new__``; the node's keys must be the class's ``_fields``;
+* enum members are looked up in the class's member map (a ``Flag`` combination goes through the enum's
+  lookup, as at recording);
+* DataProto-like objects are built with ``object.__new__``; ``batch``/``non_tensor_batch``/``meta_info`` are
+  set, and recorded extra attributes only when their name is an identifier not starting with ``"__"`` (no
+  ``__class__``/``__dict__`` swap) that the class does not define as a data descriptor (no property setter
+  runs); encoding leaves such attributes out, as it does values it cannot encode natively;
+* TensorDicts are rebuilt through tensordict's own constructors (plain ``TensorDict``, or a lazy stack whose
+  parts must be tensordicts), ``NonTensorData`` likewise.
+
+Other crafted inputs are refused as :class:`CodecError` too: numpy dtypes holding Python objects in the
+raw-bytes and numpy-scalar forms, shapes that are not lists of non-negative ints, an object or string array
+whose item count does not match its shape (checked before allocating), a string dtype padded to an absurd
+width, torch dtype names that are not dtypes (looked up without torch's lazy submodule imports) and nesting
+beyond the recursion limit. Any other exception inside decoding surfaces as a :class:`CodecError` naming the
+node's path.
 
 Object arrays
 -------------
@@ -70,19 +106,22 @@ import base64
 import collections
 import dataclasses
 import enum
-import importlib
+import inspect
 import json
 import logging
 import math
 import pickle
+import sys
+import types
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from skipweave.store import classes
 from skipweave.store.tree import CodecError, check_root, child_path, float_from_node, key_label, summarize
 
 logger = logging.getLogger(__name__)
@@ -157,6 +196,7 @@ _NP_TO_TORCH: dict[np.dtype[Any], torch.dtype] = {
 
 _INT_JSON_LIMIT = 2**63
 _WARNED_DEVICES: set[str] = set()
+_CHECKED_CLASSES: set[tuple[type, str]] = set()  # (class, kind) the encoder has checked for replayability
 
 # --------------------------------------------------------------------------------------------------------
 # small helpers shared with fingerprint.py
@@ -217,40 +257,38 @@ def class_ref(cls: type) -> str:
         cls: the class.
 
     Returns:
-        The reference string, importable by :func:`import_ref` when the class is defined at module level.
+        The reference string; decoding looks it up (without importing) under :mod:`skipweave.store.classes`' rules.
     """
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def import_ref(ref: str) -> Any:
-    """Import the object named by a ``"module:qualname"`` reference.
-
-    Args:
-        ref: reference produced by :func:`class_ref`.
-
-    Returns:
-        The object.
-
-    Raises:
-        CodecError: if the module cannot be imported or the attribute path does not exist.
-    """
-    mod_name, _, qual = ref.partition(":")
-    if not mod_name or not qual:
-        raise CodecError(f"malformed class reference {ref!r}; expected 'module:qualname'")
-    try:
-        obj: Any = importlib.import_module(mod_name)
-    except Exception as exc:
-        raise CodecError(f"cannot import module {mod_name!r} for class {ref!r}: {exc}") from exc
-    for part in qual.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError as exc:
-            raise CodecError(f"cannot import class {ref!r}: {mod_name!r} has no attribute path {qual!r}") from exc
-    return obj
-
-
 def _type_name(obj: Any) -> str:
     return class_ref(type(obj))
+
+
+_DATAPROTO_ATTRS = ("batch", "non_tensor_batch", "meta_info")
+
+
+def _extra_attr_problem(cls: type, name: Any) -> str | None:
+    """Why a DataProto-like object's extra attribute ``name`` must not be set (or recorded), or None.
+
+    Allowed: identifiers not starting with ``"__"`` (no ``__class__``/``__dict__`` swaps, no name-mangled
+    attributes), other than ``batch``/``non_tensor_batch``/``meta_info``, that the class does not define as a
+    data descriptor (a property setter would run class code on the recorded value; ``__slots__`` members are
+    fine).
+    """
+    if type(name) is not str or not name.isidentifier():
+        return "is not an identifier"
+    if name.startswith("__"):
+        return "is a dunder or name-mangled attribute"
+    if name in _DATAPROTO_ATTRS:
+        return "is one of batch/non_tensor_batch/meta_info"
+    attr = inspect.getattr_static(cls, name, None)
+    if attr is not None and not isinstance(attr, types.MemberDescriptorType):
+        kind = type(attr)
+        if hasattr(kind, "__set__") or hasattr(kind, "__delete__"):
+            return f"is a {kind.__name__} of the class"
+    return None
 
 
 def _is_namedtuple(obj: Any) -> bool:
@@ -276,7 +314,9 @@ def _device_available(device: str) -> bool:
         if not torch.cuda.is_available():
             return False
         return dev.index is None or dev.index < torch.cuda.device_count()
-    backend = getattr(torch, dev.type, None)
+    backend = vars(torch).get(dev.type)  # no lazy submodule import for a device string read from a file
+    if not isinstance(backend, types.ModuleType):
+        return False
     is_available = getattr(backend, "is_available", None)
     if not callable(is_available):
         return False
@@ -300,8 +340,9 @@ def _to_recorded_device(t: torch.Tensor, device: str) -> torch.Tensor:
     return t
 
 
-def _torch_dtype(name: str, path: str) -> torch.dtype:
-    dt = getattr(torch, name.removeprefix("torch."), None)
+def _torch_dtype(name: Any, path: str) -> torch.dtype:
+    # vars(), not getattr: torch's module __getattr__ imports submodules lazily, and the name comes from a file
+    dt = vars(torch).get(name.removeprefix("torch.")) if isinstance(name, str) else None
     if not isinstance(dt, torch.dtype):
         raise CodecError(f"{path}: unknown torch dtype {name!r}")
     return dt
@@ -371,8 +412,9 @@ def _compact_object_items(arr: np.ndarray) -> tuple[str, list[Any]] | None:
 
 
 class _Encoder:
-    def __init__(self, allow_pickle: bool) -> None:
+    def __init__(self, allow_pickle: bool, trusted: Collection[str] = ()) -> None:
         self.allow_pickle = allow_pickle
+        self.trusted = frozenset((trusted,) if isinstance(trusted, str) else trusted)  # no replay warning for these
         self.tensors: dict[str, torch.Tensor] = {}
         self.pickled = False
         self._counter = 0
@@ -558,7 +600,7 @@ class _Encoder:
 
     def _encode_enum(self, obj: enum.Enum, path: str) -> dict[str, Any]:
         cls = type(obj)
-        ref = self._class_ref_checked(cls, path)
+        ref = self._class_ref_checked(cls, path, "enum")
         name = obj.name
         if name is not None and cls.__members__.get(name) is obj:
             return {"t": "enum", "cls": ref, "name": name}
@@ -608,7 +650,7 @@ class _Encoder:
             items.sort(key=lambda n: json.dumps(n, sort_keys=True))  # deterministic trees across processes
             return {"t": tp.__name__, "v": items}
         # namedtuple
-        ref = self._class_ref_checked(tp, path)
+        ref = self._class_ref_checked(tp, path, "namedtuple")
         return {
             "t": "namedtuple",
             "cls": ref,
@@ -616,14 +658,14 @@ class _Encoder:
         }
 
     def _encode_dataclass(self, obj: Any, path: str) -> dict[str, Any]:
-        ref = self._class_ref_checked(type(obj), path)
+        ref = self._class_ref_checked(type(obj), path, "dataclass")
         fields = {
             f.name: self.encode(getattr(obj, f.name), child_path(path, f".{f.name}")) for f in dataclasses.fields(obj)
         }
         return {"t": "dataclass", "cls": ref, "v": fields}
 
     def _encode_tensordict(self, obj: Any, path: str) -> dict[str, Any]:
-        ref = self._class_ref_checked(type(obj), path)
+        ref = self._class_ref_checked(type(obj), path, "tensordict")
         device = getattr(obj, "device", None)
         node: dict[str, Any] = {
             "t": "tensordict",
@@ -649,20 +691,25 @@ class _Encoder:
         device = getattr(obj, "device", None)
         return {
             "t": "nontensordata",
-            "cls": self._class_ref_checked(type(obj), path),
+            "cls": self._class_ref_checked(type(obj), path, "nontensordata"),
             "batch_size": [int(x) for x in obj.batch_size],
             "device": None if device is None else str(device),
             "data": self.encode(obj.data, child_path(path, ".data")),
         }
 
     def _encode_dataproto(self, obj: Any, path: str) -> dict[str, Any]:
-        ref = self._class_ref_checked(type(obj), path)
+        cls = type(obj)
+        ref = self._class_ref_checked(cls, path, "dataproto")
         node: dict[str, Any] = {"t": "dataproto", "cls": ref}
-        for attr in ("batch", "non_tensor_batch", "meta_info"):
+        for attr in _DATAPROTO_ATTRS:
             node[attr] = self.encode(getattr(obj, attr), child_path(path, f".{attr}"))
         extra: dict[str, Any] = {}
         for name, value in getattr(obj, "__dict__", {}).items():
-            if name in ("batch", "non_tensor_batch", "meta_info") or type(name) is not str:
+            if name in _DATAPROTO_ATTRS:
+                continue
+            problem = _extra_attr_problem(cls, name)
+            if problem:  # decoding would refuse the whole object: leave the attribute out, as unsupported ones
+                logger.debug("not recording attribute %r of %s: it %s", name, path or "<root>", problem)
                 continue
             snap = self.snapshot()
             allow = self.allow_pickle
@@ -678,16 +725,26 @@ class _Encoder:
             node["extra"] = extra
         return node
 
-    def _class_ref_checked(self, cls: type, path: str) -> str:
+    def _class_ref_checked(self, cls: type, path: str, kind: str) -> str:
+        """``class_ref(cls)``; refuses local classes, warns once per class that a replay would refuse it."""
         if "<locals>" in cls.__qualname__:
             raise CodecError(
-                f"{path}: class {class_ref(cls)} is defined inside a function and could not be imported "
+                f"{path}: class {class_ref(cls)} is defined inside a function and could not be found "
                 "when decoding; define it at module level"
             )
+        key = (cls, kind)
+        if key not in _CHECKED_CLASSES and class_ref(cls) not in self.trusted:
+            _CHECKED_CLASSES.add(key)
+            problem = classes.replay_problem(cls, kind)
+            if problem:
+                logger.warning("skipweave: recording %s (%s) that a replay will refuse unless approved: %s",
+                               path or "<root>", class_ref(cls), problem)
         return class_ref(cls)
 
 
-def encode(obj: Any, *, allow_pickle: bool = False, root_name: str = "obj") -> Encoded:
+def encode(
+    obj: Any, *, allow_pickle: bool = False, root_name: str = "obj", trusted: Collection[str] = ()
+) -> Encoded:
     """Encode ``obj`` into a JSON skeleton and a flat dict of CPU tensors.
 
     Contiguous CPU tensors and native-endian numeric numpy arrays are not copied (the entries of
@@ -696,10 +753,16 @@ def encode(obj: Any, *, allow_pickle: bool = False, root_name: str = "obj") -> E
     result can be saved with safetensors. Likewise the compact form of an object array holds the array's
     own elements: serialise the tree before mutating them.
 
+    A class that a replay in this process would refuse (an unregistered DataProto-like class, a dataclass or
+    namedtuple defining ``__del__``) is still recorded -- the replay may list it in
+    ``skip.<role>.trusted_classes`` -- but unless it is in ``trusted``, a warning naming it and the fix is
+    logged once per class, while there is time to register it.
+
     Args:
         obj: the value to encode (see the module docstring for the supported types).
         allow_pickle: pickle values the codec does not support instead of refusing them.
         root_name: name of ``obj`` used as the start of paths in error messages (e.g. ``"result"``).
+        trusted: refs the replay will trust (``skip.<role>.trusted_classes``): no replay warning for them.
 
     Returns:
         An :class:`Encoded` with ``tree == {"codec_version": v, "root": node}``: ``v`` is 2 when an object
@@ -711,7 +774,7 @@ def encode(obj: Any, *, allow_pickle: bool = False, root_name: str = "obj") -> E
         CodecError: a value cannot be encoded at all (reference cycle, meta tensor, class defined inside a
             function, unpicklable object).
     """
-    enc = _Encoder(allow_pickle)
+    enc = _Encoder(allow_pickle, trusted)
     root = enc.encode(obj, root_name)
     return Encoded(tree={"codec_version": enc.version, "root": root}, tensors=enc.tensors, pickled=enc.pickled)
 
@@ -719,11 +782,23 @@ def encode(obj: Any, *, allow_pickle: bool = False, root_name: str = "obj") -> E
 # --------------------------------------------------------------------------------------------------------
 # decoding
 
+_PADDED_STR_BYTES_LIMIT = 1 << 28
+"""A ``U``/``S`` array node wider than its longest string may decode to at most this many bytes (256 MiB), so a
+crafted width (``"<U1000000000"``) cannot make a few bytes of JSON allocate gigabytes."""
+
+
+def _is_lazy_stack_class(cls: type) -> bool:
+    return any(
+        c.__name__ == "LazyStackedTensorDict" and (getattr(c, "__module__", "") or "").startswith("tensordict")
+        for c in cls.__mro__
+    )
+
 
 class _Decoder:
-    def __init__(self, tensors: Mapping[str, torch.Tensor], allow_pickle: bool) -> None:
+    def __init__(self, tensors: Mapping[str, torch.Tensor], allow_pickle: bool, trusted: Collection[str]) -> None:
         self.tensors = tensors
         self.allow_pickle = allow_pickle
+        self.trusted = frozenset((trusted,) if isinstance(trusted, str) else trusted)  # a lone str is one ref
         self._cache: dict[tuple[str, str], Any] = {}  # (kind, key) -> decoded tensor/array (aliasing)
 
     def _raw(self, node: Mapping[str, Any], path: str) -> torch.Tensor:
@@ -735,18 +810,25 @@ class _Decoder:
             raise CodecError(f"{path}: stored entry {key!r} is a {_type_name(t)}, not a tensor")
         return t
 
+    def _class(self, ref: Any, kind: str, path: str) -> type:
+        """The class a node names, under :mod:`skipweave.store.classes`' rules (never imports unless trusted)."""
+        try:
+            return classes.resolve(ref, kind, trusted=self.trusted)
+        except CodecError as exc:
+            raise CodecError(f"{path or '<root>'}: {exc}") from None
+
     def decode(self, node: Any, path: str) -> Any:
         if not isinstance(node, Mapping) or "t" not in node:
             raise CodecError(f"{path}: malformed codec node {node!r:.200}")
         tag = node["t"]
         try:
             fn = _DECODERS[tag]
-        except KeyError:
-            raise CodecError(f"{path}: unknown codec node type {tag!r}") from None
+        except (KeyError, TypeError):
+            raise CodecError(f"{path}: unknown codec node type {tag!r:.100}") from None
         try:
             return fn(self, node, path)
-        except CodecError:
-            raise
+        except (CodecError, RecursionError):
+            raise  # RecursionError: turned into a CodecError once, at the top (formatting here could recurse)
         except Exception as exc:
             raise CodecError(f"{path}: cannot decode {tag!r} node: {type(exc).__name__}: {exc}") from exc
 
@@ -757,7 +839,7 @@ class _Decoder:
             return self._cache[ck]  # type: ignore[no-any-return]
         raw = self._raw(node, path)
         dtype = _torch_dtype(node["dtype"], path)
-        shape = [int(x) for x in node["shape"]]
+        shape = _shape(node, path)
         if node.get("storage", "native") == "bytes":
             t = raw.reshape(-1).view(torch.uint8).view(dtype).reshape(shape)
         else:
@@ -769,26 +851,42 @@ class _Decoder:
         return t
 
     def _ndarray(self, node: Mapping[str, Any], path: str) -> np.ndarray:
-        dt = np.dtype(node["dtype"])
-        shape = tuple(int(x) for x in node["shape"])
+        dt = _np_dtype(node, path)
+        shape = _shape(node, path)
+        size = math.prod(shape)
         arr: np.ndarray
         if dt.kind == "O":
             for form in ("strs", "json"):
                 if form in node:
                     return self._compact_object_array(node[form], shape, form, path)
             items = node["items"]
+            if not isinstance(items, list) or len(items) != size:  # checked before allocating the array
+                got = f"{len(items)} items" if isinstance(items, list) else f"a {_type_name(items)}"
+                raise CodecError(f"{path}: object array has {got}, expected {size}")
             arr = np.empty(shape, dtype=object)
             flat = arr.reshape(-1)
-            if len(items) != flat.size:
-                raise CodecError(f"{path}: object array has {len(items)} items, expected {flat.size}")
             flat_path = path if len(shape) == 1 else child_path(path, ".flat")
             for i, item in enumerate(items):
                 flat[i] = self.decode(item, child_path(flat_path, f"[{i}]"))
             return arr
+        if dt.hasobject:
+            raise CodecError(f"{path}: numpy dtype {dt!r} holds Python objects; refusing to build it from bytes")
         if dt.kind in ("U", "S"):
             items = node["items"]
+            if not isinstance(items, list) or len(items) != size:
+                got = f"{len(items)} items" if isinstance(items, list) else f"a {_type_name(items)}"
+                raise CodecError(f"{path}: string array has {got}, expected {size}")
             if dt.kind == "S":
                 items = [base64.b64decode(s) for s in items]
+            elif not all(type(s) is str for s in items):
+                raise CodecError(f"{path}: string array holds values that are not strings")
+            longest = max(map(len, items), default=0)
+            width = dt.itemsize // (4 if dt.kind == "U" else 1)
+            if width > longest and dt.itemsize * size > _PADDED_STR_BYTES_LIMIT:
+                raise CodecError(
+                    f"{path}: string array of dtype {dt.str} and {size} items would take {dt.itemsize * size} bytes, "
+                    f"its longest string being {longest} long; refusing a crafted width"
+                )
             arr = np.array(items, dtype=dt).reshape(shape)
             if arr.dtype != dt:
                 arr = arr.astype(dt)
@@ -819,7 +917,9 @@ class _Decoder:
         return np.fromiter(elements, dtype=object, count=size).reshape(shape)
 
     def _npscalar(self, node: Mapping[str, Any], path: str) -> Any:
-        dt = np.dtype(node["dtype"])
+        dt = _np_dtype(node, path)
+        if dt.hasobject:
+            raise CodecError(f"{path}: numpy dtype {dt!r} holds Python objects; refusing to build it from bytes")
         return np.frombuffer(base64.b64decode(node["b64"]), dtype=dt)[0]
 
     def _pickle(self, node: Mapping[str, Any], path: str) -> Any:
@@ -833,11 +933,15 @@ class _Decoder:
         return pickle.loads(raw.contiguous().numpy().tobytes())
 
     def _enum(self, node: Mapping[str, Any], path: str) -> Any:
-        cls = import_ref(node["cls"])
-        if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
-            raise CodecError(f"{path}: {node['cls']!r} is not an Enum class")
+        ref = node.get("cls")
+        cls = self._class(ref, "enum", path)
         if "name" in node:
-            return cls[node["name"]]
+            name = node["name"]
+            members = inspect.getattr_static(cls, "_member_map_", None)  # what cls[name] reads, without a call
+            if not isinstance(members, Mapping) or not isinstance(name, str) or name not in members:
+                raise CodecError(f"{path}: enum {ref!r} has no member {name!r:.100}")
+            return members[name]
+        # a Flag combination (no member of its own): the enum's lookup builds it, as at recording
         return cls(self.decode(node["value"], child_path(path, ".value")))
 
     # -- containers -------------------------------------------------------------------------------------
@@ -857,29 +961,31 @@ class _Decoder:
         return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[node["t"]](items)
 
     def _namedtuple(self, node: Mapping[str, Any], path: str) -> Any:
-        cls = import_ref(node["cls"])
-        if not (isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")):
-            raise CodecError(f"{path}: {node['cls']!r} is not a namedtuple class")
-        values = {k: self.decode(v, child_path(path, f".{k}")) for k, v in node["v"].items()}
-        return tuple.__new__(cls, tuple(values[f] for f in cls._fields))
+        ref = node.get("cls")
+        cls = self._class(ref, "namedtuple", path)
+        fields: tuple[str, ...] = inspect.getattr_static(cls, "_fields")
+        recorded = _fields_node(node, path)
+        _check_fields(recorded, fields, ref, path)
+        values = {k: self.decode(v, child_path(path, f".{k}")) for k, v in recorded.items()}
+        return tuple.__new__(cls, tuple(values[f] for f in fields))
 
     def _dataclass(self, node: Mapping[str, Any], path: str) -> Any:
-        cls = import_ref(node["cls"])
-        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
-            raise CodecError(f"{path}: {node['cls']!r} is not a dataclass; refusing to construct it")
-        obj = cls.__new__(cls)
-        for name, vn in node["v"].items():
+        ref = node.get("cls")
+        cls = self._class(ref, "dataclass", path)
+        recorded = _fields_node(node, path)
+        _check_fields(recorded, [f.name for f in dataclasses.fields(cls)], ref, path)
+        obj: Any = object.__new__(cls)  # no __new__/__init__/__post_init__ of the class runs
+        for name, vn in recorded.items():
             object.__setattr__(obj, name, self.decode(vn, child_path(path, f".{name}")))
         return obj
 
-    def _import_tensordict_class(self, node: Mapping[str, Any], path: str) -> Any:
-        ref = node.get("cls") or "tensordict:TensorDict"
+    def _tensordict_class(self, ref: Any, kind: str, path: str) -> type:
         try:
-            return import_ref(ref)
+            return self._class(ref, kind, path)
         except CodecError as exc:
             raise CodecError(
-                f"{path}: this entry holds a {ref}; the 'tensordict' package is needed to decode it: {exc}"
-            ) from exc
+                f"{exc}; this entry holds a {ref}, which needs the 'tensordict' package, imported"
+            ) from None
 
     def _td_device(self, node: Mapping[str, Any]) -> str | None:
         device = node.get("device")
@@ -889,37 +995,74 @@ class _Decoder:
         return None if device is None else str(device)
 
     def _tensordict(self, node: Mapping[str, Any], path: str) -> Any:
-        cls = self._import_tensordict_class(node, path)
+        ref = node.get("cls") or "tensordict:TensorDict"
+        cls: Any = self._tensordict_class(ref, "tensordict", path)
         device = self._td_device(node)
         if "stack" in node:
+            if not _is_lazy_stack_class(cls):
+                raise CodecError(f"{path}: {ref!r} is not a lazy stack of tensordicts; refusing to stack into it")
             parts = [self.decode(n, child_path(path, f".tensordicts[{i}]")) for i, n in enumerate(node["stack"])]
+            for i, part in enumerate(parts):
+                if not (is_tensordict(part) or _is_tensorclass(part)):
+                    raise CodecError(f"{path}.tensordicts[{i}]: a {_type_name(part)} cannot be stacked in a {ref}")
             return cls(*parts, stack_dim=int(node["stack_dim"]))
         if getattr(cls, "__name__", "") != "TensorDict":
             # other TensorDictBase subclasses cannot be rebuilt from items: return a plain TensorDict
-            cls = import_ref("tensordict:TensorDict")
+            cls = self._tensordict_class("tensordict:TensorDict", "tensordict", path)
         items = {k: self.decode(v, child_path(path, key_label(k))) for k, v in node["v"].items()}
         return cls(items, batch_size=[int(x) for x in node["batch_size"]], device=device)
 
     def _nontensordata(self, node: Mapping[str, Any], path: str) -> Any:
-        cls = self._import_tensordict_class(node, path)
+        ref = node.get("cls")
+        cls: Any = self._tensordict_class(ref, "nontensordata", path)
         data = self.decode(node["data"], child_path(path, ".data"))
         return cls(data=data, batch_size=[int(x) for x in node["batch_size"]], device=self._td_device(node))
 
     def _dataproto(self, node: Mapping[str, Any], path: str) -> Any:
-        ref = node["cls"]
-        try:
-            cls = import_ref(ref)
-        except CodecError as exc:
-            raise CodecError(f"{path}: cannot import the DataProto-like class {ref!r} to rebuild it: {exc}") from exc
-        if not isinstance(cls, type):
-            raise CodecError(f"{path}: {ref!r} is not a class")
-        klass: Any = cls
-        obj = klass.__new__(klass)
-        for attr in ("batch", "non_tensor_batch", "meta_info"):
+        cls = self._class(node.get("cls"), "dataproto", path)
+        extra = node.get("extra", {})
+        if not isinstance(extra, Mapping):
+            raise CodecError(f"{path}: 'extra' is a {_type_name(extra)}, not a mapping")
+        for name in extra:
+            problem = _extra_attr_problem(cls, name)
+            if problem:
+                raise CodecError(f"{path}: recorded attribute {name!r:.100} {problem}; refusing to set it")
+        obj: Any = object.__new__(cls)  # no __new__/__init__/__setattr__ of the class runs
+        for attr in _DATAPROTO_ATTRS:
             object.__setattr__(obj, attr, self.decode(node[attr], child_path(path, f".{attr}")))
-        for name, vn in node.get("extra", {}).items():
+        for name, vn in extra.items():
             object.__setattr__(obj, name, self.decode(vn, child_path(path, f".{name}")))
         return obj
+
+
+def _shape(node: Mapping[str, Any], path: str) -> tuple[int, ...]:
+    shape = node["shape"]
+    if not isinstance(shape, list) or not all(type(x) is int and x >= 0 for x in shape):
+        raise CodecError(f"{path}: shape {shape!r:.100} is not a list of non-negative ints")
+    return tuple(shape)
+
+
+def _np_dtype(node: Mapping[str, Any], path: str) -> np.dtype[Any]:
+    name = node["dtype"]
+    if not isinstance(name, str):
+        raise CodecError(f"{path}: numpy dtype {name!r:.100} is not a string")
+    return np.dtype(name)
+
+
+def _fields_node(node: Mapping[str, Any], path: str) -> Mapping[str, Any]:
+    recorded = node["v"]
+    if not isinstance(recorded, Mapping):
+        raise CodecError(f"{path}: fields are a {_type_name(recorded)}, not a mapping")
+    return recorded
+
+
+def _check_fields(recorded: Mapping[str, Any], fields: Sequence[str], ref: Any, path: str) -> None:
+    """Refuse a node whose field names are not exactly the class's: only declared fields are ever set."""
+    if set(recorded) != set(fields) or len(recorded) != len(fields):
+        raise CodecError(
+            f"{path}: recorded fields {list(recorded)} do not match the class's fields {list(fields)} of {ref!r} "
+            "(the class changed since recording, or the tree was edited)"
+        )
 
 
 _DECODERS: dict[str, Callable[[_Decoder, Mapping[str, Any], str], Any]] = {
@@ -958,25 +1101,37 @@ def decode(
     *,
     allow_pickle: bool = False,
     root_name: str = "obj",
+    trusted: Collection[str] = (),
 ) -> Any:
     """Rebuild the object encoded by :func:`encode`.
 
-    Tensors are moved to their recorded device when it exists here, otherwise they stay on CPU and a
-    warning is logged once per device. Tensor data is not copied when the device is CPU.
+    The tree is untrusted input: decoding imports no module and constructs only the classes
+    :mod:`skipweave.store.classes` allows (see *Decoding constructs* in the module docstring). Tensors are
+    moved to their recorded device when it exists here, otherwise they stay on CPU and a warning is logged
+    once per device. Tensor data is not copied when the device is CPU.
 
     Args:
         tree: ``Encoded.tree`` (possibly after a JSON round trip).
         tensors: ``Encoded.tensors`` or the dict returned by ``safetensors.torch.load_file``.
         allow_pickle: allow unpickling entries that were recorded with ``allow_pickle=True``.
         root_name: name used as the start of paths in error messages.
+        trusted: ``"module:qualname"`` refs the user approved (``skip.<role>.trusted_classes``): their modules
+            may be imported and they skip the approval and data-only rules.
 
     Returns:
         The decoded object.
 
     Raises:
         PickleRefused: the tree contains a pickled entry and ``allow_pickle`` is False.
-        CodecError: unknown ``codec_version``, malformed tree, missing tensor, or a class (dataclass, enum,
-            DataProto-like, TensorDict) that cannot be imported here.
+        CodecError: unknown ``codec_version``, malformed tree, missing tensor, nesting beyond the recursion
+            limit, or a class (dataclass, enum, namedtuple, DataProto-like, TensorDict) that is not imported
+            here, not approved, or whose fields differ from the recorded ones; the message names the path.
     """
     root = check_root(tree)
-    return _Decoder(tensors, allow_pickle).decode(root, root_name)
+    try:
+        return _Decoder(tensors, allow_pickle, trusted).decode(root, root_name)
+    except RecursionError:
+        raise CodecError(
+            f"{root_name}: the tree is nested too deeply to decode (beyond Python's recursion limit of "
+            f"{sys.getrecursionlimit()})"
+        ) from None

@@ -9,8 +9,13 @@ never disagree with what a run would serve.
 Vocabulary:
 
 - an **entry** is one committed manifest with its payload files; its status is ``complete`` (valid and its
-  part may be served), ``incomplete`` (valid, but its part may not be served) or ``corrupt`` (the manifest
-  is unreadable or a payload file is missing, truncated or fails its checksum);
+  part may be served), ``incomplete`` (valid, but its part may not be served), ``refused`` (sound, but it
+  holds pickled data and pickle is not allowed: a run sets it aside, gc keeps it) or ``corrupt`` (the
+  manifest is unreadable or belongs to another entry, lists foreign files, or a payload file is missing,
+  not a regular file, truncated or fails its checksum) -- judged by
+  :func:`~skipweave.store.manifest.check_manifest`, the function a run uses;
+- an **ignored** name is one skipweave never writes (a symlink, a file where a folder belongs, a folder
+  not named like a step): it is listed, never followed, read or removed;
 - a **part** is one (step, target, shard): the unit the runtime serves or sets aside;
 - a **leftover** is a file or folder no reader ever looks at: a ``temporary`` file (``.tmp-*``, a write
   that never finished), an ``orphan`` payload file (renamed into place, but the writer died before its
@@ -42,11 +47,13 @@ from skipweave.store.layout import (
     SET_ASIDE_DIR,
     TMP_PREFIX,
     EntryKey,
-    list_steps,
+    key_of_manifest,
     parse_manifest_name,
+    parse_payload_name,
     role_dir,
 )
-from skipweave.store.manifest import EntryInvalid, read_manifest, verify_payload
+from skipweave.store.manifest import EntryInvalid, EntryRefused, check_manifest, read_manifest, verify_payload
+from skipweave.store.paths import is_real_dir, is_step_name, lock_path, name_problem
 from skipweave.store.step_store import StepStore
 
 __all__ = [
@@ -58,6 +65,7 @@ __all__ = [
     "LeftoverKind",
     "PartScan",
     "Status",
+    "Verdict",
     "apply_gc",
     "check_entry",
     "find_dump_dir_hint",
@@ -75,14 +83,13 @@ _HINT_MAX_FOLDERS = 5000
 LOCK_WAIT_S = 2.0
 """Seconds gc waits for a writer's lock before leaving the item alone."""
 
-_PAYLOAD_RE = re.compile(r"^(?P<stem>[A-Za-z0-9_\-]+-\d{4,})\.[A-Za-z0-9]+\.(?:tree\.json|tensors\.safetensors)$")
-
 
 class Status(str, enum.Enum):
     """Status of an entry or a part."""
 
     COMPLETE = "complete"
     INCOMPLETE = "incomplete"
+    REFUSED = "refused"
     CORRUPT = "corrupt"
 
 
@@ -175,9 +182,12 @@ class PartScan:
 
     @property
     def status(self) -> Status:
-        """``corrupt`` when any entry is, else ``complete`` or ``incomplete`` as the store would judge it."""
+        """``corrupt`` when any entry is, else ``refused`` when any entry is, else ``complete`` or ``incomplete``
+        as the store would judge it."""
         if any(e.status is Status.CORRUPT for e in self.entries):
             return Status.CORRUPT
+        if any(e.status is Status.REFUSED for e in self.entries):
+            return Status.REFUSED
         return Status.COMPLETE if self.complete else Status.INCOMPLETE
 
     @property
@@ -273,6 +283,9 @@ class DumpScan:
         leftovers: temporary files, orphan payload files and set-aside folders.
         checksums: whether payload checksums were checked (else sizes only).
         calls_per_step: the value given to the stores, ``None`` to let them learn it.
+        allow_pickle: entries holding pickled data are judged as a run with ``allow_pickle=true`` would.
+        ignored: names skipweave never writes (symlinks, files where folders belong, folders not named like
+            steps), each ``(path, why)``; never followed, read or removed.
     """
 
     dump_dir: str
@@ -280,6 +293,8 @@ class DumpScan:
     leftovers: list[Leftover] = field(default_factory=list)
     checksums: bool = False
     calls_per_step: int | None = None
+    allow_pickle: bool = False
+    ignored: list[tuple[str, str]] = field(default_factory=list)
 
     def entries(self) -> Iterator[EntryScan]:
         """Yield every entry of every part."""
@@ -288,7 +303,8 @@ class DumpScan:
 
     def store(self, namespace: str, role: str) -> StepStore:
         """Return a :class:`StepStore` of one role of this dump dir (read-only use)."""
-        return StepStore(self.dump_dir, namespace, role, calls_per_step=self.calls_per_step)
+        return StepStore(self.dump_dir, namespace, role, calls_per_step=self.calls_per_step,
+                         allow_pickle=self.allow_pickle)
 
     def totals(self) -> dict[str, Any]:
         """Return the ``totals`` object documented in docs/cli.md."""
@@ -332,14 +348,17 @@ def _count(statuses: Iterable[Status]) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------------------------------------- scanning
-def scan(dump_dir: str, *, checksums: bool = False, calls_per_step: int | None = None) -> DumpScan:
-    """Walk a dump dir and judge every entry, part and leftover.
+def scan(dump_dir: str, *, checksums: bool = False, calls_per_step: int | None = None,
+         allow_pickle: bool = False) -> DumpScan:
+    """Walk a dump dir and judge every entry, part and leftover, as a run would.
 
     Args:
         dump_dir: the store root (``skip.<role>.dump_dir``).
         checksums: check every payload file's checksum (reads all bytes); else check sizes only.
         calls_per_step: calls one shard makes per step, for every role; ``None`` lets the store learn it
             from closed steps, as a run without ``calls_per_step`` does.
+        allow_pickle: judge entries holding pickled data as a run with ``allow_pickle=true`` would
+            (else they are ``refused``).
 
     Returns:
         The :class:`DumpScan`.
@@ -354,16 +373,29 @@ def scan(dump_dir: str, *, checksums: bool = False, calls_per_step: int | None =
         raise FileNotFoundError(f"{dump_dir} does not exist")
     if not os.path.isdir(dump_dir):
         raise NotADirectoryError(f"{dump_dir} is not a folder")
-    result = DumpScan(dump_dir, checksums=checksums, calls_per_step=calls_per_step)
-    for namespace in _subdirs(dump_dir):
-        for role in _subdirs(os.path.join(dump_dir, namespace)):
+    result = DumpScan(dump_dir, checksums=checksums, calls_per_step=calls_per_step, allow_pickle=allow_pickle)
+    for namespace in _subdirs(result, dump_dir):
+        for role in _subdirs(result, os.path.join(dump_dir, namespace)):
             _scan_role(result, namespace, role)
     return result
 
 
-def _subdirs(folder: str) -> list[str]:
+def _subdirs(result: DumpScan, folder: str, *, allowed: frozenset[str] = frozenset()) -> list[str]:
+    """Real sub-folders of ``folder`` with valid names (or in ``allowed``); symlinks and stray names go to
+    ``result.ignored`` (hidden names, e.g. lock files, are skipped silently)."""
+    names = []
     with os.scandir(folder) as it:
-        names = [d.name for d in it if d.is_dir(follow_symlinks=False) and not d.name.startswith(".")]
+        for d in it:
+            if d.name.startswith("."):
+                continue
+            if d.is_symlink():
+                result.ignored.append((d.path, "a symlink (never followed)"))
+            elif not d.is_dir(follow_symlinks=False):
+                continue  # files at this level are looked at by the caller, if at all
+            elif d.name in allowed or name_problem(d.name) is None:
+                names.append(d.name)
+            else:
+                result.ignored.append((d.path, "a folder name skipweave never writes"))
     return sorted(names, key=_natural)
 
 
@@ -374,14 +406,24 @@ def _natural(name: str) -> list[Any]:
 def _scan_role(result: DumpScan, namespace: str, role: str) -> None:
     store = result.store(namespace, role)
     rdir = role_dir(result.dump_dir, namespace, role)
-    for step in list_steps(result.dump_dir, namespace, role):
+    steps = []
+    with os.scandir(rdir) as it:
+        for d in it:
+            if d.name.startswith(".") or (d.name == SET_ASIDE_DIR and not d.is_symlink()):
+                continue
+            if d.is_symlink():
+                result.ignored.append((d.path, "a symlink (never followed)"))
+            elif is_step_name(d.name) and d.is_dir(follow_symlinks=False) and str(int(d.name)) == d.name:
+                steps.append(int(d.name))
+            else:
+                why = "a file where a step folder belongs" if is_step_name(d.name) else "a name skipweave never writes"
+                result.ignored.append((d.path, why))
+    for step in sorted(steps):
         step_dir = os.path.join(rdir, str(step))
-        if not os.path.isdir(step_dir):
-            continue
-        for target in _subdirs(step_dir):
+        for target in _subdirs(result, step_dir):
             _scan_target(result, store, step, target, os.path.join(step_dir, target))
     aside = os.path.join(rdir, SET_ASIDE_DIR)
-    if os.path.isdir(aside):
+    if is_real_dir(aside):
         for name in sorted(os.listdir(aside)):
             path = os.path.join(aside, name)
             size, newest = _tree_size(path)
@@ -389,9 +431,9 @@ def _scan_role(result: DumpScan, namespace: str, role: str) -> None:
 
 
 def _tree_size(path: str) -> tuple[int, float]:
-    """Return (total bytes, newest mtime) of a file or folder."""
+    """Return (total bytes, newest mtime) of a file or folder (symlinks are not followed)."""
     st = os.lstat(path)
-    size, newest = (st.st_size if not os.path.isdir(path) else 0), st.st_mtime
+    size, newest = (st.st_size if not is_real_dir(path) else 0), st.st_mtime
     for folder, _dirs, files in os.walk(path):
         for n in files:
             with contextlib.suppress(OSError):
@@ -403,7 +445,7 @@ def _tree_size(path: str) -> tuple[int, float]:
 
 def _stat(path: str) -> tuple[int, float]:
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except OSError:
         return 0, 0.0
     return st.st_size, st.st_mtime
@@ -424,21 +466,22 @@ def _scan_target(result: DumpScan, store: StepStore, step: int, target: str, fol
             manifests.setdefault(parsed[0], []).append((parsed[1], name))
         elif name.endswith(PART_SUFFIX):
             part_files.add(name[: -len(PART_SUFFIX)])
-        elif (m := _PAYLOAD_RE.match(name)) is not None:
-            payloads.setdefault(m.group("stem"), []).append(name)
+        elif (parsed_payload := parse_payload_name(name)) is not None:
+            payloads.setdefault(parsed_payload[0], []).append(name)
     claimed: set[str] = set()
     for shard in sorted(set(manifests) | part_files, key=_natural):
         entries = []
         for call, name in sorted(manifests.get(shard, [])):
             key = store.key(step, target, shard, call)
-            entry = _scan_entry(folder, key, name, payloads.get(key.stem, []), checksums=result.checksums)
+            entry = _scan_entry(folder, key, name, payloads.get(key.stem, []), checksums=result.checksums,
+                                allow_pickle=result.allow_pickle)
             if entry is not None:
                 claimed.update(entry.files)
                 entries.append(entry)
         info = store.part_info(step, target, shard)
         complete = store.is_complete(step, target, shard)
         for e in entries:
-            if e.status is not Status.CORRUPT:
+            if e.status is Status.COMPLETE:
                 e.status = Status.COMPLETE if complete else Status.INCOMPLETE
         part_file = os.path.join(folder, shard + PART_SUFFIX) if shard in part_files else None
         times = [e.modified for e in entries] + ([_stat(part_file)[1]] if part_file else [])
@@ -455,28 +498,30 @@ def _scan_target(result: DumpScan, store: StepStore, step: int, target: str, fol
 
 
 def _scan_entry(
-    folder: str, key: EntryKey, name: str, stem_payloads: list[str], *, checksums: bool
+    folder: str, key: EntryKey, name: str, stem_payloads: list[str], *, checksums: bool, allow_pickle: bool
 ) -> EntryScan | None:
     path = os.path.join(folder, name)
     try:
-        manifest, reason = check_entry(path, checksums=checksums)
+        verdict = check_entry(path, checksums=checksums, allow_pickle=allow_pickle, key=key)
     except FileNotFoundError:  # removed between listing and reading
         return None
+    manifest, reason = verdict.manifest, verdict.reason
     referenced = payload_names(manifest)
     # An unreadable manifest cannot say which payload files are its own: they all go with it.
     owned = stem_payloads if referenced is None else [n for n in stem_payloads if n in referenced]
     files = [name, *owned]
     sizes = [_stat(os.path.join(folder, n)) for n in files]
+    status = Status.REFUSED if verdict.refused else Status.CORRUPT if reason else Status.COMPLETE
     return EntryScan(
-        key=key, path=path, status=Status.CORRUPT if reason else Status.COMPLETE, reason=reason, files=files,
+        key=key, path=path, status=status, reason=reason, files=files,
         bytes=sum(s for s, _ in sizes), manifest=manifest, modified=max(t for _, t in sizes),
     )
 
 
 def payload_stem(name: str) -> str | None:
     """Return the entry stem (``r0-0001``) of a payload file name, or ``None`` when it is not one."""
-    m = _PAYLOAD_RE.match(name)
-    return m.group("stem") if m else None
+    parsed = parse_payload_name(name)
+    return parsed[0] if parsed else None
 
 
 def payload_names(manifest: dict[str, Any] | None) -> set[str] | None:
@@ -487,16 +532,35 @@ def payload_names(manifest: dict[str, Any] | None) -> set[str] | None:
     return {n for n in names if isinstance(n, str)}
 
 
-def check_entry(path: str, *, checksums: bool) -> tuple[dict[str, Any] | None, str | None]:
+@dataclass(frozen=True)
+class Verdict:
+    """How :func:`check_entry` judged one entry.
+
+    Attributes:
+        manifest: the parsed manifest, ``None`` when it is unreadable.
+        reason: why the entry would not be served, ``None`` when it would.
+        refused: the entry is sound but holds pickled data and pickle is not allowed (``reason`` says so).
+    """
+
+    manifest: dict[str, Any] | None
+    reason: str | None
+    refused: bool = False
+
+
+def check_entry(path: str, *, checksums: bool, allow_pickle: bool = False, key: EntryKey | None = None) -> Verdict:
     """Judge one committed entry the way :meth:`StepStore.load` would, without decoding it.
+
+    The same judgement (:func:`~skipweave.store.manifest.check_manifest`: identity, payload names, pickle)
+    and the same payload checks (regular files, sizes, and with ``checksums`` every byte).
 
     Args:
         path: the manifest.
         checksums: also compare each payload file's checksum (reads every byte).
+        allow_pickle: judge as a run with ``allow_pickle=true`` (else a pickled entry is refused).
+        key: the entry the manifest is read for; default: the one its place implies.
 
     Returns:
-        ``(manifest, None)`` for a valid entry; ``(manifest or None, reason)`` for a corrupt one
-        (``manifest`` is ``None`` when it is unreadable).
+        The :class:`Verdict`.
 
     Raises:
         FileNotFoundError: the manifest does not exist.
@@ -504,18 +568,26 @@ def check_entry(path: str, *, checksums: bool) -> tuple[dict[str, Any] | None, s
     try:
         manifest = read_manifest(path)
     except EntryInvalid as exc:
-        return None, str(exc)
-    folder = os.path.dirname(path)
+        return Verdict(None, str(exc))
+    key = key or key_of_manifest(path)
+    if key is None:
+        return Verdict(manifest, f"manifest {path} does not sit at an entry's place in a dump dir "
+                                 "({namespace}/{role}/{step}/{target}/{shard}-{call}.manifest.json)")
     try:
-        verify_payload(folder, manifest, checksums=checksums)
+        check_manifest(manifest, path, key, allow_pickle=allow_pickle)
+    except EntryRefused as exc:
+        try:
+            verify_payload(os.path.dirname(path), manifest, checksums=checksums)
+        except EntryInvalid as bad:
+            return Verdict(manifest, str(bad))
+        return Verdict(manifest, str(exc), refused=True)
     except EntryInvalid as exc:
-        return manifest, str(exc)
-    except (KeyError, TypeError) as exc:
-        return manifest, f"manifest {path} has a malformed payload list ({type(exc).__name__}: {exc})"
-    names = payload_names(manifest) or set()
-    if not any(n.endswith(".tree.json") for n in names) or not any(n.endswith(".safetensors") for n in names):
-        return manifest, f"manifest {path} lists no tree or tensor file"
-    return manifest, None
+        return Verdict(manifest, str(exc))
+    try:
+        verify_payload(os.path.dirname(path), manifest, checksums=checksums)
+    except EntryInvalid as exc:
+        return Verdict(manifest, str(exc))
+    return Verdict(manifest, None)
 
 
 def find_dump_dir_hint(path: str) -> str | None:
@@ -664,21 +736,29 @@ def apply_gc(result: DumpScan, action: GcAction, *, min_age: float, dry_run: boo
 
 
 def _unlink_stem(folder: str, stem: str) -> None:
-    """Remove the manifest and every payload file of one entry (the caller holds the entry lock)."""
+    """Remove the manifest and every payload file of one entry (the caller holds the entry lock).
+
+    Symlinks are removed themselves (never their targets); a folder planted at a payload's name is removed
+    with its contents (it lies inside the dump dir: ``shutil.rmtree`` never follows symlinks below it).
+    """
     for n in os.listdir(folder):
         if n.startswith(stem + ".") and not n.startswith(TMP_PREFIX):
+            path = os.path.join(folder, n)
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(folder, n))
+                if is_real_dir(path):
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)
 
 
 def _entry_lock(folder: str, stem: str) -> filelock.FileLock:
     # The lock StepStore.record and StepStore.discard take for one entry.
-    return filelock.FileLock(os.path.join(folder, f".{stem}.lock"), timeout=LOCK_WAIT_S)
+    return filelock.FileLock(lock_path(folder, f".{stem}.lock"), timeout=LOCK_WAIT_S)
 
 
 def _part_lock(folder: str, shard: str) -> filelock.FileLock:
     # The lock StepStore.set_aside takes for one part.
-    return filelock.FileLock(os.path.join(folder, f".{shard}.part.lock"), timeout=LOCK_WAIT_S)
+    return filelock.FileLock(lock_path(folder, f".{shard}.part.lock"), timeout=LOCK_WAIT_S)
 
 
 def _remove_corrupt_entry(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
@@ -686,13 +766,36 @@ def _remove_corrupt_entry(result: DumpScan, action: GcAction, min_age: float, no
     folder, stem = action.part.folder, action.entry.key.stem
     with _entry_lock(folder, stem):
         try:
-            _manifest, reason = check_entry(action.path, checksums=True)
+            verdict = check_entry(action.path, checksums=True, allow_pickle=result.allow_pickle,
+                                  key=action.entry.key)
         except FileNotFoundError:
             return "already gone"
-        if reason is None:
+        if verdict.reason is None or verdict.refused:
             return "valid again (a writer replaced it)"
         _unlink_stem(folder, stem)
+    _drop_empty_part(action.part)
     return None
+
+
+def _drop_empty_part(part: PartScan) -> None:
+    """After its last entry was removed, remove a part's state file and the folders left empty, so that
+    ``verify`` passes right after one ``gc``."""
+    with _part_lock(part.folder, part.shard):
+        try:
+            names = os.listdir(part.folder)
+        except FileNotFoundError:
+            return
+        if any((p := parse_manifest_name(n)) is not None and p[0] == part.shard for n in names):
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(part.folder, part.shard + PART_SUFFIX))
+    for folder in (part.folder, os.path.dirname(part.folder)):  # target, then step folder
+        for n in os.listdir(folder) if os.path.isdir(folder) else []:
+            if n.endswith(".lock") and n.startswith("."):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, n))
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)  # only when empty
 
 
 def _remove_incomplete_part(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
@@ -714,6 +817,7 @@ def _remove_incomplete_part(result: DumpScan, action: GcAction, min_age: float, 
         for path in action.files:  # orphans of removed entries; the part file last
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+    _drop_empty_part(part)
     return None
 
 
@@ -745,9 +849,11 @@ def _remove_orphan(result: DumpScan, action: GcAction, min_age: float, now: floa
 
 
 def _remove_tree(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
-    if not os.path.exists(action.path):
+    if not os.path.lexists(action.path):
         return "already gone"
-    if os.path.isdir(action.path) and not os.path.islink(action.path):
+    if not is_real_dir(os.path.dirname(action.path)):  # its _set_aside became a symlink meanwhile
+        return "its folder is no longer a real folder of the dump dir"
+    if is_real_dir(action.path):
         shutil.rmtree(action.path)
     else:
         os.unlink(action.path)

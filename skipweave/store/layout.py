@@ -17,11 +17,16 @@ import os
 import re
 from dataclasses import dataclass
 
+from skipweave.store.paths import SET_ASIDE, is_step_name
+
 TMP_PREFIX = ".tmp-"
-SET_ASIDE_DIR = "_set_aside"
+SET_ASIDE_DIR = SET_ASIDE
 MANIFEST_SUFFIX = ".manifest.json"
 PART_SUFFIX = ".part.json"
-_ENTRY_RE = re.compile(r"^(?P<shard>[A-Za-z0-9_\-]+)-(?P<call>\d{4,})\.manifest\.json$")
+_ENTRY_RE = re.compile(r"^(?P<shard>[A-Za-z0-9_\-]+)-(?P<call>[0-9]{4,})\.manifest\.json$", re.ASCII)
+_PAYLOAD_RE = re.compile(
+    r"^(?P<stem>[A-Za-z0-9_\-]+-[0-9]{4,})\.[A-Za-z0-9]+\.(?P<kind>tree\.json|tensors\.safetensors)$", re.ASCII
+)
 
 
 @dataclass(frozen=True)
@@ -74,10 +79,37 @@ def parse_manifest_name(name: str) -> tuple[str, int] | None:
     return (m.group("shard"), int(m.group("call"))) if m else None
 
 
+def key_of_manifest(path: str) -> EntryKey | None:
+    """The :class:`EntryKey` a manifest's place implies (``.../{namespace}/{role}/{step}/{target}/{stem}``),
+    or ``None`` when the path is not shaped like an entry's place in a dump dir."""
+    parts = os.path.abspath(path).split(os.sep)
+    if len(parts) < 6:
+        return None
+    namespace, role, step, target, name = parts[-5:]
+    parsed = parse_manifest_name(name)
+    if parsed is None or not is_step_name(step):
+        return None
+    return EntryKey(namespace, role, int(step), target, parsed[0], parsed[1])
+
+
+def parse_payload_name(name: str) -> tuple[str, str] | None:
+    """Return ``(stem, kind)`` of a payload file name (kind ``tree.json`` or ``tensors.safetensors``), else ``None``."""
+    m = _PAYLOAD_RE.match(name)
+    return (m.group("stem"), m.group("kind")) if m else None
+
+
 def list_steps(dump_dir: str, namespace: str, role: str) -> list[int]:
-    """Return the sorted steps that have a folder under a role (complete or not)."""
+    """Return the sorted steps that have a folder under a role (complete or not).
+
+    Only names skipweave writes count: real folders (not symlinks, not files) named by an optional ``-`` and
+    ASCII digits, in the form ``str(step)`` gives. Anything else (a file named ``4``, a folder named ``²``,
+    a symlink) is ignored.
+    """
     try:
-        names = os.listdir(role_dir(dump_dir, namespace, role))
-    except FileNotFoundError:
+        with os.scandir(role_dir(dump_dir, namespace, role)) as it:
+            names = [e.name for e in it if is_step_name(e.name) and e.is_dir(follow_symlinks=False)
+                     and str(int(e.name)) == e.name]  # the folder a run uses is str(step): no '007', no '-0'
+
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    return sorted(int(n) for n in names if n.isdigit() or (n.startswith("-") and n[1:].isdigit()))
+    return sorted(int(n) for n in names)

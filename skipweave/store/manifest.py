@@ -13,14 +13,28 @@ from typing import Any
 
 import xxhash
 
+from skipweave.store.layout import EntryKey, parse_payload_name
+from skipweave.store.paths import UnsafePath, open_regular
+
 FORMAT_VERSION = 1
 """Version of the entry format; a manifest with another version is never served."""
 
 _CHUNK = 8 << 20
+MANIFEST_MAX_BYTES = 1 << 20
+"""A manifest is a few hundred bytes; a larger file is not one skipweave wrote (and is not parsed)."""
 
 
 class EntryInvalid(Exception):
     """A committed entry cannot be served: unreadable manifest, foreign format, missing or corrupt payload."""
+
+
+class EntryRefused(EntryInvalid):
+    """A sound entry that this process's policy does not serve: it holds pickled data and pickle is not allowed.
+
+    A run sets it aside like any invalid entry (never deleting it); ``skipweave verify`` reports it apart from
+    corrupt entries and ``skipweave gc`` keeps it (``--allow-pickle`` judges it as a run with
+    ``allow_pickle=true`` would).
+    """
 
 
 CHECKSUM_ALGORITHM = "xxh3_128"
@@ -42,7 +56,7 @@ def file_checksum(path: str) -> str:
     h = new_hasher()
     buf = bytearray(_CHUNK)
     view = memoryview(buf)
-    with open(path, "rb", buffering=0) as fh:
+    with open(open_regular(path), "rb", buffering=0) as fh:
         while n := fh.readinto(buf):
             h.update(view[:n])
     return checksum_digest(h)
@@ -135,11 +149,13 @@ def read_manifest(path: str) -> dict[str, Any]:
         EntryInvalid: unreadable JSON, another format version, or missing fields.
     """
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(open_regular(path), encoding="utf-8") as fh:
+            if os.fstat(fh.fileno()).st_size > MANIFEST_MAX_BYTES:
+                raise ValueError(f"larger than {MANIFEST_MAX_BYTES} bytes")
             data = json.load(fh)
     except FileNotFoundError:
         raise
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise EntryInvalid(f"manifest {path} is unreadable: {exc}") from exc
     if not isinstance(data, dict) or data.get("format_version") != FORMAT_VERSION:
         found = data.get("format_version") if isinstance(data, dict) else type(data).__name__
@@ -169,25 +185,92 @@ def check_identity(manifest: dict[str, Any], path: str, *, role: str, target: st
     """
     expected = {"role": role, "target": target, "step": step, "call_index": call, "shard": shard}
     for field, want in expected.items():
-        if manifest.get(field) != want:
+        got = manifest.get(field)
+        if got != want or type(got) is not type(want):
             raise EntryInvalid(
-                f"manifest {path} belongs to another entry: {field}={manifest.get(field)!r}, expected {want!r}"
+                f"manifest {path} belongs to another entry: {field}={got!r}, expected {want!r}"
             )
 
 
-def verify_payload(folder: str, manifest: dict[str, Any], *, checksums: bool = True) -> None:
-    """Check that every payload file exists with the recorded size (and checksum).
+@dataclass(frozen=True)
+class Judged:
+    """A manifest that passed :func:`check_manifest`: the manifest and its two payload items."""
+
+    manifest: dict[str, Any]
+    tree: dict[str, Any]
+    tensors: dict[str, Any]
+
+
+def check_manifest(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_pickle: bool) -> Judged:
+    """Decide whether a readable manifest may be served for ``key``: the one judgement of runs and the CLI.
+
+    Checks, in order: the manifest names this very entry (role, target, step, call index, shard; see
+    :func:`check_identity`), its payload is exactly one tree file and one tensor file whose names carry the
+    entry's stem (``r0-0003.<token>.tree.json``, ``r0-0003.<token>.tensors.safetensors``: no other file, no
+    path), and it holds no pickled data unless ``allow_pickle``. The payload bytes are checked by the reader
+    (:func:`verify_payload`, or the store's verified read).
+
+    Args:
+        manifest: what :func:`read_manifest` returned.
+        path: the manifest's path, for messages.
+        key: the entry the manifest was read for (from where it sits).
+        allow_pickle: the role's ``allow_pickle``.
+
+    Returns:
+        The :class:`Judged` manifest.
 
     Raises:
-        EntryInvalid: naming the first file that is missing, truncated or corrupt.
+        EntryRefused: the entry claims pickled data and ``allow_pickle`` is off.
+        EntryInvalid: any other reason, named in the message.
+    """
+    check_identity(manifest, path, role=key.role, target=key.target, step=key.step, call=key.call,
+                   shard=key.shard)
+    items: dict[str, dict[str, Any]] = {}
+    for item in manifest["payload"]:
+        parsed = parse_payload_name(item["name"])
+        if parsed is None or parsed[0] != key.stem or parsed[1] in items:
+            raise EntryInvalid(
+                f"manifest {path} lists payload file {item['name']!r}, which is not one of this entry's "
+                f"({key.stem}.<token>.tree.json and {key.stem}.<token>.tensors.safetensors, once each)"
+            )
+        if item["bytes"] < 0:
+            raise EntryInvalid(f"manifest {path} gives payload {item['name']!r} a negative size")
+        items[parsed[1]] = item
+    if set(items) != {"tree.json", "tensors.safetensors"}:
+        raise EntryInvalid(f"manifest {path} lists no tree or tensor file")
+    pickled = manifest.get("pickled", False)
+    if not isinstance(pickled, bool):
+        raise EntryInvalid(f"manifest {path} has pickled={pickled!r}, expected true or false")
+    if pickled and not allow_pickle:
+        raise EntryRefused(
+            f"entry {path} was recorded with allow_pickle=true; loading it would unpickle data, which can run "
+            f"arbitrary code. Set skip.{key.role}.allow_pickle=true if you trust this recording"
+        )
+    return Judged(manifest, items["tree.json"], items["tensors.safetensors"])
+
+
+def verify_payload(folder: str, manifest: dict[str, Any], *, checksums: bool = True) -> None:
+    """Check that every payload file is a regular file (no symlink) with the recorded size (and checksum).
+
+    Raises:
+        EntryInvalid: naming the first file that is missing, not a regular file, truncated or corrupt.
     """
     for item in manifest["payload"]:
         path = os.path.join(folder, item["name"])
         try:
-            size = os.path.getsize(path)
+            fd = open_regular(path)
+        except UnsafePath as exc:
+            raise EntryInvalid(f"payload {path} is not a file skipweave wrote: {exc}") from None
         except OSError:
             raise EntryInvalid(f"payload {path} is missing") from None
+        try:
+            size = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
         if size != item["bytes"]:
             raise EntryInvalid(f"payload {path} has {size} bytes, manifest says {item['bytes']}")
-        if checksums and file_checksum(path) != item["checksum"]:
-            raise EntryInvalid(f"payload {path} does not match its checksum {item['checksum']}")
+        try:
+            if checksums and file_checksum(path) != item["checksum"]:
+                raise EntryInvalid(f"payload {path} does not match its checksum {item['checksum']}")
+        except OSError as exc:
+            raise EntryInvalid(f"payload {path} is unreadable: {exc}") from None

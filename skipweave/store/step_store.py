@@ -11,6 +11,13 @@ Guarantees (each has a test):
 - A step left incomplete by an interrupted run (fewer calls committed than the step makes, and
   never closed) is moved to ``_set_aside/`` before anything is recorded for it again, so old and
   new data never mix.
+- Nothing leaves the dump dir: namespace, role, target and shard are checked single names, no folder
+  below the root is a symlink (:func:`skipweave.store.paths.inside`), no file is opened through one.
+- An entry is judged by :func:`skipweave.store.manifest.check_manifest`, the same function ``skipweave
+  verify``/``gc``/``ls`` use.
+- What a record reports is what happened: the manifest's rename is the commit; bookkeeping after it that
+  fails is reported as such, and a folder moved or removed while an entry was written is detected (the
+  write is abandoned and its temporary files removed through the open folder).
 """
 
 from __future__ import annotations
@@ -28,28 +35,30 @@ from typing import Any
 import filelock
 import safetensors  # noqa: F401 - its version goes into every manifest (library_versions)
 
-from skipweave.store.atomic import fsync_dir, removing_on_error, tmp_name, write_bytes_atomic
+from skipweave.store.atomic import fsync_dir, tmp_name, write_bytes_atomic
 from skipweave.store.layout import (
     MANIFEST_SUFFIX,
+    PART_SUFFIX,
     SET_ASIDE_DIR,
     TMP_PREFIX,
     EntryKey,
     list_steps,
     manifest_path,
     parse_manifest_name,
+    parse_payload_name,
     part_path,
     role_dir,
-    target_dir,
 )
 from skipweave.store.manifest import (
     EntryInvalid,
     PayloadFile,
     build_manifest,
     bytes_checksum,
-    check_identity,
+    check_manifest,
     read_manifest,
     verify_payload,
 )
+from skipweave.store.paths import UnsafePath, check_name, inside, lock_path, open_dir, open_regular, same_folder
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +94,10 @@ class PartInfo:
         return n
 
 
+class StoreMoved(OSError):
+    """The folder an entry was being written into was moved or removed meanwhile; nothing was committed."""
+
+
 class StepStore:
     """Entries of one role under ``{dump_dir}/{namespace}/{role}``.
 
@@ -94,6 +107,12 @@ class StepStore:
         role: role name.
         allow_pickle: let results the safe codec cannot hold be pickled, and load such entries.
         calls_per_step: calls one shard makes per step when known (see :class:`RoleConfig`).
+        trusted_classes: ``module:qualname`` classes decoding may construct besides those it approves by
+            itself (``skip.<role>.trusted_classes``; see :mod:`skipweave.store.codec`).
+
+    Raises:
+        ValueError: ``namespace`` or ``role`` is not a single folder name (see
+            :func:`~skipweave.store.paths.check_name`).
     """
 
     def __init__(
@@ -104,12 +123,17 @@ class StepStore:
         *,
         allow_pickle: bool = False,
         calls_per_step: int | None = None,
+        trusted_classes: tuple[str, ...] = (),
     ) -> None:
         self.dump_dir = dump_dir
-        self.namespace = namespace
-        self.role = role
+        self.namespace = check_name("namespace", namespace)
+        self.role = check_name("role", role)
         self.allow_pickle = allow_pickle
         self.calls_per_step = calls_per_step
+        self.trusted_classes = tuple(trusted_classes)
+        self._names: set[str] = set()  # target and shard names already checked
+        self._root_id: tuple[int, int] | None = None  # (device, inode) of dump_dir when last seen
+        self._unsafe_warned: set[str] = set()
         self._lock = threading.RLock()
         self._writing: set[tuple[int, str, str]] = set()  # parts this process records into
         self._checked: set[tuple[int, str, str]] = set()  # parts checked for interrupted leftovers
@@ -120,24 +144,60 @@ class StepStore:
         self._closed: dict[tuple[int, str, str], tuple[int, int]] = {}
 
     def key(self, step: int, target: str, shard: str, call: int) -> EntryKey:
-        """Return the :class:`EntryKey` of a call of this role."""
+        """Return the :class:`EntryKey` of a call of this role.
+
+        Raises:
+            ValueError: ``target`` or ``shard`` is not a single folder name.
+        """
+        if target not in self._names:
+            check_name("target", target)
+            self._names.add(target)
+        if shard not in self._names:
+            check_name("shard", shard)
+            self._names.add(shard)
         return EntryKey(self.namespace, self.role, step, target, shard, call)
+
+    def folder(self, step: int, target: str, *, create: bool = False) -> str:
+        """The target folder of a step, every folder below the dump dir checked to be a real folder.
+
+        Raises:
+            UnsafePath: a folder on the way is a symlink or a file.
+            OSError: ``create`` and it could not be made.
+        """
+        return inside(self.dump_dir, self.namespace, self.role, str(step), target, create=create)
+
+    def _warn_unsafe(self, exc: OSError) -> None:
+        text = str(exc)
+        with self._lock:
+            if text in self._unsafe_warned:
+                return
+            self._unsafe_warned.add(text)
+        logger.warning("skipweave: role %s: %s; it is ignored (nothing is read from or written to it)",
+                       self.role, text)
 
     # ------------------------------------------------------------------ reading
     def part_info(self, step: int, target: str, shard: str) -> PartInfo:
-        """Return the committed calls of a part and whether its writer closed it."""
-        folder = target_dir(self.dump_dir, self.key(step, target, shard, 0))
+        """Return the committed calls of a part and whether its writer closed it.
+
+        A part behind a symlinked or misplaced folder has nothing committed (a WARNING says so once).
+        """
+        self.key(step, target, shard, 0)
         try:
+            folder = self.folder(step, target)
             names = os.listdir(folder)
-        except FileNotFoundError:
+        except UnsafePath as exc:
+            self._warn_unsafe(exc)
+            return PartInfo((), False)
+        except FileNotFoundError:  # (NotADirectoryError: the dump dir itself is a file -- the store is unusable)
             return PartInfo((), False)
         calls = sorted(
             parsed[1] for n in names if (parsed := parse_manifest_name(n)) is not None and parsed[0] == shard
         )
         closed = False
-        with contextlib.suppress(OSError, ValueError):
-            with open(os.path.join(folder, shard + ".part.json"), encoding="utf-8") as fh:
-                closed = json.load(fh).get("state") == "closed"
+        if shard + PART_SUFFIX in names:
+            with contextlib.suppress(OSError, ValueError, RecursionError, AttributeError):
+                with open(open_regular(os.path.join(folder, shard + PART_SUFFIX)), encoding="utf-8") as fh:
+                    closed = json.loads(fh.read(1 << 16)).get("state") == "closed"
         return PartInfo(tuple(calls), closed)
 
     def expected_calls(self, target: str, shard: str) -> int:
@@ -158,7 +218,7 @@ class StepStore:
             if part in self._writing:
                 return True
             seen = self._closed.get(part)
-        stamp = _folder_stamp(target_dir(self.dump_dir, self.key(step, target, shard, 0)))
+        stamp = _folder_stamp(os.path.join(role_dir(self.dump_dir, self.namespace, self.role), str(step), target))
         if seen is not None and seen == stamp:
             return True
         # stamp taken before reading: a change made while reading shows at the next call
@@ -180,53 +240,37 @@ class StepStore:
         ]
 
     def load(self, key: EntryKey) -> Loaded:
-        """Read, verify and decode one entry.
+        """Read, judge, verify and decode one entry.
 
         Raises:
             FileNotFoundError: the entry was never committed.
-            EntryInvalid: the manifest or a payload file is unreadable, truncated or corrupt.
-            codec.PickleRefused: the entry holds pickled data and ``allow_pickle`` is off.
-            codec.CodecError: the payload cannot be decoded here (e.g. a class no longer importable).
+            EntryRefused: the entry holds pickled data and ``allow_pickle`` is off.
+            EntryInvalid: the manifest is unreadable, belongs to another entry or lists foreign files, a
+                payload file is missing, not a regular file, truncated or corrupt, or the tree is unreadable.
+            UnsafePath: a folder on the way is a symlink or a file.
+            codec.CodecError: the payload cannot be decoded here (e.g. a class this process does not
+                approve, see :mod:`skipweave.store.codec`).
         """
         from skipweave.store import codec, tensorfile  # torch: imported on first use, not by the CLI
 
-        folder = target_dir(self.dump_dir, key)
+        folder = self.folder(key.step, key.target)
         where = manifest_path(self.dump_dir, key)
-        manifest = read_manifest(where)
-        check_identity(manifest, where, role=self.role, target=key.target, step=key.step, call=key.call,
-                       shard=key.shard)
-        if manifest.get("pickled") and not self.allow_pickle:
-            raise codec.PickleRefused(
-                f"entry {where} was recorded with allow_pickle=true; "
-                f"loading it runs arbitrary code. Set skip.{self.role}.allow_pickle=true if you trust it"
-            )
-        tree_item = tensor_item = None
-        others = []
-        for item in manifest["payload"]:
-            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-                raise EntryInvalid(f"manifest {where} lists a malformed payload item {item!r:.200}")
-            if item["name"].endswith(".tree.json") and tree_item is None:
-                tree_item = item
-            elif item["name"].endswith(".safetensors") and tensor_item is None:
-                tensor_item = item
-            else:
-                others.append(item)
-        if tree_item is None or tensor_item is None:
-            raise EntryInvalid(f"manifest {where} lists no tree or tensor file")
-        if others:
-            verify_payload(folder, {"payload": others})
+        judged = check_manifest(read_manifest(where), where, key, allow_pickle=self.allow_pickle)
         # Each file is read once, into memory, and verified there: what is checked is what is served.
-        tree_bytes = _read_verified(os.path.join(folder, tree_item["name"]), tree_item)
+        tree_bytes = _read_verified(os.path.join(folder, judged.tree["name"]), judged.tree)
         label = f"skipweave: replaying {self.role} step {key.step}"
-        tensors = tensorfile.read(os.path.join(folder, tensor_item["name"]), size=int(tensor_item["bytes"]),
-                                  checksum=str(tensor_item["checksum"]), desc=label)
+        tensors = tensorfile.read(os.path.join(folder, judged.tensors["name"]), size=int(judged.tensors["bytes"]),
+                                  checksum=str(judged.tensors["checksum"]), desc=label)
         try:
             tree = json.loads(tree_bytes)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise EntryInvalid(f"payload of {where} is unreadable: {exc}") from exc
-        payload = codec.decode(tree, tensors, allow_pickle=self.allow_pickle)
-        size = sum(int(i["bytes"]) for i in manifest["payload"])
-        return Loaded(manifest, payload["result"], payload.get("rng"), size)
+        payload = codec.decode(tree, tensors, allow_pickle=self.allow_pickle, trusted=self.trusted_classes)
+        if not isinstance(payload, dict) or "result" not in payload:
+            raise EntryInvalid(f"payload of {where} holds no recorded result")
+        rng = payload.get("rng")
+        size = judged.tree["bytes"] + judged.tensors["bytes"]
+        return Loaded(judged.manifest, payload["result"], rng if isinstance(rng, dict) else None, size)
 
     # ------------------------------------------------------------------ writing
     def prepare_part(self, step: int, target: str, shard: str) -> None:
@@ -249,23 +293,29 @@ class StepStore:
                 f"{len(info.calls)} of {self.expected_calls(target, shard)} calls committed and never closed"
             ))
 
+    def _aside(self, name: str) -> str:
+        """Create and return ``{role}/_set_aside/{name}``, refusing a symlinked ``_set_aside``."""
+        return inside(self.dump_dir, self.namespace, self.role, SET_ASIDE_DIR, name, create=True)
+
     def set_aside(self, step: int, target: str, shard: str, *, reason: str) -> str | None:
-        """Move a part's files to ``_set_aside/{step}-{target}-{shard}-{stamp}/``; return that folder."""
-        key = self.key(step, target, shard, 0)
+        """Move a part's files to ``_set_aside/{step}-{target}-{shard}-{stamp}/``; return that folder.
+
+        Raises:
+            UnsafePath: the part's folder or ``_set_aside`` is a symlink or a file (nothing is moved).
+        """
+        self.key(step, target, shard, 0)
         with self._lock:
             self._closed.pop((step, target, shard), None)
-        folder = target_dir(self.dump_dir, key)
+        folder = self.folder(step, target)
         stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{uuid.uuid4().hex[:6]}"
-        dest = os.path.join(role_dir(self.dump_dir, self.namespace, self.role), SET_ASIDE_DIR,
-                            f"{step}-{target}-{shard}-{stamp}")
-        with filelock.FileLock(os.path.join(folder, f".{shard}.part.lock"), timeout=LOCK_TIMEOUT_S):
+        with filelock.FileLock(lock_path(folder, f".{shard}.part.lock"), timeout=LOCK_TIMEOUT_S):
             try:
-                names = [n for n in os.listdir(folder) if n.startswith(shard + "-") or n == shard + ".part.json"]
+                names = [n for n in os.listdir(folder) if n.startswith(shard + "-") or n == shard + PART_SUFFIX]
             except FileNotFoundError:
                 return None
             if not names:
                 return None
-            os.makedirs(dest, exist_ok=True)
+            dest = self._aside(f"{step}-{target}-{shard}-{stamp}")
             for n in names:
                 with contextlib.suppress(FileNotFoundError):
                     os.replace(os.path.join(folder, n), os.path.join(dest, n))
@@ -290,6 +340,12 @@ class StepStore:
     ) -> int:
         """Commit one entry atomically.
 
+        The commit is the rename of the manifest into place. Everything before it is written under
+        temporary or fresh names through the open target folder, so a failure (full disk, a folder moved
+        away) removes every file it made, wherever the folder went. Bookkeeping after the commit (the
+        folder's fsync, removing a replaced entry's files, the part state) that fails is logged as a
+        WARNING and does not undo the commit.
+
         Args:
             key: the entry.
             result: the live result to store.
@@ -304,77 +360,150 @@ class StepStore:
 
         Raises:
             codec.CodecError: the result cannot be encoded (nothing is written).
+            UnsafePath: a folder on the way is a symlink or a file (nothing is written).
+            StoreMoved: the target folder was moved or removed while the entry was written (nothing is
+                committed, no temporary file is left).
             OSError: the disk refused a write (no partial entry is left; an older entry is intact).
         """
-        folder = target_dir(self.dump_dir, key)
-        os.makedirs(folder, exist_ok=True)
+        self._watch_root()
+        folder = self.folder(key.step, key.target, create=True)
         with self._lock:
             self._writing.add((key.step, key.target, key.shard))
             self._open[(key.target, key.shard)] = key.step
-        final_manifest = manifest_path(self.dump_dir, key)
-        with filelock.FileLock(os.path.join(folder, f".{key.stem}.lock"), timeout=LOCK_TIMEOUT_S):
-            old: dict[str, Any] | None = None
-            if os.path.exists(final_manifest):
-                try:
-                    old = read_manifest(final_manifest)
-                    if not replace:
-                        verify_payload(folder, old, checksums=False)
-                        return 0
-                except (EntryInvalid, FileNotFoundError):
-                    old = None
-            from skipweave.store import codec, tensorfile
+        with filelock.FileLock(lock_path(folder, f".{key.stem}.lock"), timeout=LOCK_TIMEOUT_S):
+            dir_fd = open_dir(folder)
+            try:
+                outcome = self._commit(dir_fd, folder, key, result, target_path=target_path,
+                                       fingerprint=fingerprint, rng_state=rng_state, seconds=seconds, replace=replace)
+            finally:
+                os.close(dir_fd)
+        if outcome is None:
+            return 0
+        nbytes, leftovers = outcome
+        try:
+            self._write_part(key, "open")
+        except OSError as exc:
+            leftovers.append(f"its part state ({type(exc).__name__}: {exc})")
+        if leftovers:
+            logger.warning("skipweave: recorded %s (committed and servable), but could not update %s",
+                           key, "; ".join(leftovers))
+        return nbytes
 
-            encoded = codec.encode({"result": result, "rng": rng_state}, allow_pickle=self.allow_pickle)
-            token = uuid.uuid4().hex[:8]
-            tree_name = f"{key.stem}.{token}.tree.json"
-            tensor_name = f"{key.stem}.{token}.tensors.safetensors"
-            tree_bytes = json.dumps(encoded.tree, separators=(",", ":")).encode()
-            tmp_tree, tmp_tensors = tmp_name(folder, tree_name), tmp_name(folder, tensor_name)
-            final_tree, final_tensors = os.path.join(folder, tree_name), os.path.join(folder, tensor_name)
-            with removing_on_error([tmp_tree, tmp_tensors, final_tree, final_tensors]):
-                with open(tmp_tree, "wb") as fh:
-                    fh.write(tree_bytes)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                # safetensors bytes streamed from the tensors' memory, checksummed on that memory, fsynced
-                tensor_bytes, tensor_sum = tensorfile.write(
-                    tmp_tensors, encoded.tensors, desc=f"skipweave: recording {self.role} step {key.step}"
+    def _commit(self, dir_fd: int, folder: str, key: EntryKey, result: Any, *, target_path: str, fingerprint: str,
+                rng_state: dict[str, Any] | None, seconds: float, replace: bool) -> tuple[int, list[str]] | None:
+        """Write and commit one entry in the folder open as ``dir_fd`` (the caller holds the entry lock).
+
+        Returns ``None`` when a valid entry was already committed (and ``replace`` is off), else the bytes
+        written and what bookkeeping after the commit failed (for the caller's WARNING).
+        """
+        final_manifest = manifest_path(self.dump_dir, key)
+        manifest_name = os.path.basename(final_manifest)
+        old: dict[str, Any] | None = None
+        if os.path.lexists(final_manifest):
+            try:
+                old = read_manifest(final_manifest)
+                if not replace:
+                    check_manifest(old, final_manifest, key, allow_pickle=True)
+                    verify_payload(folder, old, checksums=False)
+                    return None
+            except (EntryInvalid, FileNotFoundError):
+                old = None
+        from skipweave.store import codec, tensorfile
+
+        encoded = codec.encode({"result": result, "rng": rng_state}, allow_pickle=self.allow_pickle)
+        token = uuid.uuid4().hex[:8]
+        tree_name = f"{key.stem}.{token}.tree.json"
+        tensor_name = f"{key.stem}.{token}.tensors.safetensors"
+        tree_bytes = json.dumps(encoded.tree, separators=(",", ":")).encode()
+        made: list[str] = []  # names in the folder this write created, removed if it does not commit
+        try:
+            tmp_tree = _tmp_in(folder, tree_name)
+            made.append(tmp_tree)
+            _write_new(dir_fd, tmp_tree, tree_bytes)
+            tmp_tensors = _tmp_in(folder, tensor_name)
+            made.append(tmp_tensors)
+            # safetensors bytes streamed from the tensors' memory, checksummed on that memory, fsynced
+            tensor_bytes, tensor_sum = tensorfile.write(
+                tmp_tensors, encoded.tensors, desc=f"skipweave: recording {self.role} step {key.step}",
+                dir_fd=dir_fd,
+            )
+            files = [
+                PayloadFile(tree_name, len(tree_bytes), bytes_checksum(tree_bytes)),
+                PayloadFile(tensor_name, tensor_bytes, tensor_sum),
+            ]
+            for tmp, final in ((tmp_tree, tree_name), (tmp_tensors, tensor_name)):
+                os.replace(tmp, final, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                made[made.index(tmp)] = final
+            manifest = build_manifest(
+                role=self.role, target=key.target, target_path=target_path, step=key.step, call=key.call,
+                shard=key.shard, fingerprint=fingerprint, files=files, pickled=encoded.pickled,
+                seconds=seconds,
+            )
+            tmp_manifest = _tmp_in(folder, manifest_name)
+            made.append(tmp_manifest)
+            _write_new(dir_fd, tmp_manifest, json.dumps(manifest, indent=1).encode())
+            if not same_folder(folder, dir_fd):
+                raise StoreMoved(
+                    f"{folder} was moved or removed while {key} was being written; nothing was recorded "
+                    "and no temporary file was left"
                 )
-                files = [
-                    PayloadFile(tree_name, len(tree_bytes), bytes_checksum(tree_bytes)),
-                    PayloadFile(tensor_name, tensor_bytes, tensor_sum),
-                ]
-                os.replace(tmp_tree, final_tree)
-                os.replace(tmp_tensors, final_tensors)
-                manifest = build_manifest(
-                    role=self.role, target=key.target, target_path=target_path, step=key.step, call=key.call,
-                    shard=key.shard, fingerprint=fingerprint, files=files, pickled=encoded.pickled,
-                    seconds=seconds,
-                )
-                write_bytes_atomic(final_manifest, json.dumps(manifest, indent=1).encode())
-            fsync_dir(folder)
-            if old is not None:  # the replaced entry's payload is no longer referenced
-                for item in old.get("payload", []):
-                    if item.get("name") not in (tree_name, tensor_name):
-                        with contextlib.suppress(OSError):
-                            os.unlink(os.path.join(folder, item["name"]))
-        self._write_part(key, "open")
-        return sum(f.bytes for f in files)
+            os.replace(tmp_manifest, manifest_name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # the commit
+        except BaseException:
+            for name in made:
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=dir_fd)
+            raise
+        leftovers: list[str] = []
+        try:
+            os.fsync(dir_fd)
+        except OSError as exc:
+            leftovers.append(f"the folder's fsync ({type(exc).__name__}: {exc})")
+        if old is not None:  # the replaced entry's payload is no longer referenced
+            for item in old.get("payload", []):
+                old_name = item.get("name") if isinstance(item, dict) else None
+                parsed = parse_payload_name(old_name) if isinstance(old_name, str) else None
+                if parsed is not None and parsed[0] == key.stem and old_name not in (tree_name, tensor_name):
+                    with contextlib.suppress(OSError):
+                        os.unlink(str(old_name), dir_fd=dir_fd)
+        return sum(f.bytes for f in files), leftovers
+
+    def _watch_root(self) -> None:
+        """Make the dump dir when missing; WARN when it vanished or was replaced since this store last saw it."""
+        ident = _identity(self.dump_dir)
+        if ident is None:
+            os.makedirs(self.dump_dir, exist_ok=True)
+            new = _identity(self.dump_dir)
+        else:
+            new = ident
+        with self._lock:
+            seen, self._root_id = self._root_id, new
+        if seen is not None and seen != ident:
+            logger.warning(
+                "skipweave: role %s: the dump dir %s was %s since this run last wrote to it; what was recorded "
+                "there before is gone from it, new recordings go to the new folder",
+                self.role, self.dump_dir, "removed" if ident is None else "replaced by another folder",
+            )
 
     def discard(self, key: EntryKey, *, reason: str) -> None:
-        """Move a corrupt entry's manifest and payload to ``_set_aside/`` so it is never served again."""
+        """Move an unusable entry's manifest and payload to ``_set_aside/`` so it is never served again.
+
+        Logs one WARNING naming the entry, the reason and where it went.
+
+        Raises:
+            UnsafePath: the entry's folder or ``_set_aside`` is a symlink or a file (nothing is moved).
+            OSError: the files could not be moved (e.g. a read-only dump dir).
+        """
         with self._lock:
             self._closed.pop((key.step, key.target, key.shard), None)
-        folder = target_dir(self.dump_dir, key)
-        dest = os.path.join(role_dir(self.dump_dir, self.namespace, self.role), SET_ASIDE_DIR,
-                            f"{key.step}-{key.target}-{key.stem}-corrupt-{uuid.uuid4().hex[:6]}")
-        with filelock.FileLock(os.path.join(folder, f".{key.stem}.lock"), timeout=LOCK_TIMEOUT_S):
-            os.makedirs(dest, exist_ok=True)
+        folder = self.folder(key.step, key.target)
+        with filelock.FileLock(lock_path(folder, f".{key.stem}.lock"), timeout=LOCK_TIMEOUT_S):
+            dest = self._aside(f"{key.step}-{key.target}-{key.stem}-unusable-{uuid.uuid4().hex[:6]}")
             for n in os.listdir(folder):
                 if n.startswith(key.stem + ".") and not n.startswith(TMP_PREFIX):
                     with contextlib.suppress(FileNotFoundError):
                         os.replace(os.path.join(folder, n), os.path.join(dest, n))
-        logger.error("skipweave: entry %s not served (%s); moved to %s and regenerating", key, reason, dest)
+        logger.warning("skipweave: entry %s not served (%s); moved to %s, running live and recording it afresh",
+                       key, reason, dest)
 
     def close_part(self, step: int, target: str, shard: str) -> None:
         """Mark a part this process recorded as complete (the process moved past its step or stops)."""
@@ -393,15 +522,47 @@ class StepStore:
             self.close_part(step, target, shard)
 
     def _write_part(self, key: EntryKey, state: str) -> None:
+        folder = self.folder(key.step, key.target)
+        if not os.path.isdir(folder):  # the dump dir went away: never recreate folders just for the state
+            raise FileNotFoundError(f"{folder} no longer exists")
         info = self.part_info(key.step, key.target, key.shard)
         data = {"state": state, "calls": info.contiguous, "updated_unix": time.time(), "pid": os.getpid()}
         write_bytes_atomic(part_path(self.dump_dir, key), json.dumps(data).encode())
 
 
-def _folder_stamp(folder: str) -> tuple[int, int] | None:
-    """(inode, mtime in ns) of a folder, or None when it does not exist; changes whenever an entry in it does."""
+def _identity(path: str) -> tuple[int, int] | None:
     try:
-        st = os.stat(folder)
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _tmp_in(folder: str, final_name: str) -> str:
+    """A fresh temporary name (no folder) for a file that becomes ``final_name``."""
+    return os.path.basename(tmp_name(folder, final_name))
+
+
+def _write_new(dir_fd: int, name: str, data: bytes) -> None:
+    """Create ``name`` in the folder open as ``dir_fd`` (never an existing file or a symlink), write, fsync."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                 | getattr(os, "O_CLOEXEC", 0), 0o644, dir_fd=dir_fd)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _folder_stamp(folder: str) -> tuple[int, int] | None:
+    """(inode, mtime in ns) of a folder, or None when it does not exist; changes whenever an entry in it does.
+
+    ``lstat``: a symlink's own stamp never matches a real folder's, and :meth:`StepStore.part_info` refuses it.
+    """
+    try:
+        st = os.lstat(folder)
     except OSError:
         return None
     return st.st_ino, st.st_mtime_ns
@@ -410,11 +571,13 @@ def _folder_stamp(folder: str) -> tuple[int, int] | None:
 def _read_verified(path: str, item: dict[str, Any]) -> bytes:
     """Read a small payload file whole and check it against its manifest item (size, checksum)."""
     try:
-        with open(path, "rb") as fh:
+        with open(open_regular(path), "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             if size != item.get("bytes"):
                 raise EntryInvalid(f"payload {path} has {size} bytes, manifest says {item.get('bytes')}")
             data = fh.read()
+    except UnsafePath as exc:
+        raise EntryInvalid(f"payload {path} is not a file skipweave wrote: {exc}") from None
     except OSError:
         raise EntryInvalid(f"payload {path} is missing") from None
     if len(data) != size:
@@ -424,4 +587,4 @@ def _read_verified(path: str, item: dict[str, Any]) -> bytes:
     return data
 
 
-__all__ = ["EntryInvalid", "Loaded", "MANIFEST_SUFFIX", "PartInfo", "StepStore"]
+__all__ = ["EntryInvalid", "Loaded", "MANIFEST_SUFFIX", "PartInfo", "StepStore", "StoreMoved"]

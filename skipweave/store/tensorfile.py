@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import torch
 
 from skipweave.store.manifest import EntryInvalid, checksum_digest, new_hasher
+from skipweave.store.paths import UnsafePath, open_regular
 
 CHUNK = 1 << 20
 """Bytes per ``write``/``readinto`` call, each hashed right after it is copied (while it is still in the
@@ -150,6 +151,7 @@ def write(
     *,
     metadata: Mapping[str, str] | None = None,
     desc: str | None = None,
+    dir_fd: int | None = None,
 ) -> tuple[int, str]:
     """Write ``tensors`` to ``path`` as safetensors and fsync it.
 
@@ -160,6 +162,8 @@ def write(
         tensors: contiguous CPU tensors of a dtype safetensors stores (what :func:`codec.encode` makes).
         metadata: optional string pairs for the header's ``__metadata__``.
         desc: label of the progress bar shown for large payloads (none when ``None``).
+        dir_fd: open folder ``path`` is relative to (``os.open``'s ``dir_fd``); the file is then created new
+            (``O_EXCL``) and never through a symlink.
 
     Returns:
         ``(bytes written, checksum)`` with the checksum in the manifest's ``xxh3_128:<hex>`` form.
@@ -172,7 +176,9 @@ def write(
     total = len(prefix) + sum(len(v) for v in views)
     hasher = new_hasher()
     bar = _progress(total, desc)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    flags |= os.O_TRUNC if dir_fd is None else os.O_EXCL
+    fd = os.open(path, flags, 0o644, dir_fd=dir_fd)
     try:
         for piece in [memoryview(prefix)] + [c for v in views if len(v) for c in _chunks(v)]:
             _write_all(fd, piece)
@@ -213,7 +219,9 @@ def read(path: str, *, size: int, checksum: str, desc: str | None = None) -> dic
             is malformed.
     """
     try:
-        fh = open(path, "rb", buffering=0)  # noqa: SIM115 - closed below
+        fh = open(open_regular(path), "rb", buffering=0)  # noqa: SIM115 - closed below
+    except UnsafePath as exc:
+        raise EntryInvalid(f"payload {path} is not a file skipweave wrote: {exc}") from None
     except OSError:
         raise EntryInvalid(f"payload {path} is missing") from None
     bar: _Progress = _NoProgress()

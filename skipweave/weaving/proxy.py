@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 from skipweave import report
+from skipweave.config.errors import ConfigError
 from skipweave.config.schema import Action, OnMismatch, RoleConfig, ShardKind, TargetSpec
 from skipweave.policy.actions import choose_step
 from skipweave.policy.screen import Screen, screen_for
@@ -45,6 +46,7 @@ from skipweave.policy.steps import StepSource
 from skipweave.store import codec
 from skipweave.store.fingerprint import fingerprint
 from skipweave.store.manifest import EntryInvalid
+from skipweave.store.paths import UnsafePath
 from skipweave.store.rng import capture_rng_state, restore_rng_state
 from skipweave.store.step_store import StepStore
 
@@ -87,11 +89,17 @@ def shard_label(kind: ShardKind) -> str:
     """Return this process's shard label: ``r<RANK>`` for ``auto``/``rank``, ``r0`` for ``none``.
 
     (``fingerprint`` shards are labelled from the call's inputs by the proxy itself.)
+
+    Raises:
+        ConfigError: ``RANK`` is set to something other than ASCII digits (the label becomes a file name in
+            the dump dir; ``"../x"`` or ``"²"`` must never reach it).
     """
     if kind is ShardKind.NONE:
         return "r0"
     rank = os.environ.get("RANK", "0").strip() or "0"
-    return "r" + (rank if rank.isdigit() else "0")
+    if not (rank.isascii() and rank.isdigit()):
+        raise ConfigError("RANK", rank, "a whole number (the writer's rank, as torchrun and verl set it), or unset")
+    return f"r{int(rank)}"
 
 
 class SkipProxy:
@@ -263,7 +271,14 @@ class SkipProxy:
             fp = fingerprint(args, kwargs, ignore=self.role.fingerprint.ignore)
             shard = "f" + fp[:16]
         else:
-            shard = shard_label(self.role.shard)
+            try:
+                shard = shard_label(self.role.shard)
+            except ConfigError as exc:  # RANK changed after the weave checked it: never fail the training call
+                logger.warning("skipweave: role %s target %s step %d: %s; running live without recording",
+                               self.role.role, self.target.name, step, exc)
+                decision = _Decision(step, 0, "r0", None)
+                decision.no_store = True
+                return decision
         with self._lock:
             free = self._free.get((step, shard))
             if free:
@@ -335,19 +350,19 @@ class SkipProxy:
             loaded = self.store.load(key)
         except FileNotFoundError:
             return False, None
-        except EntryInvalid as exc:
-            try:
-                self.store.discard(key, reason=str(exc))
-                d.replace = True
-            except Exception as exc2:  # a read-only cache: leave it, run live, record nothing
-                logger.warning("skipweave: entry %s is invalid (%s) and could not be set aside (%s); running "
-                               "live without recording", key, exc, exc2)
-                d.no_store = True
-            d.served = None
+        except UnsafePath as exc:  # a symlink or a file where a folder should be: never touched
+            logger.warning("skipweave: entry %s is not served: %s; running live without recording", key, exc)
+            d.served, d.no_store = None, True
+            return False, None
+        except (EntryInvalid, codec.CodecError) as exc:
+            self._unusable(d, key, str(exc))
             return False, None
         except OSError as exc:
             logger.warning("skipweave: entry %s is unreadable (%s); running live without recording", key, exc)
             d.served, d.no_store = None, True
+            return False, None
+        except Exception as exc:  # whatever a crafted or damaged entry provokes: a miss, never the host's error
+            self._unusable(d, key, f"{type(exc).__name__}: {exc}")
             return False, None
         recorded_fp = loaded.manifest.get("input_fingerprint")  # "" for entries imported without their inputs
         if d.served == d.step and recorded_fp and recorded_fp != self._fingerprint(d, args, kwargs):
@@ -370,9 +385,17 @@ class SkipProxy:
                 "recording anyway (fingerprint.on_mismatch=warn)",
                 where, loaded.manifest.get("input_fingerprint"), d.fp,
             )
-        if self.role.restore_rng and loaded.rng_state:
-            restore_rng_state(loaded.rng_state)
-        result = self.on_replay(loaded.result, args, kwargs)
+        before = None
+        try:
+            if self.role.restore_rng and loaded.rng_state:
+                before = capture_rng_state()
+                restore_rng_state(loaded.rng_state)
+            result = self.on_replay(loaded.result, args, kwargs)
+        except Exception as exc:  # a malformed RNG state, or a result the echo hook cannot use
+            if before is not None:
+                restore_rng_state(before)
+            self._unusable(d, key, f"it cannot be replayed here ({type(exc).__name__}: {exc})")
+            return False, None
         annotate(result, report.HIT, d.step, d.served)
         report.event(
             report.HIT, role=self.role.role, target=self.target.name, step=d.step, served=d.served,
@@ -380,6 +403,17 @@ class SkipProxy:
             saved=float(loaded.manifest.get("generation_seconds") or 0.0),
         )
         return True, result
+
+    def _unusable(self, d: _Decision, key: Any, reason: str) -> None:
+        """An entry that cannot be served: set it aside (one WARNING from the store) and re-record it live."""
+        try:
+            self.store.discard(key, reason=reason)
+            d.replace = True
+        except Exception as exc:  # a read-only cache or a symlinked _set_aside: leave it, run live, record nothing
+            logger.warning("skipweave: entry %s is not served (%s) and could not be set aside (%s); running "
+                           "live without recording", key, reason, exc)
+            d.no_store = True
+        d.served = None
 
     def _after_live(self, result: Any, d: _Decision, seconds: float) -> Any:
         key = self.store.key(d.step, self.target.name, d.shard, d.call)

@@ -22,10 +22,10 @@ from typing import Any
 
 import wrapt
 
-from skipweave.config.schema import RoleConfig, SkipConfig, TargetSpec
+from skipweave.config.schema import RoleConfig, ShardKind, SkipConfig, TargetSpec
 from skipweave.policy.bypass import make_bypass
 from skipweave.store.step_store import StepStore
-from skipweave.weaving.proxy import SkipProxy
+from skipweave.weaving.proxy import SkipProxy, shard_label
 from skipweave.weaving.resolve import ResolvedPath, TargetNotFound, resolve_owner, split_path
 from skipweave.weaving.unpatch import remove_wrapper
 
@@ -130,7 +130,9 @@ class Weaver:
                 mod = sys.modules.get(p.rpath.module)
                 if mod is not None and not p.target.optional:
                     resolve_owner(mod, p.rpath)
-            for role in plan.enabled_roles:  # bad callables and proxy classes fail before any patch
+            for role in plan.enabled_roles:  # bad callables, proxy classes and RANK fail before any patch
+                if role.shard is not ShardKind.FINGERPRINT:
+                    shard_label(role.shard)
                 make_bypass(role.bypass, _resolve_callable)
                 for target in role.targets:
                     _proxy_class(target)
@@ -172,8 +174,8 @@ class Weaver:
         key = (role.dump_dir, role.namespace, role.role)
         store = self._state.stores.get(key)
         if store is None:
-            store = StepStore(role.dump_dir, role.namespace, role.role,
-                              allow_pickle=role.allow_pickle, calls_per_step=role.calls_per_step)
+            store = StepStore(role.dump_dir, role.namespace, role.role, allow_pickle=role.allow_pickle,
+                              calls_per_step=role.calls_per_step, trusted_classes=role.trusted_classes)
             self._state.stores[key] = store
         return store
 

@@ -58,7 +58,7 @@ def test_dry_run_changes_nothing_and_keeps_young_leftovers(tmp_path: Path, capsy
     doc = json.loads(out)
     assert status == 0 and _snapshot(s.dump) == before
     assert set(doc) == {"schema", "dump_dir", "dry_run", "min_age_seconds", "actions", "freed_bytes",
-                        "complete_entries_kept"}
+                        "complete_entries_kept", "ignored"}
     assert doc["schema"] == "skipweave.gc/1" and doc["dry_run"] is True and doc["min_age_seconds"] == 0
     assert {a["outcome"] for a in doc["actions"]} == {"would_remove"}
     assert sorted(a["kind"] for a in doc["actions"]) == [

@@ -143,7 +143,7 @@ def test_ls_json_schema(tmp_path: Path, capsys: Any) -> None:
     assert status == 0
     assert doc["schema"] == "skipweave.ls/1" and doc["dump_dir"] == str(s.dump)
     assert doc["checksums_checked"] is False
-    assert set(doc) == {"schema", "dump_dir", "checksums_checked", "totals", "namespaces", "leftovers"}
+    assert set(doc) == {"schema", "dump_dir", "checksums_checked", "totals", "namespaces", "leftovers", "ignored"}
     parts = _parts(doc)
     one = parts[("gen", 1, "r0")]
     assert set(one) == {"step", "shard", "status", "closed", "expected_calls", "entries", "entries_by_status", "bytes",
@@ -159,10 +159,11 @@ def test_ls_json_schema(tmp_path: Path, capsys: Any) -> None:
     assert parts[("gen", 4, "r0")]["status"] == "complete"
     for step in (5, 6, 7):
         assert parts[("gen", step, "r0")]["status"] == "corrupt"
-        assert parts[("gen", step, "r0")]["entries_by_status"] == {"complete": 1, "incomplete": 0, "corrupt": 1}
+        assert parts[("gen", step, "r0")]["entries_by_status"] == {"complete": 1, "incomplete": 0, "refused": 0,
+                                                                    "corrupt": 1}
     totals = doc["totals"]
     assert totals["parts"] == 9 and totals["entries"] == 17
-    assert totals["parts_by_status"] == {"complete": 5, "incomplete": 1, "corrupt": 3}
+    assert totals["parts_by_status"] == {"complete": 5, "incomplete": 1, "refused": 0, "corrupt": 3}
     assert sorted(x["kind"] for x in doc["leftovers"]) == ["orphan", "orphan", "set_aside", "temporary"]
     assert {x["path"] for x in doc["leftovers"]} == {str(p) for p in (s.tmp_file, *s.orphans, s.set_aside)}
 

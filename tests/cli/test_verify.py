@@ -26,7 +26,7 @@ def test_verify_lists_each_corrupt_entry_and_incomplete_part(tmp_path: Path, cap
     assert status == 1
     lines = out.splitlines()
     assert "INCOMPLETE  default/rollout gen step 3 shard r0: 1 of 2 calls committed and never closed " \
-           "(1 entry; never served)" in lines
+           "(1 entry; never served, a run records it afresh)" in lines
     corrupt = [line for line in lines if line.startswith("CORRUPT")]
     assert [c.split(":")[0] for c in corrupt] == [
         "CORRUPT     default/rollout gen step 4 shard r0 call 1",
@@ -37,7 +37,20 @@ def test_verify_lists_each_corrupt_entry_and_incomplete_part(tmp_path: Path, cap
     assert "does not match its checksum" in corrupt[0] and "bytes, manifest says" in corrupt[1]
     assert "is missing" in corrupt[2] and "is unreadable" in corrupt[3]
     assert "leftovers (not errors): 1 temporary file, 2 orphan payload files, 1 set-aside folder" in out
-    assert lines[-1].startswith("FAILED: 4 corrupt entries, 1 incomplete part.")
+    assert lines[-1].startswith("FAILED: 4 corrupt entries, 0 refused entries, 1 incomplete part.")
+
+
+def test_verify_incomplete_parts_alone_are_a_note_not_a_failure(tmp_path: Path, capsys: Any) -> None:
+    s = make_store(tmp_path / "dump", damage=False)
+    (s.target(2) / "r0.part.json").unlink()  # step left open by an interrupted run
+    (s.target(2) / "r0-0001.manifest.json").unlink()
+    status, out, _ = cli(capsys, "verify", str(s.dump))
+    assert status == 0, out
+    assert any(line.startswith("INCOMPLETE") for line in out.splitlines())
+    assert out.splitlines()[-1].startswith("OK: nothing would be served wrongly; 1 incomplete part")
+    status, out, _ = cli(capsys, "verify", str(s.dump), "--json")
+    doc = json.loads(out)
+    assert status == 0 and doc["ok"] is True and [p["status"] for p in doc["problems"]] == ["incomplete"]
 
 
 def test_verify_json_schema(tmp_path: Path, capsys: Any) -> None:
@@ -45,10 +58,10 @@ def test_verify_json_schema(tmp_path: Path, capsys: Any) -> None:
     status, out, _ = cli(capsys, "verify", str(s.dump), "--json")
     doc = json.loads(out)
     assert status == 1
-    assert set(doc) == {"schema", "dump_dir", "ok", "checksums_checked", "totals", "problems", "leftovers"}
+    assert set(doc) == {"schema", "dump_dir", "ok", "checksums_checked", "totals", "problems", "leftovers", "ignored"}
     assert doc["schema"] == "skipweave.verify/1" and doc["ok"] is False and doc["checksums_checked"] is True
-    assert doc["totals"]["parts_by_status"] == {"complete": 4, "incomplete": 1, "corrupt": 4}
-    assert doc["totals"]["entries_by_status"] == {"complete": 12, "incomplete": 1, "corrupt": 4}
+    assert doc["totals"]["parts_by_status"] == {"complete": 4, "incomplete": 1, "refused": 0, "corrupt": 4}
+    assert doc["totals"]["entries_by_status"] == {"complete": 12, "incomplete": 1, "refused": 0, "corrupt": 4}
     by_path = {p["path"]: p for p in doc["problems"]}
     for manifest in s.corrupt.values():
         p = by_path[str(manifest)]

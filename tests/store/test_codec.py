@@ -18,10 +18,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from skipweave.store.codec import CodecError, Encoded, PickleRefused, decode, encode, summarize
+from skipweave.store import classes
+from skipweave.store.codec import CodecError, Encoded, PickleRefused, class_ref, decode, encode, summarize
 
 # --------------------------------------------------------------------------------------------------------
-# module-level helper types (the codec imports classes by "module:qualname" when decoding)
+# module-level helper types (decoding finds classes by "module:qualname" in modules already imported)
 
 
 @dataclasses.dataclass
@@ -45,6 +46,13 @@ class PlainProto:
         self.meta_info = meta_info
         self.note = "kept"
         self.callback = lambda x: x  # not codec-supported: dropped silently
+
+
+# Decoding rebuilds DataProto-like objects only of approved classes (a recording must not name any class and set
+# attributes on it): these fakes are registered as a host library registers its own class. Dataclasses, enums
+# and namedtuples below need no approval: this module is imported and they define no __del__.
+for _proto_cls in (DataProto, PlainProto):
+    classes.register(class_ref(_proto_cls), "dataproto")
 
 
 @dataclasses.dataclass

@@ -202,7 +202,7 @@ class Gen:
     assert skipweave.counters()["record_failures"] >= 1
 
 
-def test_pickled_entry_is_refused_without_opt_in(host_module: Any, tmp_path: Path) -> None:
+def test_pickled_entry_is_refused_without_opt_in(host_module: Any, tmp_path: Path, caplog: Any) -> None:
     name, _ = host_module('''
 import fractions
 CALLS = []
@@ -220,8 +220,10 @@ class Gen:
     assert m.Gen().generate(None) == m.fractions.Fraction(1, 3) and m.CALLS == [1]
     skipweave.unweave()
     skipweave.weave({"skip": {"r": role}})
-    with pytest.raises(Exception, match="allow_pickle"):
-        m.Gen().generate(None)
+    with caplog.at_level(logging.WARNING, logger="skipweave"):
+        assert m.Gen().generate(None) == m.fractions.Fraction(1, 3)  # refused: never unpickled, runs live
+    assert m.CALLS == [1, 1] and "recorded with allow_pickle=true" in caplog.text
+    assert list((tmp_path / "default" / "r" / "_set_aside").iterdir())  # kept for the user, never deleted
 
 
 def test_fingerprint_shards_keep_different_inputs_apart(mod: Any, tmp_path: Path) -> None:

@@ -217,7 +217,15 @@ def import_verl(
     Raises:
         TrustRequired: ``trust_pickle`` is false and this is not a dry run.
         FileNotFoundError: ``root`` is not a folder.
+        ConfigError: ``role``, ``target``, ``namespace`` or ``shard`` is not a single folder name (each becomes a
+            folder of the store; see :func:`skipweave.store.paths.check_name`), naming the option.
     """
+    from skipweave.config.errors import ConfigError
+    from skipweave.store.paths import NAME_RULE, name_problem
+
+    for option, value in (("--role", role), ("--target", target), ("--namespace", namespace), ("shard", shard)):
+        if value is not None and name_problem(value) is not None:
+            raise ConfigError(option, value, NAME_RULE)
     report = Report(found=scan(root, namespace=namespace))
     if dry_run:
         return report

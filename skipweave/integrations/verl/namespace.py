@@ -13,8 +13,11 @@ plain containers, which also reads verl's shipped ``steps: []`` as "unset".
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
+
+from skipweave.store.paths import NAME_MAX
 
 NAMESPACE_KEYS: tuple[str, ...] = (
     "trainer.experiment_name",
@@ -65,9 +68,13 @@ def verl_dirs(cfg: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def namespace_of(experiment_dir: str, shape_dir: str) -> str:
-    """Join verl's two folder names into one namespace (``/`` and ``\\`` in names become ``_``)."""
-    name = f"{experiment_dir}.{shape_dir}".replace("/", "_").replace("\\", "_")
-    return "x" + name if name.startswith(("_", ".")) else name
+    """Join verl's two folder names into one namespace, a single folder name of the dump dir.
+
+    Every character other than ASCII letters, digits, ``_``, ``-`` and ``.`` (``/``, ``\\``, spaces, non-ASCII)
+    becomes ``_``; a name starting with ``_`` or ``.`` gets an ``x`` in front (see :mod:`skipweave.store.paths`).
+    """
+    name = re.sub(r"[^A-Za-z0-9_.\-]", "_", f"{experiment_dir}.{shape_dir}", flags=re.ASCII)[:NAME_MAX - 1]
+    return "x" + name if name.startswith(("_", ".", "-")) else name
 
 
 def derive_namespace(cfg: Mapping[str, Any]) -> str | None:

@@ -1,0 +1,224 @@
+"""Paths inside a dump dir: names that stay one folder level, folders that are never symlinks.
+
+A dump dir is untrusted input (a teammate's folder on NFS, a copy from another cluster). Two rules keep
+every read, write, move and delete of the store inside the root it was given:
+
+* **Names are single components.** Every name that becomes a path component -- namespace, role, target,
+  shard (``RANK``), set-aside folder -- is checked by :func:`check_name`: ASCII letters, digits, ``_``,
+  ``-`` and ``.``, starting with a letter, a digit or ``_``. ``..``, ``/``, absolute paths, empty names,
+  hidden names and non-ASCII digits (``"²".isdigit()`` is True) are refused.
+* **No symlink below the root is followed.** skipweave never creates a symlink in a dump dir, so one it
+  finds was put there by someone else. :func:`inside` checks every folder below the root with ``lstat``
+  (a real folder, not a link) before it is used, and files are opened with ``O_NOFOLLOW``
+  (:func:`open_regular`); ``rename`` and ``unlink`` act on a link itself, never on its target. The root
+  itself may be a symlink (``/data/rollouts -> /mnt/nfs/...`` is the user's own choice).
+
+These checks are made on each use; they do not defend against another process swapping a folder for a
+symlink between the check and the use (the threat is a crafted folder at rest, see docs/format.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import stat
+
+NAME_MAX = 200
+"""Longest name accepted for a path component (file systems allow 255 bytes; suffixes are added)."""
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$", re.ASCII)
+_STEP_RE = re.compile(r"^-?[0-9]+$", re.ASCII)
+SET_ASIDE = "_set_aside"
+"""Folder of a role holding set-aside parts and entries (the one name below a role that is not a step)."""
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+
+class UnsafePath(OSError):
+    """A path below a dump dir is a symlink, or not a folder (a file) where a folder is expected."""
+
+
+def name_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a path component of a dump dir, or ``None`` when it can.
+
+    Args:
+        value: the candidate name (a role, target, namespace or shard label).
+
+    Returns:
+        A short reason for people (e.g. ``"contains '/'"``), or ``None`` for a valid name.
+    """
+    if not isinstance(value, str):
+        return f"is a {type(value).__name__}, not a string"
+    if not value:
+        return "is empty"
+    if len(value) > NAME_MAX:
+        return f"is longer than {NAME_MAX} characters"
+    if value in (".", ".."):
+        return "is a relative folder reference"
+    if not _NAME_RE.match(value):
+        return "may hold only ASCII letters, digits, '_', '-' and '.', starting with a letter, digit or '_'"
+    return None
+
+
+NAME_RULE = "a single folder name of ASCII letters, digits, '_', '-' and '.' (starting with a letter, digit or '_')"
+"""The rule of :func:`name_problem` in words, for error messages."""
+
+
+def check_name(kind: str, value: object) -> str:
+    """Return ``value`` when it is a valid path component, else raise.
+
+    Args:
+        kind: what the name is, for the message (e.g. ``"target"``, ``"skip.rollout.namespace"``).
+        value: the name.
+
+    Raises:
+        ValueError: naming ``kind``, the value and the rule (:data:`NAME_RULE`).
+    """
+    problem = name_problem(value)
+    if problem is not None:
+        raise ValueError(f"{kind} {value!r} {problem}; expected {NAME_RULE}")
+    assert isinstance(value, str)
+    return value
+
+
+def is_step_name(name: str) -> bool:
+    """True when ``name`` is a step folder's name: an optional ``-`` and ASCII digits only."""
+    return _STEP_RE.match(name) is not None
+
+
+def is_real_dir(path: str) -> bool:
+    """True when ``path`` is a folder and not a symlink (``lstat``); False when missing or anything else."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def inside(root: str, *parts: str, create: bool = False) -> str:
+    """Join ``parts`` below ``root``, checking that each folder on the way is a real folder.
+
+    Args:
+        root: the dump dir (may itself be a symlink; it is not checked).
+        parts: path components below it, each a single name (checked with :func:`check_name`).
+        create: make missing folders (as ``os.makedirs``); otherwise a missing one is fine and the
+            check stops there (nothing below it exists either).
+
+    Returns:
+        ``os.path.join(root, *parts)``.
+
+    Raises:
+        ValueError: a part is not a single valid name.
+        UnsafePath: a folder on the way is a symlink or a file.
+        OSError: ``create`` and a folder could not be made.
+    """
+    for part in parts:
+        if part != SET_ASIDE and not is_step_name(part):
+            check_name("path component", part)
+    path = root
+    for part in parts:
+        path = os.path.join(path, part)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            if not create:  # nothing below a missing folder exists either
+                return os.path.join(root, *parts)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(path)
+            st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafePath(f"{path} is a symlink; skipweave never follows symlinks inside a dump dir")
+        if not stat.S_ISDIR(st.st_mode):
+            raise UnsafePath(f"{path} is not a folder (a file sits where skipweave keeps a folder)")
+    return path
+
+
+def open_regular(path: str, flags: int = os.O_RDONLY, *, dir_fd: int | None = None) -> int:
+    """Open an existing regular file without following a symlink; return its descriptor.
+
+    Raises:
+        FileNotFoundError: no such file.
+        UnsafePath: ``path`` is a symlink, a folder or another non-regular file.
+        OSError: any other failure to open it.
+    """
+    try:
+        fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW on a symlink
+            raise UnsafePath(f"{path} is a symlink; skipweave never follows symlinks inside a dump dir") from None
+        if isinstance(exc, IsADirectoryError):
+            raise UnsafePath(f"{path} is a folder where a file is expected") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise UnsafePath(f"{path} is not a regular file")
+    return fd
+
+
+def open_dir(path: str) -> int:
+    """Open a real folder (not a symlink) for ``dir_fd`` use; return its descriptor.
+
+    Raises:
+        UnsafePath: ``path`` is a symlink or not a folder.
+        OSError: it cannot be opened.
+    """
+    try:
+        return os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+    except NotADirectoryError:
+        raise UnsafePath(f"{path} is not a folder") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePath(f"{path} is a symlink; skipweave never follows symlinks inside a dump dir") from None
+        raise
+
+
+def same_folder(path: str, fd: int) -> bool:
+    """True when ``path`` still names the folder open as ``fd`` (it was not renamed, removed or replaced)."""
+    try:
+        a, b = os.lstat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+__all__ = [
+    "NAME_MAX",
+    "NAME_RULE",
+    "UnsafePath",
+    "check_name",
+    "inside",
+    "is_real_dir",
+    "is_step_name",
+    "lock_path",
+    "name_problem",
+    "open_dir",
+    "open_regular",
+    "same_folder",
+]
+
+
+def lock_path(folder: str, name: str) -> str:
+    """The path of a lock file ``name`` in ``folder``, refused when a symlink sits there.
+
+    Older ``filelock`` releases open the lock file without ``O_NOFOLLOW`` (and truncate it): a planted
+    link would make a writer truncate a file outside the dump dir.
+
+    Raises:
+        UnsafePath: ``folder/name`` is a symlink.
+    """
+    path = os.path.join(folder, name)
+    try:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise UnsafePath(f"{path} is a symlink; skipweave never follows symlinks inside a dump dir")
+    except FileNotFoundError:
+        pass
+    return path
