@@ -410,7 +410,8 @@ class StepStore:
                 old = None
         from skipweave.store import codec, tensorfile
 
-        encoded = codec.encode({"result": result, "rng": rng_state}, allow_pickle=self.allow_pickle)
+        encoded = codec.encode({"result": result, "rng": rng_state}, allow_pickle=self.allow_pickle,
+                               trusted=self.trusted_classes)
         token = uuid.uuid4().hex[:8]
         tree_name = f"{key.stem}.{token}.tree.json"
         tensor_name = f"{key.stem}.{token}.tensors.safetensors"
