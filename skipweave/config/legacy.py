@@ -199,6 +199,8 @@ def _read_legacy(parent: Mapping[str, Any] | None) -> tuple[dict[str, Any], int 
         assert block is not None
         prefix = f"{LEGACY_PARENT}.skip"
         enable = block.get("enable", False)
+        if enable is None:  # `enable: null` (an unset OmegaConf value) means off, as a missing key does
+            enable = False
         if enable not in (True, False):
             raise ConfigError(f"{prefix}.enable", enable, "true or false")
         if enable:  # verl 2026; wins over the 2025 block

@@ -387,6 +387,8 @@ def parse_steps(key: str, value: Any) -> StepSet:
             raise ConfigError(key, value, allowed)
         if ranges[-1][1] < ranges[-1][0]:
             raise ConfigError(key, value, "ranges must end at or after their start, e.g. '3-7'")
+        if ranges[-1][0] < 0:
+            raise ConfigError(key, value, allowed + "; steps are 0 or more")
     ranges.sort()
     merged: list[tuple[int, int]] = []
     for lo, hi in ranges:
@@ -523,8 +525,15 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
     if bypass_cfg.callable is not None and not _PATH_RE.match(bypass_cfg.callable):
         raise ConfigError(f"{key}.bypass.callable", bypass_cfg.callable, "a function path such as 'pkg.mod:fn'")
 
+    if bypass_cfg.when is BypassKind.NEVER and bypass_cfg.callable is not None:
+        raise ConfigError(f"{key}.bypass.callable", bypass_cfg.callable,
+                          "no callable when bypass.when=never (set bypass.when=callable to use it)")
+    if step_cfg.pattern is not None and step_cfg.source is not StepSourceKind.REGEX:
+        raise ConfigError(f"{key}.step.pattern", step_cfg.pattern,
+                          f"a pattern only with step.source=regex (step.source is {step_cfg.source.value!r})")
+
     calls = data.get("calls_per_step")
-    return RoleConfig(
+    return _checked(RoleConfig(
         role=role,
         enable=_bool(f"{key}.enable", data.get("enable", False)),
         action=_enum(Action, f"{key}.action", data.get("action", "cache")),
@@ -546,7 +555,19 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
         record_steps=None
         if data.get("record_steps") is None
         else parse_steps(f"{key}.record_steps", data["record_steps"]),
-    )
+    ), key, explicit_targets=isinstance(data.get("targets"), Mapping))
+
+
+def _checked(role: RoleConfig, key: str, *, explicit_targets: bool) -> RoleConfig:
+    """Refuse combinations that would silently do nothing (checked once the role's values are parsed)."""
+    if role.record_steps is not None and role.action is Action.CACHE:
+        raise ConfigError(f"{key}.record_steps", role.record_steps.to_config(),
+                          "record_steps only with action repeat, repeat_cycle or repeat_last (cache records "
+                          "every eligible step)")
+    if role.enable and explicit_targets and not role.targets:  # `targets: {}` (a missing key: filled elsewhere)
+        raise ConfigError(f"{key}.targets", {}, "at least one target when the role is enabled, e.g. "
+                          f"+{key}.targets.gen=my_pkg.rollout:Manager.generate_sequences")
+    return role
 
 
 def _default(value: Any, default: Any) -> Any:

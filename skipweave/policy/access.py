@@ -62,15 +62,26 @@ def get_arg(
 ) -> Any:
     """Return argument ``ref``: a position (int), or a parameter name (str) passed by keyword or by position.
 
+    The same parameter is found however the host passes it: ``arg: 0`` finds ``prompts`` in
+    ``generate(batch)`` and in ``generate(prompts=batch)``, ``arg: step`` finds ``step`` in ``f(b, 3)``
+    and ``f(b, step=3)``.
+
     Args:
         positions: parameter name -> index in ``args`` (``self``/``cls`` already removed), from the
-            target's signature; lets ``arg: step`` find ``step`` when the host passes it positionally.
+            target's signature; lets ``arg: step`` find ``step`` when the host passes it positionally,
+            and ``arg: 0`` find the first parameter when the host passes it by keyword.
 
     Returns:
         The value, or :data:`MISSING`.
     """
     if isinstance(ref, int):
-        return args[ref] if ref < len(args) else MISSING
+        if ref < len(args):
+            return args[ref]
+        if kwargs and positions:  # the parameter at that position, passed by keyword: f(prompts=batch)
+            for name, index in positions.items():
+                if index == ref:
+                    return kwargs.get(name, MISSING)
+        return MISSING
     if ref in kwargs:
         return kwargs[ref]
     if positions is not None and ref in positions and positions[ref] < len(args):

@@ -207,3 +207,11 @@ def test_the_warning_shows_with_pythons_default_filters() -> None:
         "SkipweaveDeprecationWarning: actor_rollout_ref.rollout.skip_dump_dir is deprecated" in result.stderr
     )
     assert "skip.rollout.dump_dir=/d" in result.stderr
+
+
+def test_legacy_enable_null_means_off() -> None:
+    """An unset OmegaConf value (`enable: null`, what `???` resolves to in some setups) is off, not an error."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = load_skip_config(legacy(skip={"enable": None, "dump_dir": D}))
+    assert cfg.enabled_roles == [] and not [w for w in caught if issubclass(w.category, SkipweaveDeprecationWarning)]

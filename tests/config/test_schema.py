@@ -82,3 +82,24 @@ def test_null_dump_dir_and_namespace_mean_defaults_and_nested_omegaconf_lists() 
     assert role.namespace == "default" and role.dump_dir == os.path.expanduser("~/.cache/skipweave")
     plan = load_skip_config({"skip": OmegaConf.create({"rollout": {"steps": [1, 2]}})})
     assert plan.roles["rollout"].steps.ranges == ((1, 2),)
+
+
+@pytest.mark.parametrize("role,key", [
+    ({"steps": -5}, "skip.rollout.steps"),
+    ({"steps": [1, "-3--1"]}, "skip.rollout.steps"),
+    ({"action": "repeat", "record_steps": -1}, "skip.rollout.record_steps"),
+    ({"action": "cache", "record_steps": [1, 2]}, "skip.rollout.record_steps"),
+    ({"targets": {}}, "skip.rollout.targets"),
+    ({"step": {"source": "counter", "pattern": "s_(\\d+)"}}, "skip.rollout.step.pattern"),
+    ({"bypass": {"when": "never", "callable": "pkg.mod:fn"}}, "skip.rollout.bypass.callable"),
+])
+def test_settings_that_would_silently_do_nothing_are_errors(role: dict, key: str) -> None:
+    raw = {"enable": True, "targets": {"gen": "pkg.mod:Gen.generate"}, **role}
+    with pytest.raises(ConfigError) as err:
+        parse_skip({"rollout": raw})
+    assert err.value.key == key
+
+
+def test_steps_from_zero_are_allowed_for_zero_based_trainers() -> None:
+    cfg = parse_skip({"rollout": {"enable": True, "steps": [0, "1-3"], "targets": {"gen": "pkg.mod:f"}}})
+    assert 0 in cfg.roles["rollout"].steps and 3 in cfg.roles["rollout"].steps
