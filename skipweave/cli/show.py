@@ -212,15 +212,18 @@ def render(doc: dict[str, Any], *, all_rows: bool = False) -> str:
                                           else "sizes match; --verify checks checksums") + ")")
     if m is None:
         return "\n".join(lines)
-    writer = m.get("writer") or {}
-    versions = m.get("versions") or {}
+    from skipweave.store.manifest import seconds_of
+
+    writer = m.get("writer") if isinstance(m.get("writer"), dict) else {}  # a corrupt entry is shown too
+    versions = m.get("versions") if isinstance(m.get("versions"), dict) else {}
+    created = m.get("created_unix") if isinstance(m.get("created_unix"), int | float) else None
     lines += [
         f"key       role {m.get('role')}  target {m.get('target')}  step {m.get('step')}  "
         f"call {m.get('call_index')}  shard {m.get('shard')}",
         f"target    {m.get('target_path', '-')}",
-        f"created   {human_time(m.get('created_unix'))} by {writer.get('argv0') or '?'} "
+        f"created   {human_time(created)} by {writer.get('argv0') or '?'} "
         f"(pid {writer.get('pid', '?')} on {writer.get('host', '?')})",
-        f"duration  {float(m.get('generation_seconds') or 0):.3f} s of generation (what a replay saves)",
+        f"duration  {seconds_of(m):.3f} s of generation (what a replay saves)",
         f"inputs    fingerprint {m.get('input_fingerprint')}",
         f"pickled   {'yes (loading needs allow_pickle: true)' if m.get('pickled') else 'no'}",
         "versions  " + ", ".join(f"{k} {v}" for k, v in versions.items()),

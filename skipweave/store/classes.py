@@ -188,6 +188,12 @@ def resolve(ref: Any, kind: str, *, trusted: Collection[str] = ()) -> type:
             f"{ref!r} names the class {canonical!r} under another name; recordings name classes where they are "
             f"defined. List {ref!r} in skip.<role>.trusted_classes if this alias is intended"
         )
+    if kind == "dataclass":
+        fields = inspect.getattr_static(cls, "__dataclass_fields__", {})
+        acting = _acting_problem(cls, [f for f in fields if isinstance(f, str)])
+        if acting:
+            raise CodecError(f"class {ref!r} {acting}; list {ref!r} in skip.<role>.trusted_classes if you trust "
+                             "the recording")
     finalizer = _finalizer_owner(cls) if kind in ("dataclass", "namedtuple", "dataproto") else None
     if finalizer is not None:
         raise CodecError(
@@ -289,10 +295,20 @@ def _dataproto_problem(cls: type) -> str | None:
     top = (cls.__module__ or "").partition(".")[0]
     if top in sys.stdlib_module_names or top in ("builtins", "skipweave"):
         return f"is defined in {'skipweave' if top == 'skipweave' else 'the standard library'} ({cls.__module__})"
+    return _acting_problem(cls, _DATAPROTO_ATTRS)
+
+
+def _acting_problem(cls: type, names: Collection[str]) -> str | None:
+    """Why setting ``names`` on an ``object.__new__`` instance of ``cls``, or using it, would run class code.
+
+    ``object.__setattr__`` skips a class's ``__setattr__`` but still calls a data descriptor's ``__set__``
+    (a property setter) at the name; a ``__getattribute__`` of its own runs on every attribute read.
+    Slots (member descriptors) only store the value.
+    """
     for klass in cls.__mro__:
         if klass is not object and "__getattribute__" in vars(klass):
             return f"customises attribute access (__getattribute__ in {klass.__module__}:{klass.__qualname__})"
-    for name in _DATAPROTO_ATTRS:
+    for name in names:
         attr = inspect.getattr_static(cls, name, None)
         if attr is not None and not isinstance(attr, types.MemberDescriptorType) and (
                 hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__")):

@@ -941,8 +941,17 @@ class _Decoder:
             if not isinstance(members, Mapping) or not isinstance(name, str) or name not in members:
                 raise CodecError(f"{path}: enum {ref!r} has no member {name!r:.100}")
             return members[name]
-        # a Flag combination (no member of its own): the enum's lookup builds it, as at recording
-        return cls(self.decode(node["value"], child_path(path, ".value")))
+        value = self.decode(node["value"], child_path(path, ".value"))
+        if not issubclass(cls, enum.Flag):  # only a Flag combination lacks a member of its own
+            members = inspect.getattr_static(cls, "_value2member_map_", None)
+            try:
+                if isinstance(members, Mapping) and value in members:
+                    return members[value]
+            except TypeError:  # an unhashable value
+                pass
+            raise CodecError(f"{path}: enum {ref!r} has no member of value {value!r:.100}")
+        # a Flag combination: the enum's lookup builds it, as at recording
+        return cls(value)
 
     # -- containers -------------------------------------------------------------------------------------
     def _dict(self, node: Mapping[str, Any], path: str) -> dict[Any, Any]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import math
 import os
 import re
 import shutil
@@ -51,8 +52,16 @@ from skipweave.store.layout import (
     parse_manifest_name,
     parse_payload_name,
     role_dir,
+    touch_changes,
 )
-from skipweave.store.manifest import EntryInvalid, EntryRefused, check_manifest, read_manifest, verify_payload
+from skipweave.store.manifest import (
+    EntryInvalid,
+    EntryRefused,
+    check_manifest,
+    read_manifest,
+    seconds_of,
+    verify_payload,
+)
 from skipweave.store.paths import is_real_dir, is_step_name, lock_path, name_problem
 from skipweave.store.step_store import StepStore
 
@@ -130,13 +139,14 @@ class EntryScan:
     def created_unix(self) -> float | None:
         """Creation time from the manifest (unix seconds), if known."""
         value = (self.manifest or {}).get("created_unix")
-        return float(value) if isinstance(value, int | float) else None
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            return None
+        return float(value)
 
     @property
     def generation_seconds(self) -> float:
         """Wall time of the real call that produced the entry (0 when unknown)."""
-        value = (self.manifest or {}).get("generation_seconds")
-        return float(value) if isinstance(value, int | float) else 0.0
+        return seconds_of(self.manifest or {})
 
     def as_dict(self) -> dict[str, Any]:
         """Return the entry as a JSON-ready mapping (the ``entry`` object documented in docs/cli.md)."""
@@ -433,7 +443,9 @@ def _scan_role(result: DumpScan, namespace: str, role: str) -> None:
 def _tree_size(path: str) -> tuple[int, float]:
     """Return (total bytes, newest mtime) of a file or folder (symlinks are not followed)."""
     st = os.lstat(path)
-    size, newest = (st.st_size if not is_real_dir(path) else 0), st.st_mtime
+    if not is_real_dir(path):  # a file, or a symlink (its own size: never walked through)
+        return st.st_size, st.st_mtime
+    size, newest = 0, st.st_mtime
     for folder, _dirs, files in os.walk(path):
         for n in files:
             with contextlib.suppress(OSError):
@@ -462,10 +474,12 @@ def _scan_target(result: DumpScan, store: StepStore, step: int, target: str, fol
             result.leftovers.append(Leftover(LeftoverKind.TEMPORARY, path, size, mtime))
         elif name.startswith("."):
             continue  # lock files: kept, deleting one could let two writers in
-        elif (parsed := parse_manifest_name(name)) is not None:
+        elif (parsed := parse_manifest_name(name)) is not None and name_problem(parsed[0]) is None:
             manifests.setdefault(parsed[0], []).append((parsed[1], name))
-        elif name.endswith(PART_SUFFIX):
+        elif name.endswith(PART_SUFFIX) and name_problem(name[: -len(PART_SUFFIX)]) is None:
             part_files.add(name[: -len(PART_SUFFIX)])
+        elif name.endswith((MANIFEST_SUFFIX, PART_SUFFIX)):
+            result.ignored.append((path, "a name skipweave never writes"))
         elif (parsed_payload := parse_payload_name(name)) is not None:
             payloads.setdefault(parsed_payload[0], []).append(name)
     claimed: set[str] = set()
@@ -727,6 +741,8 @@ def apply_gc(result: DumpScan, action: GcAction, *, min_age: float, dry_run: boo
         return
     try:
         skipped = _REMOVERS[action.kind](result, action, min_age, now)
+        if not skipped and action.part is not None:  # runs reading this role re-read its recorded steps
+            touch_changes(result.dump_dir, action.part.namespace, action.part.role)
     except filelock.Timeout:
         skipped = "a writer holds its lock"
     except OSError as exc:
@@ -821,9 +837,17 @@ def _remove_incomplete_part(result: DumpScan, action: GcAction, min_age: float, 
     return None
 
 
+def _remove_path(path: str) -> None:
+    """Remove a file or symlink itself, or a real folder with what it holds (one planted at a leftover's name)."""
+    if is_real_dir(path):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
 def _remove_file(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
     try:
-        os.unlink(action.path)
+        _remove_path(action.path)
     except FileNotFoundError:
         return "already gone"
     return None
@@ -842,7 +866,7 @@ def _remove_orphan(result: DumpScan, action: GcAction, min_age: float, now: floa
             if referenced is None or name in referenced:
                 return "a manifest refers to it now"
         try:
-            os.unlink(action.path)
+            _remove_path(action.path)
         except FileNotFoundError:
             return "already gone"
     return None
@@ -887,4 +911,7 @@ def plural(n: int, one: str, many: str | None = None) -> str:
 
 def human_time(unix: float | None) -> str:
     """Return a unix time as local ``YYYY-MM-DD HH:MM:SS``, or ``-`` when unknown."""
-    return "-" if unix is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(unix))
+    try:
+        return "-" if unix is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(unix))
+    except (OverflowError, ValueError, OSError):  # a crafted time: not one a clock gives
+        return "-"

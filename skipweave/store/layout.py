@@ -20,12 +20,15 @@ from dataclasses import dataclass
 from skipweave.store.paths import SET_ASIDE, is_step_name
 
 TMP_PREFIX = ".tmp-"
+CHANGES_FILE = ".changes"
+"""Hidden file of a role folder whose modification time every skipweave writer bumps when it commits, closes,
+sets aside or removes anything of the role, so readers keep their index of recorded steps until it moves."""
 SET_ASIDE_DIR = SET_ASIDE
 MANIFEST_SUFFIX = ".manifest.json"
 PART_SUFFIX = ".part.json"
-_ENTRY_RE = re.compile(r"^(?P<shard>[A-Za-z0-9_\-]+)-(?P<call>[0-9]{4,})\.manifest\.json$", re.ASCII)
+_ENTRY_RE = re.compile(r"^(?P<shard>[A-Za-z0-9_][A-Za-z0-9_\-]*)-(?P<call>[0-9]{4,})\.manifest\.json\Z", re.ASCII)
 _PAYLOAD_RE = re.compile(
-    r"^(?P<stem>[A-Za-z0-9_\-]+-[0-9]{4,})\.[A-Za-z0-9]+\.(?P<kind>tree\.json|tensors\.safetensors)$", re.ASCII
+    r"^(?P<stem>[A-Za-z0-9_\-]+-[0-9]{4,})\.[A-Za-z0-9]+\.(?P<kind>tree\.json|tensors\.safetensors)\Z", re.ASCII
 )
 
 
@@ -77,6 +80,36 @@ def parse_manifest_name(name: str) -> tuple[str, int] | None:
     """Return ``(shard, call)`` for a manifest file name, else ``None``."""
     m = _ENTRY_RE.match(name)
     return (m.group("shard"), int(m.group("call"))) if m else None
+
+
+def touch_changes(dump_dir: str, namespace: str, role: str) -> None:
+    """Bump the role's :data:`CHANGES_FILE` (created when missing, never through a symlink); errors ignored."""
+    path = os.path.join(role_dir(dump_dir, namespace, role), CHANGES_FILE)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
+                     0o644)
+    except OSError:
+        return
+    try:
+        os.utime(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def changes_stamp(dump_dir: str, namespace: str, role: str) -> tuple[int, int, int, int] | None:
+    """(role folder inode, its mtime, changes-file inode, its mtime), all in ns; ``None`` parts read as 0."""
+    rdir = role_dir(dump_dir, namespace, role)
+    try:
+        st = os.lstat(rdir)
+    except OSError:
+        return None
+    try:
+        ch = os.lstat(os.path.join(rdir, CHANGES_FILE))
+        return st.st_ino, st.st_mtime_ns, ch.st_ino, ch.st_mtime_ns
+    except OSError:
+        return st.st_ino, st.st_mtime_ns, 0, 0
 
 
 def key_of_manifest(path: str) -> EntryKey | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import platform
 import sys
@@ -157,7 +158,8 @@ def read_manifest(path: str) -> dict[str, Any]:
         raise
     except (OSError, ValueError, RecursionError) as exc:
         raise EntryInvalid(f"manifest {path} is unreadable: {exc}") from exc
-    if not isinstance(data, dict) or data.get("format_version") != FORMAT_VERSION:
+    if not isinstance(data, dict) or type(data.get("format_version")) is not int \
+            or data.get("format_version") != FORMAT_VERSION:
         found = data.get("format_version") if isinstance(data, dict) else type(data).__name__
         raise EntryInvalid(f"manifest {path} has format_version {found!r}, this skipweave reads {FORMAT_VERSION}")
     for field in ("role", "target", "step", "call_index", "shard", "payload", "input_fingerprint"):
@@ -190,6 +192,27 @@ def check_identity(manifest: dict[str, Any], path: str, *, role: str, target: st
             raise EntryInvalid(
                 f"manifest {path} belongs to another entry: {field}={got!r}, expected {want!r}"
             )
+
+
+_OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
+    "generation_seconds": (float, int),
+    "created_unix": (float, int),
+    "created": (str,),
+    "target_path": (str,),
+    "versions": (dict,),
+    "writer": (dict,),
+}
+"""Optional manifest fields and the types they must have when present: a run and the CLI read them, so a
+value of another type (``"generation_seconds": "fast"``) makes the entry invalid instead of failing there."""
+
+
+def seconds_of(manifest: dict[str, Any], field: str = "generation_seconds") -> float:
+    """A non-negative finite number of seconds from a manifest field, 0.0 when missing or not one."""
+    value = manifest.get(field)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    value = float(value)
+    return value if math.isfinite(value) and value >= 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -238,6 +261,13 @@ def check_manifest(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_
         items[parsed[1]] = item
     if set(items) != {"tree.json", "tensors.safetensors"}:
         raise EntryInvalid(f"manifest {path} lists no tree or tensor file")
+    for field, kinds in _OPTIONAL_TYPES.items():
+        value = manifest.get(field)
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)
+                                  or (isinstance(value, float) and not math.isfinite(value))):
+            raise EntryInvalid(f"manifest {path} has {field}={value!r:.80}, not a {kinds[0].__name__}")
+    if not isinstance(manifest.get("input_fingerprint"), str):
+        raise EntryInvalid(f"manifest {path} has a input_fingerprint that is not a string")
     pickled = manifest.get("pickled", False)
     if not isinstance(pickled, bool):
         raise EntryInvalid(f"manifest {path} has pickled={pickled!r}, expected true or false")

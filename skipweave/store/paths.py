@@ -23,18 +23,20 @@ import contextlib
 import errno
 import os
 import re
+import shutil
 import stat
 
 NAME_MAX = 200
 """Longest name accepted for a path component (file systems allow 255 bytes; suffixes are added)."""
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$", re.ASCII)
-_STEP_RE = re.compile(r"^-?[0-9]+$", re.ASCII)
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z", re.ASCII)  # \Z: '$' would accept a final '\n'
+_STEP_RE = re.compile(r"^-?[0-9]+\Z", re.ASCII)
 SET_ASIDE = "_set_aside"
 """Folder of a role holding set-aside parts and entries (the one name below a role that is not a step)."""
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 
 class UnsafePath(OSError):
@@ -143,8 +145,16 @@ def open_regular(path: str, flags: int = os.O_RDONLY, *, dir_fd: int | None = No
         UnsafePath: ``path`` is a symlink, a folder or another non-regular file.
         OSError: any other failure to open it.
     """
+    try:  # lstat first: opening a FIFO planted at the name would block until a writer appears
+        mode = os.lstat(path, dir_fd=dir_fd).st_mode
+    except FileNotFoundError:
+        raise
+    if stat.S_ISLNK(mode):
+        raise UnsafePath(f"{path} is a symlink; skipweave never follows symlinks inside a dump dir")
+    if not stat.S_ISREG(mode):
+        raise UnsafePath(f"{path} is not a regular file")
     try:
-        fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC, dir_fd=dir_fd)
+        fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC | _NONBLOCK, dir_fd=dir_fd)  # (swapped in meanwhile)
     except FileNotFoundError:
         raise
     except OSError as exc:
@@ -207,18 +217,23 @@ __all__ = [
 
 
 def lock_path(folder: str, name: str) -> str:
-    """The path of a lock file ``name`` in ``folder``, refused when a symlink sits there.
+    """The path of a lock file ``name`` in ``folder``, with anything but a regular file at that name removed.
 
-    Older ``filelock`` releases open the lock file without ``O_NOFOLLOW`` (and truncate it): a planted
-    link would make a writer truncate a file outside the dump dir.
-
-    Raises:
-        UnsafePath: ``folder/name`` is a symlink.
+    Older ``filelock`` releases open the lock file without ``O_NOFOLLOW`` (and truncate it): a planted link
+    would make a writer truncate a file outside the dump dir; a folder at the name would make every lock
+    fail, so the entry could never be healed. Lock names are skipweave's own (``.{stem}.lock``): a symlink
+    there is removed itself (never its target), a folder with what it holds (``shutil.rmtree`` follows no
+    symlink), both inside the dump dir.
     """
     path = os.path.join(folder, name)
     try:
-        if stat.S_ISLNK(os.lstat(path).st_mode):
-            raise UnsafePath(f"{path} is a symlink; skipweave never follows symlinks inside a dump dir")
+        mode = os.lstat(path).st_mode
     except FileNotFoundError:
-        pass
+        return path
+    if not stat.S_ISREG(mode):
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISDIR(mode):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
     return path

@@ -22,6 +22,7 @@ Guarantees (each has a test):
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import logging
@@ -42,12 +43,14 @@ from skipweave.store.layout import (
     SET_ASIDE_DIR,
     TMP_PREFIX,
     EntryKey,
+    changes_stamp,
     list_steps,
     manifest_path,
     parse_manifest_name,
     parse_payload_name,
     part_path,
     role_dir,
+    touch_changes,
 )
 from skipweave.store.manifest import (
     EntryInvalid,
@@ -64,6 +67,9 @@ logger = logging.getLogger(__name__)
 
 LOCK_TIMEOUT_S = 600.0
 """Seconds a writer waits for another writer of the same entry before giving up."""
+
+INDEX_REFRESH_S = 5.0
+"""Seconds a role's in-memory index of recorded steps is trusted before it is rebuilt from the folder."""
 
 
 @dataclass(frozen=True)
@@ -137,11 +143,18 @@ class StepStore:
         self._lock = threading.RLock()
         self._writing: set[tuple[int, str, str]] = set()  # parts this process records into
         self._checked: set[tuple[int, str, str]] = set()  # parts checked for interrupted leftovers
-        self._open: dict[tuple[str, str], int] = {}  # (target, shard) -> step of the part left open
+        # Parts this process recorded into and has not closed; any number may be open at once (async rollouters
+        # keep many steps in flight). A part is closed when a call of another step of its (target, shard)
+        # is prepared and none of its own calls is still running, else when its last running call ends.
+        self._open: set[tuple[int, str, str]] = set()
+        self._running: dict[tuple[int, str, str], int] = {}  # part -> its real calls in progress
+        self._left: set[tuple[int, str, str]] = set()  # open parts passed by a later call, closed when idle
         # Parts seen closed -> (inode, mtime in ns) of their folder then, so the repeat actions need not
         # re-read every part file on every call: one stat tells whether anything in the folder was added,
         # replaced or removed since (by any process: a re-record, gc, a deleted step), and then it is re-read.
         self._closed: dict[tuple[int, str, str], tuple[int, int]] = {}
+        # (target, shard) -> (role folder stamp, monotonic time built, sorted complete steps): see recorded_steps
+        self._index: dict[tuple[str, str], tuple[tuple[int, int, int, int] | None, float, list[int]]] = {}
 
     def key(self, step: int, target: str, shard: str, call: int) -> EntryKey:
         """Return the :class:`EntryKey` of a call of this role.
@@ -232,12 +245,37 @@ class StepStore:
         return info.closed or info.contiguous >= self.expected_calls(target, shard)
 
     def recorded_steps(self, target: str, shard: str) -> list[int]:
-        """Sorted steps holding a complete recording of ``target`` for ``shard``."""
-        return [
-            s
-            for s in list_steps(self.dump_dir, self.namespace, self.role)
-            if self.is_complete(s, target, shard)
-        ]
+        """Sorted steps holding a complete recording of ``target`` for ``shard``.
+
+        Kept in memory per (target, shard), so a ``repeat*`` decision costs the same with 10 or 10,000
+        recorded steps: this process's own records, closes and set-asides update the index; two ``lstat``
+        calls (the role folder and its :data:`~skipweave.store.layout.CHANGES_FILE`, which every skipweave
+        writer and ``gc`` bump) show another writer's change; and the index is rebuilt at least every
+        :data:`INDEX_REFRESH_S` seconds anyway, for changes made by hand. A step the index serves that is
+        gone meanwhile is a plain miss (the entry is looked up when served).
+        """
+        stamp = changes_stamp(self.dump_dir, self.namespace, self.role)
+        now = time.monotonic()
+        with self._lock:
+            index = self._index.get((target, shard))
+            if index is not None and index[0] == stamp and now - index[1] < INDEX_REFRESH_S:
+                return index[2]
+        steps = [s for s in list_steps(self.dump_dir, self.namespace, self.role) if self.is_complete(s, target, shard)]
+        with self._lock:
+            self._index[(target, shard)] = (stamp, now, steps)
+        return steps
+
+    def _index_add(self, step: int, target: str, shard: str) -> None:
+        with self._lock:
+            index = self._index.get((target, shard))
+            if index is not None and step not in index[2]:
+                steps = list(index[2])
+                bisect.insort(steps, step)
+                self._index[(target, shard)] = (index[0], index[1], steps)
+
+    def _index_drop(self, target: str, shard: str) -> None:
+        with self._lock:
+            self._index.pop((target, shard), None)
 
     def load(self, key: EntryKey) -> Loaded:
         """Read, judge, verify and decode one entry.
@@ -274,16 +312,18 @@ class StepStore:
 
     # ------------------------------------------------------------------ writing
     def prepare_part(self, step: int, target: str, shard: str) -> None:
-        """Before recording into a part: close this shard's previous open part and set aside leftovers.
+        """Before a call of a part: close this shard's other open parts that are idle, set aside leftovers.
 
         A part holding calls from an interrupted run (not closed, fewer calls than expected, not
         written by this process) is moved to ``_set_aside/`` with a log line, once per process.
         """
         part = (step, target, shard)
         with self._lock:
-            prev = self._open.get((target, shard))
-            if prev is not None and prev != step:
-                self.close_part(prev, target, shard)
+            for other in [p for p in self._open if p[0] != step and p[1] == target and p[2] == shard]:
+                if self._running.get(other, 0):
+                    self._left.add(other)  # still being recorded (concurrent steps): closed when its calls end
+                else:
+                    self.close_part(*other)
             if part in self._writing or part in self._checked:
                 return
             self._checked.add(part)
@@ -306,6 +346,7 @@ class StepStore:
         self.key(step, target, shard, 0)
         with self._lock:
             self._closed.pop((step, target, shard), None)
+        self._index_drop(target, shard)
         folder = self.folder(step, target)
         stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{uuid.uuid4().hex[:6]}"
         with filelock.FileLock(lock_path(folder, f".{shard}.part.lock"), timeout=LOCK_TIMEOUT_S):
@@ -320,6 +361,7 @@ class StepStore:
                 with contextlib.suppress(FileNotFoundError):
                     os.replace(os.path.join(folder, n), os.path.join(dest, n))
             fsync_dir(folder)
+        touch_changes(self.dump_dir, self.namespace, self.role)
         logger.warning(
             "skipweave: role %s target %s step %d shard %s was left incomplete by an interrupted run (%s); "
             "set aside to %s and recording it afresh",
@@ -367,9 +409,6 @@ class StepStore:
         """
         self._watch_root()
         folder = self.folder(key.step, key.target, create=True)
-        with self._lock:
-            self._writing.add((key.step, key.target, key.shard))
-            self._open[(key.target, key.shard)] = key.step
         with filelock.FileLock(lock_path(folder, f".{key.stem}.lock"), timeout=LOCK_TIMEOUT_S):
             dir_fd = open_dir(folder)
             try:
@@ -377,6 +416,10 @@ class StepStore:
                                        fingerprint=fingerprint, rng_state=rng_state, seconds=seconds, replace=replace)
             finally:
                 os.close(dir_fd)
+        with self._lock:  # only now: a failed write leaves no part of this process's to close at exit
+            self._writing.add((key.step, key.target, key.shard))
+            self._open.add((key.step, key.target, key.shard))
+        self._index_add(key.step, key.target, key.shard)  # a part this process writes is servable
         if outcome is None:
             return 0
         nbytes, leftovers = outcome
@@ -496,6 +539,7 @@ class StepStore:
         """
         with self._lock:
             self._closed.pop((key.step, key.target, key.shard), None)
+        self._index_drop(key.target, key.shard)
         folder = self.folder(key.step, key.target)
         with filelock.FileLock(lock_path(folder, f".{key.stem}.lock"), timeout=LOCK_TIMEOUT_S):
             dest = self._aside(f"{key.step}-{key.target}-{key.stem}-unusable-{uuid.uuid4().hex[:6]}")
@@ -503,24 +547,44 @@ class StepStore:
                 if n.startswith(key.stem + ".") and not n.startswith(TMP_PREFIX):
                     with contextlib.suppress(FileNotFoundError):
                         os.replace(os.path.join(folder, n), os.path.join(dest, n))
+        touch_changes(self.dump_dir, self.namespace, self.role)
         logger.warning("skipweave: entry %s not served (%s); moved to %s, running live and recording it afresh",
                        key, reason, dest)
 
+    def call_started(self, step: int, target: str, shard: str) -> None:
+        """A real call that will be recorded into this part began (keeps the part open while it runs)."""
+        part = (step, target, shard)
+        with self._lock:
+            self._running[part] = self._running.get(part, 0) + 1
+
+    def call_ended(self, step: int, target: str, shard: str) -> None:
+        """That call ended (recorded or not); the part closes now if a later call passed it meanwhile."""
+        part = (step, target, shard)
+        with self._lock:
+            left = self._running.get(part, 0) - 1
+            if left > 0:
+                self._running[part] = left
+                return
+            self._running.pop(part, None)
+            if part in self._left and part in self._open:
+                self.close_part(*part)
+
     def close_part(self, step: int, target: str, shard: str) -> None:
         """Mark a part this process recorded as complete (the process moved past its step or stops)."""
+        part = (step, target, shard)
         with self._lock:
-            if self._open.get((target, shard)) == step:
-                del self._open[(target, shard)]
-            self._writing.discard((step, target, shard))
+            self._open.discard(part)
+            self._left.discard(part)
+            self._writing.discard(part)
         with contextlib.suppress(OSError):
             self._write_part(self.key(step, target, shard, 0), "closed")
 
     def close_all(self) -> None:
-        """Close every part this process left open (called at unweave and interpreter exit)."""
+        """Close every part this process left open, of any number of steps (at unweave and interpreter exit)."""
         with self._lock:
-            items = list(self._open.items())
-        for (target, shard), step in items:
-            self.close_part(step, target, shard)
+            parts = sorted(self._open)
+        for part in parts:
+            self.close_part(*part)
 
     def _write_part(self, key: EntryKey, state: str) -> None:
         folder = self.folder(key.step, key.target)
@@ -529,6 +593,7 @@ class StepStore:
         info = self.part_info(key.step, key.target, key.shard)
         data = {"state": state, "calls": info.contiguous, "updated_unix": time.time(), "pid": os.getpid()}
         write_bytes_atomic(part_path(self.dump_dir, key), json.dumps(data).encode())
+        touch_changes(self.dump_dir, self.namespace, self.role)
 
 
 def _identity(path: str) -> tuple[int, int] | None:

@@ -45,7 +45,7 @@ from skipweave.policy.screen import Screen, screen_for
 from skipweave.policy.steps import StepSource
 from skipweave.store import codec
 from skipweave.store.fingerprint import fingerprint
-from skipweave.store.manifest import EntryInvalid
+from skipweave.store.manifest import EntryInvalid, seconds_of
 from skipweave.store.paths import UnsafePath
 from skipweave.store.rng import capture_rng_state, restore_rng_state
 from skipweave.store.step_store import StepStore
@@ -65,13 +65,14 @@ class FingerprintMismatch(RuntimeError):
 class _Decision:
     """What the proxy decided for one non-bypassed call."""
 
-    __slots__ = ("step", "call", "shard", "served", "fp", "replace", "no_store")
+    __slots__ = ("step", "call", "shard", "served", "fp", "replace", "no_store", "running")
 
     def __init__(self, step: int, call: int, shard: str, served: int | None) -> None:
         self.step, self.call, self.shard, self.served = step, call, shard, served
         self.fp: str | None = None
         self.replace = False
         self.no_store = False
+        self.running = False  # the store counts this call as running in its part (call_started)
 
 
 def annotate(result: Any, status: str, step: int | None, served: int | None) -> None:
@@ -97,8 +98,9 @@ def shard_label(kind: ShardKind) -> str:
     if kind is ShardKind.NONE:
         return "r0"
     rank = os.environ.get("RANK", "0").strip() or "0"
-    if not (rank.isascii() and rank.isdigit()):
-        raise ConfigError("RANK", rank, "a whole number (the writer's rank, as torchrun and verl set it), or unset")
+    if not (rank.isascii() and rank.isdigit() and len(rank) <= 9):
+        raise ConfigError("RANK", rank, "a whole number of at most 9 digits (the writer's rank, as torchrun and "
+                                        "verl set it), or unset")
     return f"r{int(rank)}"
 
 
@@ -238,6 +240,7 @@ class SkipProxy:
             result = await awaitable
         except BaseException:
             self._give_back(d)
+            self._call_ended(d)
             raise
         return self._after_live(result, d, time.perf_counter() - t0)
 
@@ -315,15 +318,24 @@ class SkipProxy:
         token = _ACTIVE.set(_ACTIVE.get() | {id(self)})
         with self._lock:
             self._running[0] += 1
+        if not d.no_store:
+            self.store.call_started(d.step, self.target.name, d.shard)
+            d.running = True
         try:
             yield
         except BaseException:
             self._give_back(d)
+            self._call_ended(d)
             raise
         finally:
             with self._lock:
                 self._running[0] -= 1
             _ACTIVE.reset(token)
+
+    def _call_ended(self, d: _Decision) -> None:
+        if d.running:
+            d.running = False
+            self.store.call_ended(d.step, self.target.name, d.shard)
 
     def _give_back(self, d: _Decision) -> None:
         """The real call raised: its call index is reused by the next call of the step (nothing was recorded)."""
@@ -400,7 +412,7 @@ class SkipProxy:
         report.event(
             report.HIT, role=self.role.role, target=self.target.name, step=d.step, served=d.served,
             nbytes=loaded.bytes, seconds=time.perf_counter() - t0,
-            saved=float(loaded.manifest.get("generation_seconds") or 0.0),
+            saved=seconds_of(loaded.manifest),
         )
         return True, result
 
@@ -416,7 +428,18 @@ class SkipProxy:
         d.served = None
 
     def _after_live(self, result: Any, d: _Decision, seconds: float) -> Any:
-        key = self.store.key(d.step, self.target.name, d.shard, d.call)
+        try:
+            return self._record_live(result, d, seconds)
+        finally:
+            self._call_ended(d)
+
+    def _record_live(self, result: Any, d: _Decision, seconds: float) -> Any:
+        try:
+            key: Any = self.store.key(d.step, self.target.name, d.shard, d.call)
+        except ValueError as exc:  # a name that cannot be a folder of the dump dir: never fail the call
+            logger.warning("skipweave: not recording role %s target %s step %d: %s", self.role.role,
+                           self.target.name, d.step, exc)
+            key, d.no_store = None, True
         nbytes = 0
         if not d.no_store and inspect.isawaitable(result):
             # e.g. a Ray ObjectRef or an asyncio Future: a handle to work still running, not its result

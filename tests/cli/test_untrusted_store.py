@@ -124,3 +124,57 @@ def test_import_verl_names_stay_inside_the_store(tmp_path: Path, capsys: Any, op
                            option, value)
     assert status == 2 and option in err and value in err
     assert manifests(tmp_path) == [] and not (tmp_path / "store" / "x").exists()
+
+
+def test_names_skipweave_never_writes_inside_a_target_folder_are_ignored(tmp_path: Path, capsys: Any) -> None:
+    s = make_store(tmp_path / "dump", damage=False)
+    folder = s.target(2)
+    for name in ("-x-0000.manifest.json", "a b.part.json", "s" * 201 + ".part.json", "r0-0000.manifest.json\n"):
+        (folder / name).write_text("{}")
+    for command in ("ls", "verify", "gc"):
+        status, out, err = cli(capsys, command, str(s.dump))
+        assert status == 0 and "Traceback" not in err, (command, out, err)
+    status, doc = _verify(capsys, s.dump)
+    assert status == 0 and len(doc["ignored"]) == 3  # the newline name is neither a manifest nor a part file
+
+
+def test_a_symlink_inside_set_aside_is_never_walked(tmp_path: Path, capsys: Any) -> None:
+    s = make_store(tmp_path / "dump", damage=False)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "big.bin").write_bytes(b"x" * 100_000)
+    aside = s.dump / "default" / "rollout" / "_set_aside"
+    aside.mkdir()
+    (aside / "evil").symlink_to(outside, target_is_directory=True)
+    status, out, _ = cli(capsys, "ls", str(s.dump), "--json")
+    [left] = json.loads(out)["leftovers"]
+    assert left["bytes"] < 1000  # the link itself, not what it points at
+    status, _, _ = cli(capsys, "gc", str(s.dump), "--yes", "--min-age", "0")
+    assert status == 0 and (outside / "big.bin").exists() and not (aside / "evil").exists()
+
+
+@pytest.mark.parametrize("kind", ["folder", "dangling symlink"])
+def test_anything_planted_at_a_lock_name_does_not_block_healing(tmp_path: Path, capsys: Any, kind: str) -> None:
+    s = make_store(tmp_path / "dump", damage=False)
+    s.manifest(2, 1).write_text("{ garbage")
+    lock = s.target(2) / ".r0-0001.lock"
+    lock.unlink()  # the writer's own lock file, replaced by something else
+    if kind == "folder":
+        lock.mkdir()
+        (lock / "x").write_text("")
+    else:
+        lock.symlink_to(tmp_path / "nowhere")
+    status, out, err = cli(capsys, "gc", str(s.dump), "--yes", "--min-age", "0")
+    assert status == 0, out + err
+    status, doc = _verify(capsys, s.dump)
+    assert status == 0 and doc["problems"] == [], doc
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_crafted_times_and_writer_fields_do_not_break_ls_or_show(tmp_path: Path, capsys: Any) -> None:
+    s = make_store(tmp_path / "dump", damage=False)
+    rewrite(s.manifest(2, 0), fields={"created_unix": 1e300, "writer": [1], "versions": "x"})
+    status, out, err = cli(capsys, "ls", str(s.dump))
+    assert status == 0 and "Traceback" not in err
+    status, out, err = cli(capsys, "show", str(s.manifest(2, 0)))
+    assert status == 1 and "CORRUPT" in out and "Traceback" not in err

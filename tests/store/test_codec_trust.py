@@ -557,3 +557,39 @@ def test_deep_nesting_is_a_codec_error_not_a_recursion_error() -> None:
 def test_any_failure_inside_decode_is_a_codec_error(root: dict[str, Any]) -> None:
     with pytest.raises(CodecError):
         decode(tree_of(root), {"t0": torch.zeros(2)})
+
+
+class Missing(enum.Enum):
+    """An enum whose ``_missing_`` would run on a value a recording names."""
+
+    A = 1
+
+    @classmethod
+    def _missing_(cls, value: object) -> Missing:  # pragma: no cover - must never run on decoded data
+        raise AssertionError("decoding ran _missing_")
+
+
+@dataclasses.dataclass
+class Watching:
+    """A dataclass reading its attributes through its own code."""
+
+    x: int = 0
+
+    def __getattribute__(self, name: str) -> Any:  # pragma: no cover - must never be built from a recording
+        return object.__getattribute__(self, name)
+
+
+def test_an_enum_value_is_looked_up_in_the_member_table_only() -> None:
+    ref = class_ref(Missing)
+    assert decode({"codec_version": 1, "root": {"t": "enum", "cls": ref, "value": {"t": "int", "v": 1}}}, {}) \
+        is Missing.A
+    with pytest.raises(CodecError, match="has no member of value"):
+        decode({"codec_version": 1, "root": {"t": "enum", "cls": ref, "value": {"t": "str", "v": "x"}}}, {})
+
+
+def test_a_dataclass_with_its_own_attribute_access_is_refused() -> None:
+    tree = {"codec_version": 1, "root": {"t": "dataclass", "cls": class_ref(Watching),
+                                          "v": {"x": {"t": "int", "v": 1}}}}
+    with pytest.raises(CodecError, match="__getattribute__"):
+        decode(tree, {})
+    assert type(decode(tree, {}, trusted=[class_ref(Watching)])) is Watching

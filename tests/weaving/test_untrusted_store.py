@@ -347,3 +347,58 @@ def gen(n):
     assert leftovers == [], leftovers
     assert "was moved or removed while" in caplog.text and str(dump) in caplog.text
     assert not os.path.exists(dump / "default" / "rollout" / "1" / "gen" / "r0-0000.manifest.json")
+
+
+# ------------------------------------------------------------------------------------------- second adversarial pass
+@pytest.mark.parametrize("where", ["manifest", "part", "tree"])
+def test_a_fifo_where_a_file_belongs_never_blocks_a_run(host: Any, tmp_path: Path, where: str) -> None:
+    dump = tmp_path / "dump"
+    [rec] = _recorded(dump, host, [1])
+    m = manifests(dump)[0]
+    doc = json.loads(m.read_text())
+    path = {"manifest": m, "part": m.parent / "r0.part.json",
+            "tree": m.parent / next(i["name"] for i in doc["payload"] if i["name"].endswith(".tree.json"))}[where]
+    path.unlink()
+    os.mkfifo(path)
+    [out] = _run(_cfg(dump, f"{host.__name__}.gen"), host, "gen", [1])  # would block forever on open()
+    assert torch.equal(out["tokens"], rec["tokens"])
+
+
+@pytest.mark.parametrize("value", ["fast", [1], {"s": 1}, True, float("inf")])
+def test_optional_manifest_fields_of_the_wrong_type_are_a_miss(host: Any, tmp_path: Path, value: Any) -> None:
+    dump = tmp_path / "dump"
+    _recorded(dump, host, [1])
+    m = manifests(dump)[0]
+    m.write_text(json.dumps({**json.loads(m.read_text()), "generation_seconds": value}))
+    [out] = _run(_cfg(dump, f"{host.__name__}.gen"), host, "gen", [1])
+    assert host.CALLS == [1] and torch.equal(out["tokens"], torch.arange(4) + 1)
+
+
+def test_a_dataclass_with_a_property_at_a_field_is_never_built(host_module: Any, tmp_path: Path) -> None:
+    name, _ = host_module('''
+import dataclasses
+SET = []
+
+
+@dataclasses.dataclass
+class Job:
+    path: str = ""
+
+
+def _set(self, value):
+    SET.append(value)
+
+
+Job.path = property(lambda self: "", _set)  # a setter at a field's name
+
+
+def gen(n):
+    return {"n": n}
+''')
+    m = sys.modules[name]
+    dump = tmp_path / "dump"
+    _run(_cfg(dump, f"{name}.gen"), m, "gen", [1])
+    rewrite(manifests(dump)[0], tree=lambda t: t["root"]["v"].__setitem__(
+        "result", {"t": "dataclass", "cls": f"{name}:Job", "v": {"path": {"t": "str", "v": "/etc"}}}))
+    [out] = _run(_cfg(dump, f"{name}.gen"), m, "gen", [1])
+    assert out == {"n": 1} and m.SET == []
