@@ -105,7 +105,50 @@ def _plan(host: str, dump: str) -> dict[str, Any]:
     }
 
 
-def measure(repeats: int, loops: int, decisions: int) -> dict[str, Any]:
+def _filled_store(dump: str, steps: int) -> None:
+    """A store of ``steps`` recorded steps of target ``t`` (role ``rollout``), made fast: one real record,
+    copied to every other step with its manifest's ``step`` rewritten (a real, valid entry each)."""
+    import json
+
+    from skipweave.store.step_store import StepStore
+
+    store = StepStore(dump, "default", "rollout")
+    store.record(store.key(1, "t", "r0", 0), {"tokens": list(range(8))}, target_path="bench", fingerprint="",
+                 rng_state=None, seconds=1.0)
+    store.close_all()
+    first = os.path.join(dump, "default", "rollout", "1")
+    manifest = os.path.join("t", "r0-0000.manifest.json")
+    with open(os.path.join(first, manifest), encoding="utf-8") as fh:
+        doc = json.load(fh)
+    for step in range(2, steps + 1):
+        folder = os.path.join(dump, "default", "rollout", str(step))
+        shutil.copytree(first, folder)
+        with open(os.path.join(folder, manifest), "w", encoding="utf-8") as fh:
+            json.dump({**doc, "step": step}, fh)
+
+
+def _repeat_hits(host: Any, name: str, dump: str, steps: int, calls: int, rounds: int) -> list[float]:
+    """Nanoseconds per ``repeat`` hit (a step past the recorded ones, served by the last) with ``steps`` recorded."""
+    import skipweave
+
+    _filled_store(dump, steps)
+    plan = {"skip": {"rollout": {"enable": True, "dump_dir": dump, "action": "repeat", "fingerprint":
+                                 {"on_mismatch": "warn"}, "targets": {"t": f"{name}.decide"}}}}
+    out = []
+    batches = [host.Batch({"global_steps": steps + 1 + i}) for i in range(calls)]
+    for _ in range(rounds):
+        skipweave.unweave()
+        skipweave.weave(plan)
+        host.decide(batches[0])  # the first decision builds the index of recorded steps; the rest reuse it
+        t0 = time.perf_counter_ns()
+        for b in batches[1:]:
+            assert host.decide(b) is not host.SMALL
+        out.append((time.perf_counter_ns() - t0) / max(1, len(batches) - 1))
+    skipweave.unweave()
+    return out
+
+
+def measure(repeats: int, loops: int, decisions: int, repeat_steps: int = 10_000) -> dict[str, Any]:
     """Run every case; returns ``{case: {"ns": [...], "note": str}}``."""
     import wrapt
 
@@ -168,10 +211,14 @@ def measure(repeats: int, loops: int, decisions: int) -> dict[str, Any]:
             sink.append((time.perf_counter_ns() - t0) / decisions)
             assert result is host.SMALL if kind == "miss" else result is not host.SMALL
     skipweave.unweave()
+    repeat = {f"repeat_hit_{n}": _repeat_hits(host, name, os.path.join(work, f"repeat{n}"), n, decisions,
+                                                max(1, min(repeats, 3)))
+              for n in (10, repeat_steps)}
     counters = skipweave.counters()
     shutil.rmtree(work, ignore_errors=True)
     return {
-        "cases": {**out, "decision_miss_record": miss, "decision_hit_replay": hit},
+        "cases": {**out, "decision_miss_record": miss, "decision_hit_replay": hit, **repeat},
+        "repeat_steps": repeat_steps,
         "counters": counters,
         "loops": loops,
         "decisions": decisions,
@@ -183,8 +230,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--loops", type=int, default=200_000)
     parser.add_argument("--decisions", type=int, default=100)
+    parser.add_argument("--repeat-steps", type=int, default=10_000,
+                        help="recorded steps of the large store in the repeat-hit case (the small one has 10)")
     args = parser.parse_args()
-    emit(measure(args.repeats, args.loops, args.decisions))
+    emit(measure(args.repeats, args.loops, args.decisions, args.repeat_steps))
 
 
 if __name__ == "__main__":

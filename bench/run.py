@@ -97,16 +97,31 @@ CALL_CASES = [
     ("method_bypass_validation", "method: skipweave bypass, validation call"),
     ("decision_hit_replay", "skipweave decision: hit, replay small entry"),
     ("decision_miss_record", "skipweave decision: miss, call + record small entry"),
+    ("repeat_hit_10", "skipweave repeat hit, 10 steps recorded"),
+    ("repeat_hit_large", "skipweave repeat hit, {n} steps recorded"),
 ]
+REPEAT_SCALING_TARGET = 1.5
+"""A repeat hit with 10,000 recorded steps costs at most this many times one with 10 (issue 14)."""
 
 
 def section_calls(opts: argparse.Namespace) -> list[Row]:
     """Per-call cost, in nanoseconds, of every path through the proxy."""
     data = run_child("bench.calls", ["--repeats", str(opts.call_repeats), "--loops", str(opts.loops),
-                                     "--decisions", str(opts.decisions)])
+                                     "--decisions", str(opts.decisions), "--repeat-steps", str(opts.repeat_steps)])
     cases = data["cases"]
+    cases["repeat_hit_large"] = cases.pop(f"repeat_hit_{opts.repeat_steps}")
     rows = []
     for key, name in CALL_CASES:
+        name = name.format(n=f"{opts.repeat_steps:,}")
+        if key.startswith("repeat_hit_"):
+            r = row("calls", name, cases[key], "ns", key=f"calls.{key}")
+            if key == "repeat_hit_large":
+                r["ratio"], r["ratio_to"] = _ratio(r["median"], median(cases["repeat_hit_10"])), "10 steps"
+                r["target"] = f"<= {REPEAT_SCALING_TARGET}x the hit with 10 steps recorded"
+                r["ok"] = r["ratio"] is not None and r["ratio"] <= REPEAT_SCALING_TARGET
+            r["note"] = "a step past the recorded ones, served by the last (action repeat)"
+            rows.append(r)
+            continue
         prefix = "method_" if key.startswith("method_") else ""
         base = cases[prefix + "bare"]
         r = row("calls", name, cases[key], "ns", key=f"calls.{key}")
@@ -471,6 +486,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     opts.call_repeats = 3 if q else 7
     opts.loops = 20_000 if q else 300_000
     opts.decisions = 5 if q else 100
+    opts.repeat_steps = 300 if q else 10_000
     opts.startup_runs = 1 if q else 15
     opts.startup_procs = 1 if q else 5
     opts.mode = "quick" if q else "full"

@@ -20,9 +20,6 @@ from dataclasses import dataclass
 from skipweave.store.paths import SET_ASIDE, is_step_name
 
 TMP_PREFIX = ".tmp-"
-CHANGES_FILE = ".changes"
-"""Hidden file of a role folder whose modification time every skipweave writer bumps when it commits, closes,
-sets aside or removes anything of the role, so readers keep their index of recorded steps until it moves."""
 SET_ASIDE_DIR = SET_ASIDE
 MANIFEST_SUFFIX = ".manifest.json"
 PART_SUFFIX = ".part.json"
@@ -83,33 +80,25 @@ def parse_manifest_name(name: str) -> tuple[str, int] | None:
 
 
 def touch_changes(dump_dir: str, namespace: str, role: str) -> None:
-    """Bump the role's :data:`CHANGES_FILE` (created when missing, never through a symlink); errors ignored."""
-    path = os.path.join(role_dir(dump_dir, namespace, role), CHANGES_FILE)
+    """Bump the role folder's modification time (never through a symlink); errors are ignored.
+
+    Every skipweave writer does this when it commits, closes, sets aside or removes anything of the role,
+    so a reader's in-memory index of recorded steps stays valid exactly while the folder's stamp does
+    (adding or removing a step folder moves it too). No file is added for it.
+    """
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
-                     0o644)
-    except OSError:
-        return
-    try:
-        os.utime(fd)
-    except OSError:
+        os.utime(role_dir(dump_dir, namespace, role), follow_symlinks=False)
+    except (OSError, NotImplementedError):
         pass
-    finally:
-        os.close(fd)
 
 
-def changes_stamp(dump_dir: str, namespace: str, role: str) -> tuple[int, int, int, int] | None:
-    """(role folder inode, its mtime, changes-file inode, its mtime), all in ns; ``None`` parts read as 0."""
-    rdir = role_dir(dump_dir, namespace, role)
+def changes_stamp(dump_dir: str, namespace: str, role: str) -> tuple[int, int] | None:
+    """(inode, mtime in ns) of the role folder (``lstat``), or ``None`` when it does not exist."""
     try:
-        st = os.lstat(rdir)
+        st = os.lstat(role_dir(dump_dir, namespace, role))
     except OSError:
         return None
-    try:
-        ch = os.lstat(os.path.join(rdir, CHANGES_FILE))
-        return st.st_ino, st.st_mtime_ns, ch.st_ino, ch.st_mtime_ns
-    except OSError:
-        return st.st_ino, st.st_mtime_ns, 0, 0
+    return st.st_ino, st.st_mtime_ns
 
 
 def key_of_manifest(path: str) -> EntryKey | None:

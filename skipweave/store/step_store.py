@@ -154,7 +154,7 @@ class StepStore:
         # replaced or removed since (by any process: a re-record, gc, a deleted step), and then it is re-read.
         self._closed: dict[tuple[int, str, str], tuple[int, int]] = {}
         # (target, shard) -> (role folder stamp, monotonic time built, sorted complete steps): see recorded_steps
-        self._index: dict[tuple[str, str], tuple[tuple[int, int, int, int] | None, float, list[int]]] = {}
+        self._index: dict[tuple[str, str], tuple[tuple[int, int] | None, float, list[int]]] = {}
 
     def key(self, step: int, target: str, shard: str, call: int) -> EntryKey:
         """Return the :class:`EntryKey` of a call of this role.
@@ -248,10 +248,11 @@ class StepStore:
         """Sorted steps holding a complete recording of ``target`` for ``shard``.
 
         Kept in memory per (target, shard), so a ``repeat*`` decision costs the same with 10 or 10,000
-        recorded steps: this process's own records, closes and set-asides update the index; two ``lstat``
-        calls (the role folder and its :data:`~skipweave.store.layout.CHANGES_FILE`, which every skipweave
-        writer and ``gc`` bump) show another writer's change; and the index is rebuilt at least every
-        :data:`INDEX_REFRESH_S` seconds anyway, for changes made by hand. A step the index serves that is
+        recorded steps: this process's own records, closes and set-asides update the index; one ``lstat`` of
+        the role folder, whose modification time every skipweave writer and ``gc`` bump
+        (:func:`~skipweave.store.layout.touch_changes`), shows another writer's change; and the index is
+        rebuilt at least every :data:`INDEX_REFRESH_S` seconds anyway, for changes made by hand (or within
+        one tick of a coarse file-system clock). A step the index serves that is
         gone meanwhile is a plain miss (the entry is looked up when served).
         """
         stamp = changes_stamp(self.dump_dir, self.namespace, self.role)

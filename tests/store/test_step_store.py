@@ -29,7 +29,7 @@ def test_recorded_steps_lists_closed_parts_and_sees_later_changes(tmp_path: Path
     reader = StepStore(str(tmp_path), "ns", "rollout", calls_per_step=2)
     assert reader.recorded_steps("gen", "r0") == [1, 2, 3, 4]
     assert set(reader._closed) == {(s, "gen", "r0") for s in (1, 2, 3, 4)}  # remembered, not re-read next time
-    # A change made by hand (no skipweave writer bumps the role's changes file) is seen at the next rebuild
+    # A change made by hand (no skipweave writer bumps the role folder's stamp) is seen at the next rebuild
     # of the index, at most INDEX_REFRESH_S later; here at once. No part file: one call of the two expected.
     monkeypatch.setattr(step_store, "INDEX_REFRESH_S", 0.0)
     (Path(target_dir(str(tmp_path), reader.key(2, "gen", "r0", 0))) / "r0.part.json").unlink()
@@ -43,7 +43,7 @@ def test_another_writer_completing_a_part_is_seen_at_once(tmp_path: Path) -> Non
     _record(writer, 2, 0)
     reader = StepStore(str(tmp_path), "ns", "rollout", calls_per_step=2)
     assert reader.recorded_steps("gen", "r0") == [1]  # step 2 holds 1 of 2 calls (and is open)
-    _record(writer, 2, 1)  # same step folder: the role folder's own stamp does not move, the changes file does
+    _record(writer, 2, 1)  # inside an existing step folder: the writer bumps the role folder's stamp
     assert reader.recorded_steps("gen", "r0") == [1, 2]
 
 
@@ -59,7 +59,7 @@ def test_repeat_decisions_do_not_rescan_the_store(tmp_path: Path, monkeypatch: A
         assert reader.recorded_steps("gen", "r0") is first
     assert calls == []
     _record(StepStore(str(tmp_path), "ns", "rollout"), 31)  # another writer: seen, by one rescan
-    assert reader.recorded_steps("gen", "r0")[-1] == 31 and calls  # rescanned once the changes file moved
+    assert reader.recorded_steps("gen", "r0")[-1] == 31 and calls  # rescanned once the stamp moved
 
 
 def test_a_step_re_recorded_by_another_process_is_judged_afresh(tmp_path: Path) -> None:
