@@ -51,7 +51,9 @@ class _Hide(importlib.abc.MetaPathFinder):
 if MODE == "without":
     sys.meta_path[:] = [f for f in sys.meta_path if "skipweave" not in (getattr(f, "__module__", "") or "")]
     sys.path_hooks[:] = [h for h in sys.path_hooks if "skipweave" not in (getattr(h, "__module__", "") or "")]
-    sys.path[:] = [p for p in sys.path if "skipweave" not in p
+    # Only the entries that hold skipweave itself: a checkout in a folder named "skipweave" keeps its .venv
+    # (and the site-packages with hydra in it) on the path.
+    sys.path[:] = [p for p in sys.path if not os.path.isfile(os.path.join(p or ".", "skipweave", "__init__.py"))
                    and not os.path.isdir(os.path.join(p or ".", "hydra_plugins", "skipweave_searchpath"))]
     sys.path_importer_cache.clear()
     sys.meta_path.insert(0, _Hide())
