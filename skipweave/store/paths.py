@@ -205,6 +205,7 @@ __all__ = [
     "NAME_RULE",
     "UnsafePath",
     "check_name",
+    "dump_dir_problem",
     "inside",
     "is_real_dir",
     "is_step_name",
@@ -214,6 +215,36 @@ __all__ = [
     "open_regular",
     "same_folder",
 ]
+
+
+def dump_dir_problem(path: str) -> tuple[str | None, str | None]:
+    """Judge a dump dir before a run uses it: ``(unusable, read_only)`` reasons for people, ``None`` when fine.
+
+    ``unusable``: the path, or a folder above it, is a file (nothing can ever be recorded or replayed).
+    ``read_only``: it (or the nearest existing folder above it) cannot be written by this process: replays
+    work, nothing will be recorded or set aside.
+    """
+    probe = os.path.abspath(path)
+    while True:
+        try:
+            st = os.stat(probe)
+        except FileNotFoundError:
+            parent = os.path.dirname(probe)
+            if parent == probe:
+                return None, None
+            probe = parent
+            continue
+        except NotADirectoryError:
+            return f"a folder above {path} is a file", None
+        except OSError as exc:
+            return None, f"{probe} cannot be inspected ({exc.strerror or exc})"
+        break
+    if not stat.S_ISDIR(st.st_mode):
+        return (f"{probe} is a file, not a folder", None) if probe == os.path.abspath(path) else (
+            f"{probe}, a folder above it, is a file", None)
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return None, f"{probe} is not writable by this process"
+    return None, None
 
 
 def lock_path(folder: str, name: str) -> str:

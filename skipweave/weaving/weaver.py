@@ -22,8 +22,10 @@ from typing import Any
 
 import wrapt
 
+from skipweave.config.errors import ConfigError
 from skipweave.config.schema import RoleConfig, ShardKind, SkipConfig, TargetSpec
 from skipweave.policy.bypass import make_bypass
+from skipweave.store.paths import dump_dir_problem
 from skipweave.store.step_store import StepStore
 from skipweave.weaving.proxy import SkipProxy, shard_label
 from skipweave.weaving.resolve import ResolvedPath, TargetNotFound, resolve_owner, split_path
@@ -130,9 +132,17 @@ class Weaver:
                 mod = sys.modules.get(p.rpath.module)
                 if mod is not None and not p.target.optional:
                     resolve_owner(mod, p.rpath)
-            for role in plan.enabled_roles:  # bad callables, proxy classes and RANK fail before any patch
+            for role in plan.enabled_roles:  # bad callables, proxy classes, RANK, dump dirs fail before any patch
                 if role.shard is not ShardKind.FINGERPRINT:
                     shard_label(role.shard)
+                unusable, read_only = dump_dir_problem(role.dump_dir)
+                if unusable:
+                    raise ConfigError(f"skip.{role.role}.dump_dir", role.dump_dir,
+                                      f"a folder skipweave can create or use ({unusable})")
+                if read_only:
+                    logger.warning("skipweave: skip.%s.dump_dir=%s: %s; recorded steps are replayed, nothing new "
+                                   "is recorded and unusable entries are not set aside", role.role, role.dump_dir,
+                                   read_only)
                 make_bypass(role.bypass, _resolve_callable)
                 for target in role.targets:
                     _proxy_class(target)

@@ -13,6 +13,7 @@ import pytest
 import wrapt
 
 import skipweave
+from skipweave.config.errors import ConfigError
 
 
 def _role(dump: Path, targets: dict[str, str], **kw: Any) -> dict[str, Any]:
@@ -57,11 +58,18 @@ def ask(q):
     assert [m.ask("A"), m.ask("B")] == [{"answer_to": "A"}, {"answer_to": "B"}]
 
 
-def test_dump_dir_that_is_a_file_runs_live(host_module: Any, tmp_path: Path, caplog: Any) -> None:
+def test_dump_dir_that_is_a_file_is_refused_at_weave_and_runs_live_if_it_becomes_one(
+    host_module: Any, tmp_path: Path, caplog: Any,
+) -> None:
     name, _ = host_module("def gen(n):\n    return n * 2\n")
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    skipweave.weave(_role(blocker, {"g": f"{name}.gen"}, step="counter"))
+    for dump in (blocker, blocker / "below"):
+        with pytest.raises(ConfigError, match=r"skip\.rollout\.dump_dir=.*is a file"):
+            skipweave.weave(_role(dump, {"g": f"{name}.gen"}, step="counter"))
+    dump = tmp_path / "dump"
+    skipweave.weave(_role(dump, {"g": f"{name}.gen"}, step="counter"))
+    dump.write_text("x")  # replaced by a file while the run goes on
     with caplog.at_level(logging.WARNING):
         assert sys.modules[name].gen(4) == 8
     assert "running live without recording" in caplog.text
