@@ -98,3 +98,39 @@ def test_fifty_concurrent_steps_of_one_to_three_calls_lose_nothing(host_module: 
         rec.setdefault(step, []).append(out.batch["y"])
     for step, ys in by_step.items():  # the calls of a step come back as recorded (in call-index order)
         assert sorted(y.tolist() for y in ys) == sorted(y.tolist() for y in rec[step])
+
+
+KILLED = '''
+import os, sys
+sys.path.insert(0, sys.argv[1])
+import skipweave, {name} as host
+skipweave.weave({{"skip": {{"rollout": {{"enable": True, "dump_dir": sys.argv[2], "step": {{"source": "set_step"}},
+                          "targets": {{"gen": "{name}:gen"}}}}}}}})
+for step in range(1, 11):
+    skipweave.set_step(step)
+    for _ in range(int(sys.argv[3]) if step == 10 else 2):
+        host.gen(step)
+os.kill(os.getpid(), 9)  # right after step 10's calls: nothing is closed at exit
+'''
+
+
+def test_a_killed_runs_complete_last_step_is_kept_and_a_partial_one_set_aside(host_module: Any,
+                                                                              tmp_path: Path) -> None:
+    import subprocess
+
+    name, folder = host_module("CALLS = []\ndef gen(n):\n    CALLS.append(n)\n    return {'n': n}\n")
+    m = sys.modules[name]
+    for last_calls, expect_live in ((2, []), (1, [10, 10])):
+        dump = tmp_path / f"dump{last_calls}"
+        proc = subprocess.run([sys.executable, "-c", KILLED.format(name=name), str(folder), str(dump),
+                               str(last_calls)], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == -9, proc.stderr
+        m.CALLS.clear()
+        skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(dump), "step": {"source": "set_step"},
+                                              "targets": {"gen": f"{name}:gen"}}}})
+        for step in range(1, 11):
+            skipweave.set_step(step)
+            m.gen(step)
+            m.gen(step)
+        skipweave.unweave()
+        assert m.CALLS == expect_live  # 2 of 2 calls: served; 1 of 2: set aside and regenerated whole
