@@ -461,7 +461,13 @@ def _sub(key: str, value: Any, allowed_keys: set[str]) -> Mapping[str, Any]:
 def _dump_dir(key: str, value: Any) -> str:
     raw = _str(key, value)
     assert raw is not None
-    return os.path.abspath(os.path.expanduser(os.path.expandvars(raw)))
+    expanded = os.path.expanduser(os.path.expandvars(raw))
+    unset = re.search(r"\$\{?[A-Za-z_]\w*", expanded)
+    if unset:  # expandvars leaves an unset variable as it is: it would become a folder named "$VAR"
+        raise ConfigError(key, value, f"a path whose variables are set ({unset.group(0).lstrip('${')} is not)")
+    if expanded.startswith("~"):
+        raise ConfigError(key, value, f"a path whose ~user exists ({expanded.split(os.sep)[0]} does not)")
+    return os.path.abspath(expanded)
 
 
 def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:

@@ -34,7 +34,6 @@ import enum
 import math
 import os
 import re
-import shutil
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -62,7 +61,7 @@ from skipweave.store.manifest import (
     seconds_of,
     verify_payload,
 )
-from skipweave.store.paths import is_real_dir, is_step_name, lock_path, name_problem
+from skipweave.store.paths import is_real_dir, is_step_name, lock_path, name_problem, remove_tree
 from skipweave.store.step_store import StepStore
 
 __all__ = [
@@ -745,7 +744,7 @@ def apply_gc(result: DumpScan, action: GcAction, *, min_age: float, dry_run: boo
             touch_changes(result.dump_dir, action.part.namespace, action.part.role)
     except filelock.Timeout:
         skipped = "a writer holds its lock"
-    except OSError as exc:
+    except Exception as exc:  # OSError, or whatever a crafted tree provokes: this item fails, gc goes on
         action.outcome, action.detail = "failed", f"{type(exc).__name__}: {exc}"
         return
     action.outcome, action.detail = ("skipped", skipped) if skipped else ("removed", None)
@@ -761,10 +760,7 @@ def _unlink_stem(folder: str, stem: str) -> None:
         if n.startswith(stem + ".") and not n.startswith(TMP_PREFIX):
             path = os.path.join(folder, n)
             with contextlib.suppress(FileNotFoundError):
-                if is_real_dir(path):
-                    shutil.rmtree(path)
-                else:
-                    os.unlink(path)
+                remove_tree(path)
 
 
 def _entry_lock(folder: str, stem: str) -> filelock.FileLock:
@@ -839,10 +835,7 @@ def _remove_incomplete_part(result: DumpScan, action: GcAction, min_age: float, 
 
 def _remove_path(path: str) -> None:
     """Remove a file or symlink itself, or a real folder with what it holds (one planted at a leftover's name)."""
-    if is_real_dir(path):
-        shutil.rmtree(path)
-    else:
-        os.unlink(path)
+    remove_tree(path)
 
 
 def _remove_file(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
@@ -877,10 +870,7 @@ def _remove_tree(result: DumpScan, action: GcAction, min_age: float, now: float)
         return "already gone"
     if not is_real_dir(os.path.dirname(action.path)):  # its _set_aside became a symlink meanwhile
         return "its folder is no longer a real folder of the dump dir"
-    if is_real_dir(action.path):
-        shutil.rmtree(action.path)
-    else:
-        os.unlink(action.path)
+    remove_tree(action.path)
     return None
 
 

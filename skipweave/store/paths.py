@@ -23,7 +23,6 @@ import contextlib
 import errno
 import os
 import re
-import shutil
 import stat
 
 NAME_MAX = 200
@@ -213,6 +212,7 @@ __all__ = [
     "name_problem",
     "open_dir",
     "open_regular",
+    "remove_tree",
     "same_folder",
 ]
 
@@ -225,6 +225,8 @@ def dump_dir_problem(path: str) -> tuple[str | None, str | None]:
     work, nothing will be recorded or set aside.
     """
     probe = os.path.abspath(path)
+    if os.path.islink(probe) and not os.path.exists(probe):
+        return f"{probe} is a symlink to nothing ({os.readlink(probe)})", None
     while True:
         try:
             st = os.stat(probe)
@@ -263,8 +265,36 @@ def lock_path(folder: str, name: str) -> str:
         return path
     if not stat.S_ISREG(mode):
         with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISDIR(mode):
-                shutil.rmtree(path)
-            else:
-                os.unlink(path)
+            remove_tree(path)
     return path
+
+
+def remove_tree(path: str) -> None:
+    """Remove a file, a symlink (itself) or a real folder with everything below it, without recursion.
+
+    Symlinks below are removed themselves, never followed; a folder nested thousands deep (which makes
+    ``shutil.rmtree`` raise ``RecursionError`` on Python 3.11) is removed all the same.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        OSError: something could not be removed.
+    """
+    if not is_real_dir(path):
+        os.unlink(path)
+        return
+    stack = [path]
+    while stack:
+        folder = stack[-1]
+        subfolders = []
+        with os.scandir(folder) as it:
+            for entry in it:
+                if entry.is_dir(follow_symlinks=False):
+                    subfolders.append(entry.path)
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+        if subfolders:
+            stack.extend(subfolders)
+        else:
+            os.rmdir(folder)
+            stack.pop()

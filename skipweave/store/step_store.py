@@ -149,6 +149,11 @@ class StepStore:
         self._open: set[tuple[int, str, str]] = set()
         self._running: dict[tuple[int, str, str], int] = {}  # part -> its real calls in progress
         self._left: set[tuple[int, str, str]] = set()  # open parts passed by a later call, closed when idle
+        # Parts a real call of which raised (Ctrl-C, a preemption's SystemExit, a host error) with no later call
+        # of the part succeeding: never marked closed, so the next run judges them by their calls and sets a
+        # short one aside instead of serving it mixed with new calls.
+        self._failed: set[tuple[int, str, str]] = set()
+        self._draining = False  # close_all ran: parts still running close when their calls end
         # Parts seen closed -> (inode, mtime in ns) of their folder then, so the repeat actions need not
         # re-read every part file on every call: one stat tells whether anything in the folder was added,
         # replaced or removed since (by any process: a re-record, gc, a deleted step), and then it is re-read.
@@ -274,6 +279,17 @@ class StepStore:
                 bisect.insort(steps, step)
                 self._index[(target, shard)] = (index[0], index[1], steps)
 
+    def _touch(self) -> None:
+        """Bump the role folder's stamp for other processes; this store's indexes, already up to date with the
+        change (``_index_add``/``_index_drop``), move to the new stamp unless something else changed first."""
+        before = changes_stamp(self.dump_dir, self.namespace, self.role)
+        touch_changes(self.dump_dir, self.namespace, self.role)
+        after = changes_stamp(self.dump_dir, self.namespace, self.role)
+        with self._lock:
+            for k, (stamp, built, steps) in list(self._index.items()):
+                if stamp == before:
+                    self._index[k] = (after, built, steps)
+
     def _index_drop(self, target: str, shard: str) -> None:
         with self._lock:
             self._index.pop((target, shard), None)
@@ -362,7 +378,7 @@ class StepStore:
                 with contextlib.suppress(FileNotFoundError):
                     os.replace(os.path.join(folder, n), os.path.join(dest, n))
             fsync_dir(folder)
-        touch_changes(self.dump_dir, self.namespace, self.role)
+        self._touch()
         logger.warning(
             "skipweave: role %s target %s step %d shard %s was left incomplete by an interrupted run (%s); "
             "set aside to %s and recording it afresh",
@@ -548,7 +564,7 @@ class StepStore:
                 if n.startswith(key.stem + ".") and not n.startswith(TMP_PREFIX):
                     with contextlib.suppress(FileNotFoundError):
                         os.replace(os.path.join(folder, n), os.path.join(dest, n))
-        touch_changes(self.dump_dir, self.namespace, self.role)
+        self._touch()
         logger.warning("skipweave: entry %s not served (%s); moved to %s, running live and recording it afresh",
                        key, reason, dest)
 
@@ -558,32 +574,57 @@ class StepStore:
         with self._lock:
             self._running[part] = self._running.get(part, 0) + 1
 
-    def call_ended(self, step: int, target: str, shard: str) -> None:
-        """That call ended (recorded or not); the part closes now if a later call passed it meanwhile."""
+    def call_ended(self, step: int, target: str, shard: str, *, failed: bool = False) -> None:
+        """That call ended; the part closes now if a later call (or :meth:`close_all`) passed it meanwhile.
+
+        Args:
+            failed: the real call raised (anything, ``KeyboardInterrupt`` and ``SystemExit`` included): the
+                part is not marked closed until a later call of it succeeds.
+        """
         part = (step, target, shard)
         with self._lock:
+            if failed:
+                self._failed.add(part)
+            else:
+                self._failed.discard(part)
             left = self._running.get(part, 0) - 1
             if left > 0:
                 self._running[part] = left
                 return
             self._running.pop(part, None)
-            if part in self._left and part in self._open:
+            if part in self._open and (part in self._left or self._draining):
                 self.close_part(*part)
 
     def close_part(self, step: int, target: str, shard: str) -> None:
-        """Mark a part this process recorded as complete (the process moved past its step or stops)."""
+        """Mark a part this process recorded as complete (the process moved past its step or stops).
+
+        Left open instead (the next run judges it by its calls) when a call of it failed and none succeeded
+        since, or when it holds fewer calls than ``calls_per_step``.
+        """
         part = (step, target, shard)
         with self._lock:
             self._open.discard(part)
             self._left.discard(part)
             self._writing.discard(part)
+            failed = part in self._failed
+        if failed:
+            logger.info("skipweave: role %s target %s step %d shard %s left open: a call of it failed",
+                        self.role, target, step, shard)
+            return
+        if self.calls_per_step is not None and self.part_info(step, target, shard).contiguous < self.calls_per_step:
+            return
         with contextlib.suppress(OSError):
             self._write_part(self.key(step, target, shard, 0), "closed")
 
     def close_all(self) -> None:
-        """Close every part this process left open, of any number of steps (at unweave and interpreter exit)."""
+        """Close every part this process left open, of any number of steps (at unweave and interpreter exit).
+
+        A part with a call still running (a daemon thread, a task outliving an unweave) is not closed now: it
+        closes when that call ends, or stays open if the process ends first.
+        """
         with self._lock:
-            parts = sorted(self._open)
+            self._draining = True
+            parts = sorted(p for p in self._open if not self._running.get(p, 0))
         for part in parts:
             self.close_part(*part)
 
@@ -594,7 +635,7 @@ class StepStore:
         info = self.part_info(key.step, key.target, key.shard)
         data = {"state": state, "calls": info.contiguous, "updated_unix": time.time(), "pid": os.getpid()}
         write_bytes_atomic(part_path(self.dump_dir, key), json.dumps(data).encode())
-        touch_changes(self.dump_dir, self.namespace, self.role)
+        self._touch()
 
 
 def _identity(path: str) -> tuple[int, int] | None:

@@ -240,7 +240,7 @@ class SkipProxy:
             result = await awaitable
         except BaseException:
             self._give_back(d)
-            self._call_ended(d)
+            self._call_ended(d, failed=True)
             raise
         return self._after_live(result, d, time.perf_counter() - t0)
 
@@ -325,17 +325,17 @@ class SkipProxy:
             yield
         except BaseException:
             self._give_back(d)
-            self._call_ended(d)
+            self._call_ended(d, failed=True)
             raise
         finally:
             with self._lock:
                 self._running[0] -= 1
             _ACTIVE.reset(token)
 
-    def _call_ended(self, d: _Decision) -> None:
+    def _call_ended(self, d: _Decision, failed: bool = False) -> None:
         if d.running:
             d.running = False
-            self.store.call_ended(d.step, self.target.name, d.shard)
+            self.store.call_ended(d.step, self.target.name, d.shard, failed=failed)
 
     def _give_back(self, d: _Decision) -> None:
         """The real call raised: its call index is reused by the next call of the step (nothing was recorded)."""

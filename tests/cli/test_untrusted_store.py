@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +179,22 @@ def test_crafted_times_and_writer_fields_do_not_break_ls_or_show(tmp_path: Path,
     assert status == 0 and "Traceback" not in err
     status, out, err = cli(capsys, "show", str(s.manifest(2, 0)))
     assert status == 1 and "CORRUPT" in out and "Traceback" not in err
+
+
+def test_a_very_deep_folder_at_a_lock_name_does_not_stop_gc(tmp_path: Path, capsys: Any) -> None:
+    s = make_store(tmp_path / "dump", damage=False)
+    s.manifest(2, 1).write_text("{ garbage")
+    lock = s.target(2) / ".r0-0001.lock"
+    lock.unlink()
+    lock.mkdir()
+    fd = os.open(lock, os.O_RDONLY)
+    for _ in range(1500):  # deeper than shutil.rmtree's recursion allows on Python 3.11 (made through fds)
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+    status, out, err = cli(capsys, "gc", str(s.dump), "--yes", "--min-age", "0")
+    assert status == 0 and "Traceback" not in err, out + err
+    status, doc = _verify(capsys, s.dump)
+    assert status == 0 and doc["problems"] == []

@@ -134,3 +134,58 @@ def test_a_killed_runs_complete_last_step_is_kept_and_a_partial_one_set_aside(ho
             m.gen(step)
         skipweave.unweave()
         assert m.CALLS == expect_live  # 2 of 2 calls: served; 1 of 2: set aside and regenerated whole
+
+
+INTERRUPTED = '''
+import sys
+sys.path.insert(0, sys.argv[1])
+import skipweave, {name} as host
+skipweave.weave({{"skip": {{"rollout": {{"enable": True, "dump_dir": sys.argv[2], "step": {{"source": "set_step"}},
+                          "targets": {{"gen": "{name}:gen"}}}}}}}})
+skipweave.set_step(1)
+host.gen(1)
+host.gen(1)
+skipweave.set_step(2)
+host.gen(2)
+host.STOP["how"] = sys.argv[3]
+host.gen(2)  # interrupted inside the real call; the interpreter then exits normally (atexit runs)
+'''
+
+
+def test_a_step_interrupted_inside_a_call_is_never_closed(host_module: Any, tmp_path: Path, caplog: Any) -> None:
+    """Ctrl-C, or a preemption handler's sys.exit, during a call: the next run records the step afresh."""
+    import subprocess
+
+    name, folder = host_module('''
+import sys
+CALLS = []
+STOP = {}
+
+
+def gen(n):
+    CALLS.append(n)
+    how = STOP.pop("how", None)
+    if how == "interrupt":
+        raise KeyboardInterrupt
+    if how == "sigterm":
+        sys.exit(143)
+    return {"n": n, "call": len(CALLS)}
+''')
+    m = sys.modules[name]
+    for how in ("interrupt", "sigterm"):
+        dump = tmp_path / how
+        proc = subprocess.run([sys.executable, "-c", INTERRUPTED.format(name=name), str(folder), str(dump), how],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode != 0, proc.stderr
+        m.CALLS.clear()
+        caplog.clear()
+        caplog.set_level(logging.WARNING, logger="skipweave")
+        skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(dump), "step": {"source": "set_step"},
+                                              "targets": {"gen": f"{name}:gen"}}}})
+        for step in (1, 2):
+            skipweave.set_step(step)
+            m.gen(step)
+            m.gen(step)
+        skipweave.unweave()
+        assert m.CALLS == [2, 2], how  # step 1 replayed; step 2 all live: nothing of it was mixed in
+        assert "left incomplete by an interrupted run" in caplog.text

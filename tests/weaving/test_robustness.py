@@ -134,3 +134,16 @@ def test_target_named_after_the_running_script_resolves_to_main(tmp_path: Path) 
     outs = [subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True, cwd=tmp_path)
             .stdout.split() for _ in range(2)]
     assert outs == [["6", "1"], ["6", "0"]]
+
+
+@pytest.mark.parametrize("dump", ["$SKIPWEAVE_SURELY_UNSET_VAR/d", "~no_such_user_skipweave/d", "dangling"])
+def test_dump_dirs_that_cannot_be_what_was_meant_are_refused(host_module: Any, tmp_path: Path,
+                                                             monkeypatch: Any, dump: str) -> None:
+    name, _ = host_module("def gen(n):\n    return n\n")
+    monkeypatch.chdir(tmp_path)
+    if dump == "dangling":
+        (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match=r"skip\.rollout\.dump_dir"):
+        skipweave.weave(_role(dump, {"g": f"{name}.gen"}, step="counter"))  # type: ignore[arg-type]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(("host_", "__"))) == (
+        ["dangling"] if dump == "dangling" else [])
