@@ -389,8 +389,8 @@ def scan(dump_dir: str, *, checksums: bool = False, calls_per_step: int | None =
     return result
 
 
-def _subdirs(result: DumpScan, folder: str, *, allowed: frozenset[str] = frozenset()) -> list[str]:
-    """Real sub-folders of ``folder`` with valid names (or in ``allowed``); symlinks and stray names go to
+def _subdirs(result: DumpScan, folder: str) -> list[str]:
+    """Real sub-folders of ``folder`` with valid names; symlinks and stray names go to
     ``result.ignored`` (hidden names, e.g. lock files, are skipped silently)."""
     names = []
     with os.scandir(folder) as it:
@@ -401,7 +401,7 @@ def _subdirs(result: DumpScan, folder: str, *, allowed: frozenset[str] = frozens
                 result.ignored.append((d.path, "a symlink (never followed)"))
             elif not d.is_dir(follow_symlinks=False):
                 continue  # files at this level are looked at by the caller, if at all
-            elif d.name in allowed or name_problem(d.name) is None:
+            elif name_problem(d.name) is None:
                 names.append(d.name)
             else:
                 result.ignored.append((d.path, "a folder name skipweave never writes"))
@@ -422,7 +422,7 @@ def _scan_role(result: DumpScan, namespace: str, role: str) -> None:
                 continue
             if d.is_symlink():
                 result.ignored.append((d.path, "a symlink (never followed)"))
-            elif is_step_name(d.name) and d.is_dir(follow_symlinks=False) and str(int(d.name)) == d.name:
+            elif is_step_name(d.name) and d.is_dir(follow_symlinks=False):
                 steps.append(int(d.name))
             else:
                 why = "a file where a step folder belongs" if is_step_name(d.name) else "a name skipweave never writes"
@@ -754,7 +754,7 @@ def _unlink_stem(folder: str, stem: str) -> None:
     """Remove the manifest and every payload file of one entry (the caller holds the entry lock).
 
     Symlinks are removed themselves (never their targets); a folder planted at a payload's name is removed
-    with its contents (it lies inside the dump dir: ``shutil.rmtree`` never follows symlinks below it).
+    with its contents (it lies inside the dump dir: :func:`~skipweave.store.paths.remove_tree` follows no symlink).
     """
     for n in os.listdir(folder):
         if n.startswith(stem + ".") and not n.startswith(TMP_PREFIX):
@@ -833,14 +833,9 @@ def _remove_incomplete_part(result: DumpScan, action: GcAction, min_age: float, 
     return None
 
 
-def _remove_path(path: str) -> None:
-    """Remove a file or symlink itself, or a real folder with what it holds (one planted at a leftover's name)."""
-    remove_tree(path)
-
-
 def _remove_file(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
     try:
-        _remove_path(action.path)
+        remove_tree(action.path)  # a file, or a folder planted at its name
     except FileNotFoundError:
         return "already gone"
     return None
@@ -859,7 +854,7 @@ def _remove_orphan(result: DumpScan, action: GcAction, min_age: float, now: floa
             if referenced is None or name in referenced:
                 return "a manifest refers to it now"
         try:
-            _remove_path(action.path)
+            remove_tree(action.path)  # a file, or a folder planted at its name
         except FileNotFoundError:
             return "already gone"
     return None

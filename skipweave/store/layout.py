@@ -92,13 +92,21 @@ def touch_changes(dump_dir: str, namespace: str, role: str) -> None:
         pass
 
 
-def changes_stamp(dump_dir: str, namespace: str, role: str) -> tuple[int, int] | None:
-    """(inode, mtime in ns) of the role folder (``lstat``), or ``None`` when it does not exist."""
+def folder_stamp(folder: str) -> tuple[int, int] | None:
+    """(inode, mtime in ns) of a folder, or None when it does not exist; changes whenever an entry in it does.
+
+    ``lstat``: a symlink's own stamp never matches a real folder's (and the store refuses symlinks anyway).
+    """
     try:
-        st = os.lstat(role_dir(dump_dir, namespace, role))
+        st = os.lstat(folder)
     except OSError:
         return None
     return st.st_ino, st.st_mtime_ns
+
+
+def changes_stamp(dump_dir: str, namespace: str, role: str) -> tuple[int, int] | None:
+    """The role folder's :func:`folder_stamp`, which :func:`touch_changes` moves."""
+    return folder_stamp(role_dir(dump_dir, namespace, role))
 
 
 def key_of_manifest(path: str) -> EntryKey | None:
@@ -129,8 +137,7 @@ def list_steps(dump_dir: str, namespace: str, role: str) -> list[int]:
     """
     try:
         with os.scandir(role_dir(dump_dir, namespace, role)) as it:
-            names = [e.name for e in it if is_step_name(e.name) and e.is_dir(follow_symlinks=False)
-                     and str(int(e.name)) == e.name]  # the folder a run uses is str(step): no '007', no '-0'
+            names = [e.name for e in it if is_step_name(e.name) and e.is_dir(follow_symlinks=False)]
 
     except (FileNotFoundError, NotADirectoryError):
         return []

@@ -267,7 +267,7 @@ def check_manifest(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_
                                   or (isinstance(value, float) and not math.isfinite(value))):
             raise EntryInvalid(f"manifest {path} has {field}={value!r:.80}, not a {kinds[0].__name__}")
     if not isinstance(manifest.get("input_fingerprint"), str):
-        raise EntryInvalid(f"manifest {path} has a input_fingerprint that is not a string")
+        raise EntryInvalid(f"manifest {path} has an input_fingerprint that is not a string")
     pickled = manifest.get("pickled", False)
     if not isinstance(pickled, bool):
         raise EntryInvalid(f"manifest {path} has pickled={pickled!r}, expected true or false")

@@ -29,7 +29,7 @@ NAME_MAX = 200
 """Longest name accepted for a path component (file systems allow 255 bytes; suffixes are added)."""
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z", re.ASCII)  # \Z: '$' would accept a final '\n'
-_STEP_RE = re.compile(r"^-?[0-9]+\Z", re.ASCII)
+_STEP_RE = re.compile(r"^(?:0|-?[1-9][0-9]*)\Z", re.ASCII)  # exactly what str(step) writes: no '007', no '-0'
 SET_ASIDE = "_set_aside"
 """Folder of a role holding set-aside parts and entries (the one name below a role that is not a step)."""
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -86,7 +86,8 @@ def check_name(kind: str, value: object) -> str:
 
 
 def is_step_name(name: str) -> bool:
-    """True when ``name`` is a step folder's name: an optional ``-`` and ASCII digits only."""
+    """True when ``name`` is a step folder's name as ``str(step)`` writes it (ASCII digits, an optional ``-``,
+    no leading zero): the only step folders a run ever reads, so the CLI judges exactly those too."""
     return _STEP_RE.match(name) is not None
 
 
@@ -199,24 +200,6 @@ def same_folder(path: str, fd: int) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-__all__ = [
-    "NAME_MAX",
-    "NAME_RULE",
-    "UnsafePath",
-    "check_name",
-    "dump_dir_problem",
-    "inside",
-    "is_real_dir",
-    "is_step_name",
-    "lock_path",
-    "name_problem",
-    "open_dir",
-    "open_regular",
-    "remove_tree",
-    "same_folder",
-]
-
-
 def dump_dir_problem(path: str) -> tuple[str | None, str | None]:
     """Judge a dump dir before a run uses it: ``(unusable, read_only)`` reasons for people, ``None`` when fine.
 
@@ -255,7 +238,7 @@ def lock_path(folder: str, name: str) -> str:
     Older ``filelock`` releases open the lock file without ``O_NOFOLLOW`` (and truncate it): a planted link
     would make a writer truncate a file outside the dump dir; a folder at the name would make every lock
     fail, so the entry could never be healed. Lock names are skipweave's own (``.{stem}.lock``): a symlink
-    there is removed itself (never its target), a folder with what it holds (``shutil.rmtree`` follows no
+    there is removed itself (never its target), a folder with what it holds (:func:`remove_tree` follows no
     symlink), both inside the dump dir.
     """
     path = os.path.join(folder, name)
@@ -298,3 +281,21 @@ def remove_tree(path: str) -> None:
         else:
             os.rmdir(folder)
             stack.pop()
+
+
+__all__ = [
+    "NAME_MAX",
+    "NAME_RULE",
+    "UnsafePath",
+    "check_name",
+    "dump_dir_problem",
+    "inside",
+    "is_real_dir",
+    "is_step_name",
+    "lock_path",
+    "name_problem",
+    "open_dir",
+    "open_regular",
+    "remove_tree",
+    "same_folder",
+]

@@ -44,6 +44,7 @@ from skipweave.store.layout import (
     TMP_PREFIX,
     EntryKey,
     changes_stamp,
+    folder_stamp,
     list_steps,
     manifest_path,
     parse_manifest_name,
@@ -236,7 +237,7 @@ class StepStore:
             if part in self._writing:
                 return True
             seen = self._closed.get(part)
-        stamp = _folder_stamp(os.path.join(role_dir(self.dump_dir, self.namespace, self.role), str(step), target))
+        stamp = folder_stamp(os.path.join(role_dir(self.dump_dir, self.namespace, self.role), str(step), target))
         if seen is not None and seen == stamp:
             return True
         # stamp taken before reading: a change made while reading shows at the next call
@@ -662,18 +663,6 @@ def _write_new(dir_fd: int, name: str, data: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _folder_stamp(folder: str) -> tuple[int, int] | None:
-    """(inode, mtime in ns) of a folder, or None when it does not exist; changes whenever an entry in it does.
-
-    ``lstat``: a symlink's own stamp never matches a real folder's, and :meth:`StepStore.part_info` refuses it.
-    """
-    try:
-        st = os.lstat(folder)
-    except OSError:
-        return None
-    return st.st_ino, st.st_mtime_ns
 
 
 def _read_verified(path: str, item: dict[str, Any]) -> bytes:
