@@ -204,6 +204,9 @@ class RoleConfig:
             incomplete by an interrupted run. ``None``: learned from finished steps, else 1.
         record_steps: for ``repeat*`` actions, steps recorded when missing even though another
             recorded step could serve them (verl 2026's ``1..max_dump_step``); ``None``: only the first.
+        single_flight: for ``repeat*`` actions, a call that a recording still being made in this process would
+            serve waits for it and is then served, instead of generating too (e.g. steps 1-5 started together
+            on an empty store: step 1 generates, 2-5 wait and replay it). ``false``: every such call generates.
     """
 
     role: str
@@ -222,6 +225,7 @@ class RoleConfig:
     trusted_classes: tuple[str, ...] = ()
     calls_per_step: int | None = None
     record_steps: StepSet | None = None
+    single_flight: bool = True
 
     def to_config(self) -> dict[str, Any]:
         """Return the canonical, JSON-serialisable ``skip.<role>`` mapping (re-parses identically)."""
@@ -257,6 +261,7 @@ class RoleConfig:
             "trusted_classes": list(self.trusted_classes),
             "calls_per_step": self.calls_per_step,
             "record_steps": None if self.record_steps is None else self.record_steps.to_config(),
+            "single_flight": self.single_flight,
         }
 
 
@@ -279,6 +284,7 @@ class SkipConfig:
 _ROLE_KEYS = {
     "enable", "action", "steps", "dump_dir", "namespace", "targets", "step", "bypass",
     "fingerprint", "shard", "restore_rng", "allow_pickle", "trusted_classes", "calls_per_step", "record_steps",
+    "single_flight",
 }
 _RANGE_RE = re.compile(r"^\s*(-?\d+)\s*(?:-|\.\.|:)\s*(-?\d+)\s*$")
 _PATH_RE = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$")
@@ -561,6 +567,7 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
         record_steps=None
         if data.get("record_steps") is None
         else parse_steps(f"{key}.record_steps", data["record_steps"]),
+        single_flight=_bool(f"{key}.single_flight", data.get("single_flight", True)),
     ), key, explicit_targets=isinstance(data.get("targets"), Mapping))
 
 

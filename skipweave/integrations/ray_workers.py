@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import wrapt
 
+from skipweave.store.writers import RUN_ENV, run_id
 from skipweave.weaving.unpatch import remove_wrapper
 
 if TYPE_CHECKING:
@@ -191,6 +192,7 @@ def merge_runtime_env(
     merged: dict[str, Any] = dict(runtime_env or {})
     env_vars = dict(merged.get("env_vars") or {})
     env_vars[PLAN_ENV] = plan
+    env_vars.setdefault(RUN_ENV, run_id())  # the workers are writers of the driver's run (store.writers)
     app_hook = merged.get("worker_process_setup_hook")
     if app_hook is not None and app_hook != SETUP_HOOK:
         env_vars.pop(APP_HOOK_ENV, None)
@@ -385,6 +387,7 @@ def _weave_this_worker() -> None:
 
     _add_driver_code_paths()
     _stand_down_launcher_bootstrap()
+    _join_the_jobs_run()
     plan = load_skip_config(json.loads(text))
     _WORKER.plan = plan
     _patch_actor_class_loaders()
@@ -392,6 +395,21 @@ def _weave_this_worker() -> None:
     # driver's ``__main__`` arrive by value and are woven when Ray loads them (see _after_class_load).
     api.weave(_without_main_targets(plan))
     logger.debug("skipweave: Ray worker %s woven", _worker_identity())
+
+
+def _join_the_jobs_run() -> None:
+    """Without the driver's run id (a job whose driver did not weave), the Ray job id names the run: every
+    worker of one job is then a writer of the same run."""
+    if os.environ.get(RUN_ENV):
+        return
+    try:
+        import ray
+
+        job = ray.get_runtime_context().get_job_id()
+    except Exception:  # noqa: BLE001 - not in a Ray worker after all: this process makes its own run id
+        return
+    if job:
+        os.environ[RUN_ENV] = f"ray-job-{job}"
 
 
 def _add_driver_code_paths() -> None:

@@ -16,6 +16,7 @@ import xxhash
 
 from skipweave.store.layout import EntryKey, parse_payload_name
 from skipweave.store.paths import UnsafePath, open_regular
+from skipweave.store.writers import this_writer
 
 FORMAT_VERSION = 1
 """Version of the entry format; a manifest with another version is never served."""
@@ -121,8 +122,14 @@ def build_manifest(
     files: list[PayloadFile],
     pickled: bool,
     seconds: float,
+    writer: dict[str, Any] | None = None,
+    concurrent: bool = False,
 ) -> dict[str, Any]:
-    """Return the manifest mapping of a new entry (see the on-disk format in the docs)."""
+    """Return the manifest mapping of a new entry (see the on-disk format in the docs).
+
+    ``writer`` is :meth:`skipweave.store.writers.Writer.as_manifest` (this process when ``None``);
+    ``concurrent`` says another thread called the target at the same step while this call ran.
+    """
     return {
         "format_version": FORMAT_VERSION,
         "role": role,
@@ -138,7 +145,8 @@ def build_manifest(
         "versions": library_versions(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "created_unix": time.time(),
-        "writer": {"host": platform.node(), "pid": os.getpid(), "argv0": sys.argv[0] if sys.argv else ""},
+        "writer": writer if writer is not None else this_writer().as_manifest(),
+        "concurrent": concurrent,
     }
 
 

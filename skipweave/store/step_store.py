@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -63,6 +64,7 @@ from skipweave.store.manifest import (
     verify_payload,
 )
 from skipweave.store.paths import UnsafePath, check_name, inside, lock_path, open_dir, open_regular, same_folder
+from skipweave.store.writers import Recorded, is_concurrent_other, recorded_of, started_unix, this_writer
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +162,8 @@ class StepStore:
         # replaced or removed since (by any process: a re-record, gc, a deleted step), and then it is re-read.
         self._closed: dict[tuple[int, str, str], tuple[int, int]] = {}
         # (target, shard) -> (role folder stamp, monotonic time built, sorted complete steps): see recorded_steps
+        # part -> (folder stamp, its entries' writers and fingerprints): see part_calls
+        self._entries: dict[tuple[int, str, str], tuple[tuple[int, int] | None, tuple[Recorded, ...]]] = {}
         self._index: dict[tuple[str, str], tuple[tuple[int, int] | None, float, list[int]]] = {}
 
     def key(self, step: int, target: str, shard: str, call: int) -> EntryKey:
@@ -218,6 +222,35 @@ class StepStore:
                 with open(open_regular(os.path.join(folder, shard + PART_SUFFIX)), encoding="utf-8") as fh:
                     closed = json.loads(fh.read(1 << 16)).get("state") == "closed"
         return PartInfo(tuple(calls), closed)
+
+    def part_calls(self, step: int, target: str, shard: str) -> tuple[Recorded, ...]:
+        """The committed entries of a part with their writer and input fingerprint, sorted by call index.
+
+        Read from the manifests once and kept until the part's folder changes (one ``lstat`` per call).
+        An unreadable manifest is left out here; serving it would fail its judgement anyway.
+        """
+        part = (step, target, shard)
+        stamp = folder_stamp(os.path.join(role_dir(self.dump_dir, self.namespace, self.role), str(step), target))
+        with self._lock:
+            seen = self._entries.get(part)
+        if seen is not None and stamp is not None and seen[0] == stamp:
+            return seen[1]
+        out: list[Recorded] = []
+        folder = None
+        for call in self.part_info(step, target, shard).calls:
+            key = self.key(step, target, shard, call)
+            folder = folder or self.folder(step, target)
+            try:
+                manifest = read_manifest(manifest_path(self.dump_dir, key))
+            except (EntryInvalid, OSError):
+                continue
+            out.append(recorded_of(manifest, call))
+        entries = tuple(out)
+        with self._lock:
+            if len(self._entries) > 4096:  # bounded: a long run does not keep every step's summary
+                self._entries.clear()
+            self._entries[part] = (stamp, entries)
+        return entries
 
     def expected_calls(self, target: str, shard: str) -> int:
         """Calls one shard makes per step: ``calls_per_step``, else the most seen in a closed part, else 1."""
@@ -347,6 +380,9 @@ class StepStore:
             self._checked.add(part)
         info = self.part_info(step, target, shard)
         if info.calls and not self.is_complete(step, target, shard):
+            me, started = this_writer(), started_unix()
+            if any(is_concurrent_other(r, me, started) for r in self.part_calls(step, target, shard)):
+                return  # another writer of this run records into it right now: not an interrupted run's leftover
             self.set_aside(step, target, shard, reason=(
                 f"{len(info.calls)} of {self.expected_calls(target, shard)} calls committed and never closed"
             ))
@@ -397,8 +433,9 @@ class StepStore:
         rng_state: dict[str, Any] | None,
         seconds: float,
         replace: bool = False,
+        concurrent: bool = False,
     ) -> int:
-        """Commit one entry atomically.
+        """Commit one entry atomically into the slot ``key`` names.
 
         The commit is the rename of the manifest into place. Everything before it is written under
         temporary or fresh names through the open target folder, so a failure (full disk, a folder moved
@@ -414,9 +451,11 @@ class StepStore:
             rng_state: RNG state after the real call (:func:`skipweave.store.rng.capture_rng_state`).
             seconds: wall time of the real call, in seconds.
             replace: overwrite an existing committed entry (corrupt entry, fingerprint regenerate).
+            concurrent: another thread of this process called the target at this step meanwhile (kept in the
+                manifest: such a part is matched by inputs only, see :mod:`skipweave.policy.matching`).
 
         Returns:
-            Bytes written, or 0 when another writer had already committed the entry.
+            Bytes written, or 0 when another writer had already committed the entry (it is kept).
 
         Raises:
             codec.CodecError: the result cannot be encoded (nothing is written).
@@ -425,21 +464,59 @@ class StepStore:
                 committed, no temporary file is left).
             OSError: the disk refused a write (no partial entry is left; an older entry is intact).
         """
+        nbytes, _ = self._record(key, result, target_path=target_path, fingerprint=fingerprint,
+                                 rng_state=rng_state, seconds=seconds, replace=replace, concurrent=concurrent,
+                                 displace=False)
+        return nbytes
+
+    def record_own(
+        self,
+        key: EntryKey,
+        result: Any,
+        *,
+        target_path: str,
+        fingerprint: str,
+        rng_state: dict[str, Any] | None,
+        seconds: float,
+        replace: bool = False,
+        concurrent: bool = False,
+    ) -> tuple[int, EntryKey]:
+        """Like :meth:`record`, but a slot another writer already filled is kept and the entry goes to the next
+        free call index of its part: every writer's result is recorded, none is dropped.
+
+        Returns:
+            Bytes written and the key the entry was committed under.
+
+        Raises:
+            the same as :meth:`record`.
+        """
+        return self._record(key, result, target_path=target_path, fingerprint=fingerprint, rng_state=rng_state,
+                            seconds=seconds, replace=replace, concurrent=concurrent, displace=True)
+
+    def _record(self, key: EntryKey, result: Any, *, target_path: str, fingerprint: str,
+                rng_state: dict[str, Any] | None, seconds: float, replace: bool, concurrent: bool,
+                displace: bool) -> tuple[int, EntryKey]:
         self._watch_root()
         folder = self.folder(key.step, key.target, create=True)
-        with filelock.FileLock(lock_path(folder, f".{key.stem}.lock"), timeout=LOCK_TIMEOUT_S):
-            dir_fd = open_dir(folder)
-            try:
-                outcome = self._commit(dir_fd, folder, key, result, target_path=target_path,
-                                       fingerprint=fingerprint, rng_state=rng_state, seconds=seconds, replace=replace)
-            finally:
-                os.close(dir_fd)
+        while True:
+            with filelock.FileLock(lock_path(folder, f".{key.stem}.lock"), timeout=LOCK_TIMEOUT_S):
+                dir_fd = open_dir(folder)
+                try:
+                    outcome = self._commit(dir_fd, folder, key, result, target_path=target_path,
+                                           fingerprint=fingerprint, rng_state=rng_state, seconds=seconds,
+                                           replace=replace, concurrent=concurrent)
+                finally:
+                    os.close(dir_fd)
+            if outcome is not None or not displace:
+                break
+            taken = self.part_info(key.step, key.target, key.shard).calls
+            key = dataclasses.replace(key, call=max([key.call, *taken]) + 1)  # the next free slot
         with self._lock:  # only now: a failed write leaves no part of this process's to close at exit
             self._writing.add((key.step, key.target, key.shard))
             self._open.add((key.step, key.target, key.shard))
         self._index_add(key.step, key.target, key.shard)  # a part this process writes is servable
         if outcome is None:
-            return 0
+            return 0, key
         nbytes, leftovers = outcome
         try:
             self._write_part(key, "open")
@@ -448,10 +525,11 @@ class StepStore:
         if leftovers:
             logger.warning("skipweave: recorded %s (committed and servable), but could not update %s",
                            key, "; ".join(leftovers))
-        return nbytes
+        return nbytes, key
 
     def _commit(self, dir_fd: int, folder: str, key: EntryKey, result: Any, *, target_path: str, fingerprint: str,
-                rng_state: dict[str, Any] | None, seconds: float, replace: bool) -> tuple[int, list[str]] | None:
+                rng_state: dict[str, Any] | None, seconds: float, replace: bool,
+                concurrent: bool) -> tuple[int, list[str]] | None:
         """Write and commit one entry in the folder open as ``dir_fd`` (the caller holds the entry lock).
 
         Returns ``None`` when a valid entry was already committed (and ``replace`` is off), else the bytes
@@ -499,7 +577,7 @@ class StepStore:
             manifest = build_manifest(
                 role=self.role, target=key.target, target_path=target_path, step=key.step, call=key.call,
                 shard=key.shard, fingerprint=fingerprint, files=files, pickled=encoded.pickled,
-                seconds=seconds,
+                seconds=seconds, concurrent=concurrent,
             )
             tmp_manifest = _tmp_in(folder, manifest_name)
             made.append(tmp_manifest)

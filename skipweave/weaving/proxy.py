@@ -24,6 +24,8 @@ other call to the proxy. Both paths give the same decision, counters and annotat
 from __future__ import annotations
 
 import abc
+import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import heapq
@@ -41,6 +43,7 @@ from skipweave import report
 from skipweave.config.errors import ConfigError
 from skipweave.config.schema import Action, OnMismatch, RoleConfig, ShardKind, TargetSpec
 from skipweave.policy.actions import choose_step
+from skipweave.policy.matching import Match, match_call
 from skipweave.policy.screen import Screen, screen_for
 from skipweave.policy.steps import StepSource
 from skipweave.store import codec
@@ -49,6 +52,7 @@ from skipweave.store.manifest import EntryInvalid, seconds_of
 from skipweave.store.paths import UnsafePath
 from skipweave.store.rng import capture_rng_state, restore_rng_state
 from skipweave.store.step_store import StepStore
+from skipweave.store.writers import is_concurrent_other, started_unix, this_writer
 
 logger = logging.getLogger(__name__)
 
@@ -63,9 +67,14 @@ class FingerprintMismatch(RuntimeError):
 
 
 class _Decision:
-    """What the proxy decided for one non-bypassed call."""
+    """What the proxy decided for one non-bypassed call.
 
-    __slots__ = ("step", "call", "shard", "served", "fp", "replace", "no_store", "running")
+    ``call`` is the call's position among this process's calls of its step; ``slot`` the call index of the
+    entry it is served or recorded under (see :mod:`skipweave.policy.matching`), ``None`` until chosen.
+    """
+
+    __slots__ = ("step", "call", "shard", "served", "fp", "replace", "no_store", "running", "slot", "wait",
+                 "done", "thread", "concurrent")
 
     def __init__(self, step: int, call: int, shard: str, served: int | None) -> None:
         self.step, self.call, self.shard, self.served = step, call, shard, served
@@ -73,6 +82,11 @@ class _Decision:
         self.replace = False
         self.no_store = False
         self.running = False  # the store counts this call as running in its part (call_started)
+        self.slot: int | None = None
+        self.wait: _Decision | None = None  # single flight: the running call whose recording will serve this one
+        self.done: concurrent.futures.Future[None] | None = None  # set when this real call and its record end
+        self.thread = 0
+        self.concurrent = False  # another thread ran a real call of the same step meanwhile
 
 
 def annotate(result: Any, status: str, step: int | None, served: int | None) -> None:
@@ -86,21 +100,39 @@ def annotate(result: Any, status: str, step: int | None, served: int | None) -> 
         meta["skipweave"] = {"status": status, "step": step, "served_step": served}
 
 
+RANK_VARIABLES = ("RANK", "LOCAL_RANK")
+"""Environment variables that give a process its writer identity, first set wins: ``RANK`` (torchrun, verl's
+worker groups) and ``LOCAL_RANK`` (single-node launchers that set only it)."""
+
+
+def rank_of_process() -> tuple[str, str] | None:
+    """The ``(variable, value)`` that names this process as a writer, or ``None`` when no rank is set."""
+    for name in RANK_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value:
+            return name, value
+    return None
+
+
 def shard_label(kind: ShardKind) -> str:
     """Return this process's shard label: ``r<RANK>`` for ``auto``/``rank``, ``r0`` for ``none``.
 
-    (``fingerprint`` shards are labelled from the call's inputs by the proxy itself.)
+    The rank is ``RANK``, else ``LOCAL_RANK``, else 0 (see :data:`RANK_VARIABLES`). (``fingerprint`` shards are
+    labelled from the call's inputs by the proxy itself.)
 
     Raises:
-        ConfigError: ``RANK`` is set to something other than ASCII digits (the label becomes a file name in
+        ConfigError: the rank is set to something other than ASCII digits (the label becomes a file name in
             the dump dir; ``"../x"`` or ``"²"`` must never reach it).
     """
     if kind is ShardKind.NONE:
         return "r0"
-    rank = os.environ.get("RANK", "0").strip() or "0"
+    found = rank_of_process()
+    if found is None:
+        return "r0"
+    name, rank = found
     if not (rank.isascii() and rank.isdigit() and len(rank) <= 9):
-        raise ConfigError("RANK", rank, "a whole number of at most 9 digits (the writer's rank, as torchrun and "
-                                        "verl set it), or unset")
+        raise ConfigError(name, rank, "a whole number of at most 9 digits (the writer's rank, as torchrun and "
+                                      "verl set it), or unset")
     return f"r{int(rank)}"
 
 
@@ -148,6 +180,11 @@ class SkipProxy:
         self._screen_inputs = (bypass, self.step_source, self.steps, role.bypass, role.step, positions)
         self._calls: dict[tuple[int, str], int] = {}
         self._free: dict[tuple[int, str], list[int]] = {}
+        # (step, shard) -> slots this process served or recorded at that step: never served to it again
+        self._claimed: dict[tuple[int, str], set[int]] = {}
+        # (step, shard) -> this process's real calls of that step now running (single flight, thread overlap)
+        self._inflight: dict[tuple[int, str], list[_Decision]] = {}
+        self._shared_warned = False
         self._lock = threading.Lock()
 
     @property
@@ -224,6 +261,12 @@ class SkipProxy:
 
     def _sync_path(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                    d: _Decision) -> Any:
+        while d.wait is not None:  # single flight: wait for the running call that will serve this one
+            other, d.wait = d.wait, None
+            if other.done is None or other.thread == threading.get_ident():
+                break  # that call runs in this very thread (an asyncio task): waiting here would never end
+            other.done.result()
+            self._choose(d)
         found, value = self._try_replay(d, args, kwargs)
         if found:
             return value
@@ -246,6 +289,12 @@ class SkipProxy:
 
     async def _async_path(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                           d: _Decision, maybe_sync: bool = False) -> Any:
+        while d.wait is not None:  # single flight (see _sync_path); awaiting yields, so any thread's call may finish
+            other, d.wait = d.wait, None
+            if other.done is None:
+                break
+            await asyncio.wrap_future(other.done)
+            self._choose(d)
         found, value = self._try_replay(d, args, kwargs)
         if found:
             return value
@@ -291,6 +340,12 @@ class SkipProxy:
                 self._calls[(step, shard)] = call + 1
         decision = _Decision(step, call, shard, None)
         decision.fp = fp
+        self._choose(decision)
+        return decision
+
+    def _choose(self, d: _Decision) -> None:
+        """Choose the step that serves ``d`` (``d.served``), or wait for one being recorded (``d.wait``)."""
+        step, shard = d.step, d.shard
         try:
             self.store.prepare_part(step, self.target.name, shard)
             if self.role.action is Action.CACHE:  # only this very step can serve: no scan of the store
@@ -298,18 +353,46 @@ class SkipProxy:
             else:
                 recorded = self.store.recorded_steps(self.target.name, shard)
             served = choose_step(self.role.action, step, recorded, self.role.record_steps)
-            if served is not None and served != step:
-                # A repeat serves the same call index of another step; that step must hold it.
-                if call not in self.store.part_info(served, self.target.name, shard).calls:
-                    served = None
         except Exception as exc:  # an unreadable dump dir never fails the training call
             logger.warning("skipweave: role %s target %s step %d: the store under %s is unusable (%s: %s); "
                            "running live without recording", self.role.role, self.target.name, step,
                            self.store.dump_dir, type(exc).__name__, exc)
-            decision.no_store = True
-            return decision
-        decision.served = served
-        return decision
+            d.no_store = True
+            return
+        d.served = served
+        if served is not None:
+            return
+        with self._lock:  # one lock for the look and the registration: two calls never both decide to generate
+            if self.role.action is not Action.CACHE and self.role.single_flight:
+                d.wait = self._recording_that_serves(d, recorded)
+            if d.wait is None:
+                self._register(d)
+
+    def _recording_that_serves(self, d: _Decision, recorded: list[int]) -> _Decision | None:
+        """Single flight for the ``repeat*`` actions (caller holds the lock): a running call of this process whose
+        recording the action would serve ``d`` from once committed (e.g. step 1 still generating when steps 2-5
+        arrive), else None."""
+        pending = {
+            s: x for (s, shard), running in self._inflight.items() if shard == d.shard and s != d.step
+            for x in running if x.call == d.call and not x.no_store
+        }
+        if not pending:
+            return None
+        choice = choose_step(self.role.action, d.step, sorted(set(recorded) | set(pending)), self.role.record_steps)
+        return pending.get(choice) if choice is not None and choice not in recorded else None
+
+    def _register(self, d: _Decision) -> None:
+        """Count ``d`` among the real calls of its step now running (caller holds the lock); a call of another
+        thread already running there makes both *concurrent* (their part is then matched by inputs only)."""
+        if d.done is not None or d.no_store:
+            return
+        d.thread = threading.get_ident()
+        d.done = concurrent.futures.Future()
+        running = self._inflight.setdefault((d.step, d.shard), [])
+        for other in running:
+            if other.thread != d.thread:
+                other.concurrent = d.concurrent = True
+        running.append(d)
 
     @contextlib.contextmanager
     def _real_call(self, d: _Decision) -> Iterator[None]:
@@ -318,6 +401,7 @@ class SkipProxy:
         token = _ACTIVE.set(_ACTIVE.get() | {id(self)})
         with self._lock:
             self._running[0] += 1
+            self._register(d)  # a call that became a miss only when its entry could not be served
         if not d.no_store:
             self.store.call_started(d.step, self.target.name, d.shard)
             d.running = True
@@ -335,7 +419,17 @@ class SkipProxy:
     def _call_ended(self, d: _Decision, failed: bool = False) -> None:
         if d.running:
             d.running = False
-            self.store.call_ended(d.step, self.target.name, d.shard, failed=failed)
+            with self._lock:
+                running = self._inflight.get((d.step, d.shard), [])
+                if d in running:
+                    running.remove(d)
+                if not running:
+                    self._inflight.pop((d.step, d.shard), None)
+            try:
+                self.store.call_ended(d.step, self.target.name, d.shard, failed=failed)
+            finally:
+                if d.done is not None:
+                    d.done.set_result(None)  # single-flight waiters choose again, now that its record is done
 
     def _give_back(self, d: _Decision) -> None:
         """The real call raised: its call index is reused by the next call of the step (nothing was recorded)."""
@@ -356,11 +450,17 @@ class SkipProxy:
     def _try_replay(self, d: _Decision, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[bool, Any]:
         if d.served is None or d.no_store:
             return False, None
-        key = self.store.key(d.served, self.target.name, d.shard, d.call)
         t0 = time.perf_counter()
+        match = self._match(d, args, kwargs)
+        if match is None or match.call is None:
+            d.served = None
+            return False, None
+        d.slot = match.call
+        key = self.store.key(d.served, self.target.name, d.shard, match.call)
         try:
             loaded = self.store.load(key)
-        except FileNotFoundError:
+        except FileNotFoundError:  # removed since the part was read: a plain miss, recorded at the call's position
+            d.served = d.slot = None
             return False, None
         except UnsafePath as exc:  # a symlink or a file where a folder should be: never touched
             logger.warning("skipweave: entry %s is not served: %s; running live without recording", key, exc)
@@ -377,7 +477,8 @@ class SkipProxy:
             self._unusable(d, key, f"{type(exc).__name__}: {exc}")
             return False, None
         recorded_fp = loaded.manifest.get("input_fingerprint")  # "" for entries imported without their inputs
-        if d.served == d.step and recorded_fp and recorded_fp != self._fingerprint(d, args, kwargs):
+        if (not match.exact and d.served == d.step and recorded_fp
+                and recorded_fp != self._fingerprint(d, args, kwargs)):
             policy = self.role.fingerprint.on_mismatch
             where = f"role {self.role.role} target {self.target.name} step {d.step} call {d.call}"
             if policy is OnMismatch.ERROR:
@@ -416,6 +517,62 @@ class SkipProxy:
         )
         return True, result
 
+    def _match(self, d: _Decision, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Match | None:
+        """The entry of the serving step's part that serves ``d`` (see :mod:`skipweave.policy.matching`);
+        ``None`` when the part cannot be read (the call runs live without recording)."""
+        assert d.served is not None
+        try:
+            entries = self.store.part_calls(d.served, self.target.name, d.shard)
+        except Exception as exc:  # a symlinked or unreadable folder: never fail the training call
+            logger.warning("skipweave: role %s target %s step %d: the recordings of step %d are unreadable "
+                           "(%s: %s); running live without recording", self.role.role, self.target.name,
+                           d.step, d.served, type(exc).__name__, exc)
+            d.no_store = True
+            return None
+        same = d.served == d.step
+        with self._lock:
+            claimed = set(self._claimed.get((d.step, d.shard), ())) if same else set()
+        match = match_call(entries, d.call, lambda: self._fingerprint(d, args, kwargs), claimed, same_step=same,
+                           me=this_writer(), started=started_unix())
+        if match.call is None and (match.shared or match.others):
+            self._warn_shared(d, "holds recordings of several writers" if match.shared
+                              else "is being recorded by another writer of this run")
+        elif match.call is not None and same:
+            self._claim(d.step, d.shard, match.call)
+        return match
+
+    def _taken_by_concurrent(self, key: Any) -> bool:
+        """The slot ``key`` names holds an entry a concurrent writer made (so the record moved to another)."""
+        me, started = this_writer(), started_unix()
+        return any(r.call == key.call and is_concurrent_other(r, me, started)
+                   for r in self.store.part_calls(key.step, key.target, key.shard))
+
+    def _claim(self, step: int, shard: str, slot: int) -> None:
+        with self._lock:
+            self._claimed.setdefault((step, shard), set()).add(slot)
+
+    def _warn_shared(self, d: _Decision, what: str) -> None:
+        """Once per proxy: several writers share this shard, so calls are matched by their inputs only."""
+        if self._shared_warned:
+            return
+        self._shared_warned = True
+        rank = rank_of_process()
+        if rank is None and self.role.shard in (ShardKind.AUTO, ShardKind.RANK):
+            who = ("this process has no RANK, so skipweave guesses its identity: Ray actors, processes or threads "
+                   "without a RANK of their own share shard r0")
+            fix = ("give each writer its own RANK (e.g. .options(runtime_env={'env_vars': {'RANK': str(i)}}) for "
+                   "Ray actor i) so its calls match by call order")
+        else:
+            who = "threads (or processes with one RANK) call this target at the same step"
+            fix = ("give each process its own RANK, and call the target from one thread per process, to match by "
+                   "call order")
+        logger.warning(
+            "skipweave: role %s target %s step %d: shard %s %s; %s. A call is served only a recording made for "
+            "the same inputs and recorded afresh otherwise, never another writer's result; %s "
+            "(docs/ray.md#several-writers-of-one-target)",
+            self.role.role, self.target.name, d.step, d.shard, what, who, fix,
+        )
+
     def _unusable(self, d: _Decision, key: Any, reason: str) -> None:
         """An entry that cannot be served: set it aside (one WARNING from the store) and re-record it live."""
         try:
@@ -435,7 +592,7 @@ class SkipProxy:
 
     def _record_live(self, result: Any, d: _Decision, seconds: float) -> Any:
         try:
-            key: Any = self.store.key(d.step, self.target.name, d.shard, d.call)
+            key: Any = self.store.key(d.step, self.target.name, d.shard, d.call if d.slot is None else d.slot)
         except ValueError as exc:  # a name that cannot be a folder of the dump dir: never fail the call
             logger.warning("skipweave: not recording role %s target %s step %d: %s", self.role.role,
                            self.target.name, d.step, exc)
@@ -454,10 +611,13 @@ class SkipProxy:
             return result
         try:
             rng = capture_rng_state() if self.role.restore_rng else None
-            nbytes = self.store.record(
+            nbytes, committed = self.store.record_own(
                 key, result, target_path=self.target.path, fingerprint=d.fp or "",
-                rng_state=rng, seconds=seconds, replace=d.replace,
+                rng_state=rng, seconds=seconds, replace=d.replace, concurrent=d.concurrent,
             )
+            self._claim(d.step, d.shard, committed.call)
+            if committed.call != key.call and self._taken_by_concurrent(key):
+                self._warn_shared(d, f"already held call {key.call} from another writer of this run")
         except codec.PickleRefused as exc:
             report.record_failed()
             logger.warning("skipweave: not recording %s: %s", key, exc)

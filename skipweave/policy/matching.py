@@ -1,0 +1,87 @@
+"""Which recorded entry of a part serves a call: by its inputs first, by call order only for a lone writer.
+
+A part is the entries of one (step, target, shard). The proxy numbers a process's calls of a step
+``0, 1, …`` in the order they arrive (the call's *position*). When one writer made every entry of the part
+and no two of its threads overlapped, position ``k`` is served entry ``k``, as verl's ``SkipManager`` does.
+When several writers share the shard (Ray actors or processes without their own ``RANK``, threads of one
+process), arrival order says nothing about who is who, in the recording run or the next: then a call is
+served only an entry recorded for the same inputs (same fingerprint), and a call whose inputs match none
+is a miss that records its own entry. Entries a concurrent writer made are never served
+(:func:`skipweave.store.writers.is_concurrent_other`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Sequence
+from dataclasses import dataclass
+
+from skipweave.store.writers import Recorded, Writer, is_concurrent_other
+
+
+@dataclass(frozen=True)
+class Match:
+    """The outcome of :func:`match_call`.
+
+    Attributes:
+        call: the entry's call index, or ``None`` for a miss.
+        exact: the entry was recorded for the same inputs (no fingerprint check is left to do).
+        shared: the part holds entries of several writers (or of overlapping threads).
+        others: entries not served because a concurrent writer made them.
+    """
+
+    call: int | None
+    exact: bool
+    shared: bool
+    others: int
+
+
+def is_shared(recorded: Sequence[Recorded]) -> bool:
+    """True when the part's entries come from more than one writer or from threads that overlapped."""
+    writers = {r.writer for r in recorded}
+    return len(writers) > 1 or any(r.concurrent for r in recorded)
+
+
+def match_call(
+    recorded: Sequence[Recorded],
+    position: int,
+    fingerprint: Callable[[], str],
+    claimed: Container[int],
+    *,
+    same_step: bool,
+    me: Writer,
+    started: float,
+) -> Match:
+    """Choose the entry of a part that serves one call.
+
+    Args:
+        recorded: the part's committed entries, sorted by call index.
+        position: the call's position among this process's calls of its step (from 0).
+        fingerprint: returns the call's input fingerprint; called only when an entry could match by it.
+        claimed: call indices this process already served or recorded at this step (never served twice).
+        same_step: the part is the call's own step (``cache``, or a ``repeat*`` hit on its own step); for
+            another step (a ``repeat*`` serving step) inputs differ by nature and only call order matches.
+        me: this process as a writer.
+        started: when this process started (seconds since the epoch).
+
+    Returns:
+        A :class:`Match`: the exact-input entry with the lowest index when there is one; else, for a part of one
+        writer, the entry at ``position``; else no entry.
+    """
+    shared = is_shared(recorded)
+    usable = [r for r in recorded if not is_concurrent_other(r, me, started)]
+    others = len(recorded) - len(usable)
+    if same_step:
+        usable = [r for r in usable if r.call not in claimed]
+        if any(r.fingerprint for r in usable):
+            fp = fingerprint()
+            for r in usable:
+                if fp and r.fingerprint == fp:
+                    return Match(r.call, True, shared, others)
+    if not shared:
+        for r in usable:
+            if r.call == position:
+                return Match(r.call, False, shared, others)
+    return Match(None, False, shared, others)
+
+
+__all__ = ["Match", "is_shared", "match_call"]

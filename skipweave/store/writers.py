@@ -1,0 +1,164 @@
+"""Who wrote an entry: the run and process of every writer, and which recordings belong to a concurrent one.
+
+Several writers often share one shard: Ray actors, processes and threads that have no ``RANK`` of their own
+all write ``r0``, and threads of one process share its ``RANK``. Call order tells such writers apart in
+neither the recording run nor the next one, so every manifest names its writer and :func:`this_writer`
+describes the process that reads it. Two rules follow (see :mod:`skipweave.policy.matching`):
+
+- an entry a *concurrent* writer made (one of this run, or one made after this process started) is never
+  served: each writer of a run records its own calls;
+- when one shard holds entries of several writers, a call is served only the entry recorded for the same
+  inputs (its fingerprint), never "the k-th entry".
+
+A *run* is the tree of processes started from one process that wove first: its id travels in the
+``SKIPWEAVE_RUN`` environment variable, which child processes inherit and which skipweave puts into the
+runtime environment of Ray workers. Nothing here imports Ray.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+RUN_ENV = "SKIPWEAVE_RUN"
+"""Environment variable holding the run id (16 hex digits); set by the first process that weaves."""
+
+_lock = threading.Lock()
+_started_unix = time.time()
+_writer: Writer | None = None
+
+
+@dataclass(frozen=True)
+class Writer:
+    """One writing process.
+
+    Attributes:
+        run: the run id (:data:`RUN_ENV`).
+        host: the machine's network name.
+        pid: the process id.
+    """
+
+    run: str
+    host: str
+    pid: int
+
+    def as_manifest(self) -> dict[str, Any]:
+        """The ``writer`` field of a manifest (``argv0`` is for people reading it)."""
+        import sys
+
+        return {"run": self.run, "host": self.host, "pid": self.pid, "argv0": sys.argv[0] if sys.argv else ""}
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What the matching needs of one committed entry of a part, read from its manifest.
+
+    Attributes:
+        call: the entry's call index (its slot in the part).
+        fingerprint: the input fingerprint (``""`` when recorded without one, e.g. imported from verl).
+        writer: ``(run, host, pid)``; ``None`` for entries of skipweave versions that did not record it.
+        created_unix: when it was committed (seconds since the epoch; 0.0 when unknown).
+        concurrent: the writer saw another thread call the target at the same step while this call ran.
+    """
+
+    call: int
+    fingerprint: str
+    writer: tuple[str, str, int] | None
+    created_unix: float
+    concurrent: bool
+
+
+def run_id() -> str:
+    """Return this run's id, making one (and exporting it to child processes) in the first process."""
+    with _lock:
+        value = os.environ.get(RUN_ENV, "")
+        if _valid_run(value):
+            return value
+        value = uuid.uuid4().hex[:16]
+        os.environ[RUN_ENV] = value
+        return value
+
+
+def this_writer() -> Writer:
+    """The writer this process records as (kept; made afresh after a fork or a change of the run id)."""
+    global _writer
+    run, pid = os.environ.get(RUN_ENV, ""), os.getpid()
+    cached = _writer
+    if cached is not None and cached.run == run and cached.pid == pid:
+        return cached
+    _writer = Writer(run_id(), platform.node(), pid)
+    return _writer
+
+
+def started_unix() -> float:
+    """When this process imported skipweave (seconds since the epoch): entries of other writers made after it
+    are concurrent ones, even when no run id connects the two processes."""
+    return _started_unix
+
+
+def recorded_of(manifest: dict[str, Any], call: int) -> Recorded:
+    """Read the :class:`Recorded` summary of one manifest; odd or missing fields give the safe reading.
+
+    A missing writer reads as ``None`` (an unknown writer of an older run), a malformed creation time as 0.0.
+    """
+    fp = manifest.get("input_fingerprint")
+    raw = manifest.get("writer")
+    writer: tuple[str, str, int] | None = None
+    if isinstance(raw, dict):
+        run, host, pid = raw.get("run"), raw.get("host"), raw.get("pid")
+        if isinstance(run, str) and isinstance(host, str) and type(pid) is int:
+            writer = (run, host, pid)
+    created = manifest.get("created_unix")
+    created_f = float(created) if isinstance(created, (int, float)) and not isinstance(created, bool) else 0.0
+    return Recorded(
+        call=call,
+        fingerprint=fp if isinstance(fp, str) else "",
+        writer=writer,
+        created_unix=created_f if math.isfinite(created_f) else 0.0,
+        concurrent=manifest.get("concurrent") is True,
+    )
+
+
+def is_concurrent_other(rec: Recorded, me: Writer, started: float) -> bool:
+    """True when ``rec`` was made by another writer that runs alongside this process.
+
+    That is another process, still running, that belongs to this run or made the entry after this process
+    started. Still running means: on this machine its pid is alive; on another machine it is assumed to be.
+    Such an entry is another writer's result and is never served to this process. An entry of a process that
+    has ended (the recording run before this one, also a child started and finished by this process) is
+    servable.
+    """
+    if rec.writer == (me.run, me.host, me.pid):
+        return False
+    same_run = rec.writer is not None and rec.writer[0] == me.run
+    if not same_run and rec.created_unix < started:
+        return False
+    if rec.writer is None or rec.writer[1] != me.host:
+        return True
+    return _alive(rec.writer[2])
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. PermissionError: the pid exists, owned by another user
+        return True
+    return True
+
+
+def _valid_run(value: str) -> bool:
+    return 1 <= len(value) <= 64 and value.isascii() and all(c.isalnum() or c in "-_" for c in value)
+
+
+__all__ = ["RUN_ENV", "Recorded", "Writer", "is_concurrent_other", "recorded_of", "run_id",
+           "started_unix", "this_writer"]
