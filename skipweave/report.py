@@ -1,6 +1,10 @@
 """Run-time reporting: one log line per hit, miss and bypass, and counters readable from Python.
 
-A host can put :func:`counters` into its own metrics; a summary is logged when the process ends.
+A host can put :func:`counters` into its own metrics. When the process ends, a summary line is logged for
+the process and one per role (calls, hits, misses, bypasses, record failures, seconds saved), with a WARNING
+for each woven target no process of the run called and for each role none of whose calls was eligible.
+Processes of one run see each other's calls through marks in the dump dir (:mod:`skipweave.store.runs`),
+so a driver whose targets run in Ray workers does not warn about them.
 """
 
 from __future__ import annotations
@@ -8,7 +12,8 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 logger = logging.getLogger("skipweave")
@@ -38,11 +43,81 @@ class Counters:
     record_failures: int = 0
 
 
+@dataclass
+class TargetCounters:
+    """Totals of one (role, target) in this process, for the per-role summary.
+
+    Attributes:
+        hits, misses, bypasses, record_failures: as in :class:`Counters`.
+        seconds_saved: generation seconds the hits avoided.
+        called, eligible: a call (an eligible one: not bypassed) was seen; its first one left a run mark.
+    """
+
+    hits: int = 0
+    misses: int = 0
+    bypasses: int = 0
+    record_failures: int = 0
+    seconds_saved: float = 0.0
+    called: bool = False
+    eligible: bool = False
+
+
+@dataclass
+class Expected:
+    """A woven target the exit summary accounts for.
+
+    Attributes:
+        path: the configured target path.
+        steps: the role's ``steps``, as configured (for the nothing-eligible warning).
+        mark: ``mark(kind)`` leaves a run mark (``"called"``/``"eligible"``) for the other processes.
+        elsewhere: ``elsewhere(kind)`` says whether another process of the run left that mark.
+    """
+
+    path: str
+    steps: str
+    mark: Callable[[str], None] = field(default=lambda kind: None)
+    elsewhere: Callable[[str], bool] = field(default=lambda kind: False)
+
+
 COUNTERS = Counters()
 """The process's counters; one object for the life of the process (:func:`reset` zeroes it in place), so hot
 paths may hold a reference to it."""
 _lock = threading.Lock()
 _summary_registered = False
+_TARGETS: dict[tuple[str, str], TargetCounters] = {}
+_EXPECTED: dict[tuple[str, str], Expected] = {}
+
+
+def for_target(role: str, target: str) -> TargetCounters:
+    """The counters of one (role, target), made on first use; one object per pair for the life of the process."""
+    counts = _TARGETS.get((role, target))
+    if counts is None:
+        with _lock:
+            counts = _TARGETS.setdefault((role, target), TargetCounters())
+    return counts
+
+
+def expect(role: str, target: str, expected: Expected) -> None:
+    """Account for a woven target in the exit summary (called by the weaver for every target it weaves)."""
+    with _lock:
+        _EXPECTED[(role, target)] = expected
+    _register_summary()
+
+
+def first_call(role: str, target: str, *, eligible: bool) -> None:
+    """Note a target's first call (or first eligible call) in this process and leave the run mark for it."""
+    counts = for_target(role, target)
+    kinds = []
+    if not counts.called:
+        counts.called = True
+        kinds.append("called")
+    if eligible and not counts.eligible:
+        counts.eligible = True
+        kinds.append("eligible")
+    expected = _EXPECTED.get((role, target))
+    if expected is not None:
+        for kind in kinds:
+            expected.mark(kind)
 
 
 def counters() -> dict[str, Any]:
@@ -52,10 +127,14 @@ def counters() -> dict[str, Any]:
 
 
 def reset() -> None:
-    """Zero the counters (in place: references to :data:`COUNTERS` stay valid)."""
+    """Zero the counters, per target too (in place: references to :data:`COUNTERS` and to each target's
+    :class:`TargetCounters` stay valid)."""
     with _lock:
         for name, value in asdict(Counters()).items():
             setattr(COUNTERS, name, value)
+        for counts in _TARGETS.values():
+            for name, value in asdict(TargetCounters()).items():
+                setattr(counts, name, value)
 
 
 def event(
@@ -80,20 +159,29 @@ def event(
         seconds: wall time of the read (hit) or of the live call (miss).
         saved: generation seconds the hit avoided (the recorded call's own duration).
     """
+    counts = for_target(role, target)
     if status == BYPASS:  # the hot path: no lock (a lost increment under a thread race is acceptable)
         COUNTERS.bypasses += 1
+        counts.bypasses += 1
+        if not counts.called:
+            first_call(role, target, eligible=False)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(BYPASS_LINE, role, target, step)
         return
     _register_summary()
+    if not counts.eligible:
+        first_call(role, target, eligible=True)
     with _lock:
         if status == HIT:
             COUNTERS.hits += 1
             COUNTERS.bytes_read += nbytes
             COUNTERS.seconds_saved += saved
+            counts.hits += 1
+            counts.seconds_saved += saved
         elif status == MISS:
             COUNTERS.misses += 1
             COUNTERS.bytes_written += nbytes
+            counts.misses += 1
     if status == HIT:
         logger.info(
             "skipweave hit role=%s target=%s step=%s served_by=%s bytes=%d read_s=%.3f saved_s=%.3f",
@@ -106,10 +194,13 @@ def event(
         )
 
 
-def record_failed() -> None:
-    """Count a record that failed (the warning itself is logged by the proxy)."""
+def record_failed(role: str | None = None, target: str | None = None) -> None:
+    """Count a record that failed (the warning itself is logged by the proxy), for its role when given."""
     with _lock:
         COUNTERS.record_failures += 1
+    if role is not None and target is not None:
+        with _lock:
+            for_target(role, target).record_failures += 1
 
 
 def _register_summary() -> None:
@@ -120,7 +211,7 @@ def _register_summary() -> None:
 
 
 def log_summary() -> None:
-    """Log the totals of this process (called at interpreter exit)."""
+    """Log the totals of this process and end the plan still woven (:func:`end_plan`); called at interpreter exit."""
     c = counters()
     if c["hits"] or c["misses"] or c["bypasses"]:
         logger.info(
@@ -128,4 +219,60 @@ def log_summary() -> None:
             "generation_seconds_saved=%.1f record_failures=%d",
             c["hits"], c["misses"], c["bypasses"], c["bytes_read"], c["bytes_written"],
             c["seconds_saved"], c["record_failures"],
+        )
+    end_plan()
+
+
+def end_plan() -> None:
+    """A woven plan ends (unweave, another plan, interpreter exit): log one summary line per role that had calls,
+    and the WARNINGs for targets no process of the run called and roles none of whose calls was eligible.
+
+    The per-target counters then start afresh for the next plan (:data:`COUNTERS` keeps the process totals).
+    """
+    with _lock:
+        expected = dict(_EXPECTED)
+        _EXPECTED.clear()
+        targets = {k: TargetCounters(**asdict(v)) for k, v in _TARGETS.items()}
+        for counts in _TARGETS.values():
+            for name, value in asdict(TargetCounters()).items():
+                setattr(counts, name, value)
+    roles: dict[str, list[str]] = {}
+    for role, target in [*targets, *expected]:
+        if target not in roles.setdefault(role, []):
+            roles[role].append(target)
+    for role, names in roles.items():
+        of_role = [targets.get((role, t), TargetCounters()) for t in names]
+        hits, misses, bypasses = (sum(getattr(x, f) for x in of_role) for f in ("hits", "misses", "bypasses"))
+        if hits + misses + bypasses:
+            logger.info(
+                "skipweave summary role=%s: calls=%d hits=%d misses=%d bypasses=%d record_failures=%d "
+                "seconds_saved=%.1f", role, hits + misses + bypasses, hits, misses, bypasses,
+                sum(x.record_failures for x in of_role), sum(x.seconds_saved for x in of_role),
+            )
+        _warn_silent_targets(role, names, targets, expected)
+
+
+def _warn_silent_targets(role: str, names: list[str], targets: dict[tuple[str, str], TargetCounters],
+                         expected: dict[tuple[str, str], Expected]) -> None:
+    """The exit WARNINGs of one role: targets no process of the run called; a role with no eligible call."""
+    any_called = any_eligible = False
+    for target in names:
+        counts = targets.get((role, target), TargetCounters())
+        exp = expected.get((role, target))
+        called = counts.called or (exp is not None and exp.elsewhere("called"))
+        any_called = any_called or called
+        any_eligible = any_eligible or counts.eligible or (exp is not None and exp.elsewhere("eligible"))
+        if not called and exp is not None:
+            logger.warning(
+                "skipweave: role %s target %s (%s) was woven but never called in this run; check that the path "
+                "names the method the trainer really calls (an override in a subclass, a copy taken by "
+                "'from module import name' before weaving, or a method of another class run by the workers)",
+                role, target, exp.path,
+            )
+    if any_called and not any_eligible and any(r == role for r, _ in expected):
+        steps = next((e.steps for (r, _), e in expected.items() if r == role), "?")
+        logger.warning(
+            "skipweave: role %s: none of its calls was eligible, so nothing was recorded or replayed: each was a "
+            "validation call or its step lies outside skip.%s.steps=%s; check the steps and skip.%s.step "
+            "(where the step is read) and skip.%s.bypass", role, role, steps, role, role,
         )

@@ -62,11 +62,13 @@ def test_one_line_per_hit_miss_and_bypass_and_counters(host_module: Any, tmp_pat
         ("INFO", f"skipweave miss role=rollout target=g step=1 recorded_bytes={b1}"),
         ("DEBUG", "skipweave bypass role=rollout target=g step=None"),
         ("INFO", f"skipweave miss role=rollout target=g step=2 recorded_bytes={b2}"),
+        ("INFO", "skipweave summary role=rollout: calls=3 hits=0 misses=2 bypasses=1 record_failures=0 "
+                 "seconds_saved=0.0"),  # the first plan ends at unweave
         ("INFO", f"skipweave hit role=rollout target=g step=1 served_by=1 bytes={b1}"),
         ("INFO", f"skipweave hit role=rollout target=g step=5 served_by=2 bytes={b2}"),
     ]
     assert re.search(r"call_s=\d+\.\d{3}$", lines[0][1])
-    assert lines[4][1].endswith(f"saved_s={s2:.3f}") and re.search(r"read_s=\d+\.\d{3} ", lines[4][1])
+    assert lines[5][1].endswith(f"saved_s={s2:.3f}") and re.search(r"read_s=\d+\.\d{3} ", lines[5][1])
 
     expected = {"hits": 2, "misses": 2, "bypasses": 1, "bytes_read": b1 + b2, "bytes_written": b1 + b2,
                 "record_failures": 0}
@@ -81,7 +83,9 @@ def test_one_line_per_hit_miss_and_bypass_and_counters(host_module: Any, tmp_pat
         report.log_summary()
     assert _lines(caplog) == [("INFO", (
         f"skipweave summary: hits=2 misses=2 bypasses=1 bytes_read={b1 + b2} bytes_written={b1 + b2} "
-        f"generation_seconds_saved={s1 + s2:.1f} record_failures=0"))]
+        f"generation_seconds_saved={s1 + s2:.1f} record_failures=0")), ("INFO", (
+        f"skipweave summary role=rollout: calls=2 hits=2 misses=0 bypasses=0 record_failures=0 "
+        f"seconds_saved={s1 + s2:.1f}"))]
     report.reset()
     assert set(skipweave.counters().values()) == {0}
 
@@ -113,3 +117,94 @@ def test_summary_is_logged_when_the_process_ends(host_module: Any, tmp_path: Pat
     assert summary[0].startswith(f"skipweave INFO skipweave summary: hits=1 misses=1 bypasses=0 bytes_read={b} "
                                  f"bytes_written={b} generation_seconds_saved=")
     assert proc.stderr.index("skipweave hit ") < proc.stderr.index("skipweave summary:")
+
+
+SILENT_HOST = '''
+class Batch:
+    def __init__(self, step):
+        self.meta_info = {"global_steps": step}
+
+
+class Gen:
+    def generate(self, batch):
+        return {"step": batch.meta_info["global_steps"]}
+
+    def score(self, batch):
+        return {"score": 1.0}
+'''
+
+SILENT_SCRIPT = '''
+import logging, os, subprocess, sys
+sys.path.insert(0, {folder!r})
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+import skipweave, {name} as m
+skipweave.weave({cfg!r})
+calls = sys.argv[1].split(",") if len(sys.argv) > 1 and sys.argv[1] else []
+for what in calls:
+    if what == "child":  # another process of this run makes the calls (a Ray worker, a torchrun rank ...)
+        subprocess.run([sys.executable, __file__, "gen,score"], check=True)
+    elif what == "child-gen":
+        subprocess.run([sys.executable, __file__, "gen"], check=True)
+    else:
+        for step in (1, 2):
+            getattr(m.Gen(), "generate" if what == "gen" else "score")(m.Batch(step))
+'''
+
+
+def _silent_run(tmp_path: Path, folder: Path, name: str, calls: str, **role: Any) -> str:
+    cfg = {"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path / "dump"),
+                                "targets": {"gen": f"{name}:Gen.generate", "score": f"{name}:Gen.score"}, **role}}}
+    script = tmp_path / "silent.py"
+    script.write_text(SILENT_SCRIPT.format(folder=str(folder), name=name, cfg=cfg))
+    env = {k: v for k, v in os.environ.items() if k != "SKIPWEAVE_RUN"}
+    proc = subprocess.run([sys.executable, str(script), calls], capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stderr
+
+
+SILENT_RUNS = {  # name -> (calls, role settings); run together, each in its own dump dir
+    "one target called": ("gen", {}),
+    "nothing eligible": ("gen,score", {"steps": [100]}),
+    "a child calls both": ("child", {}),
+    "a child calls one": ("child-gen", {}),
+}
+
+
+@pytest.fixture(scope="module")
+def silent_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The stderr of each of :data:`SILENT_RUNS` (a process start imports torch: started together)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    folder = tmp_path_factory.mktemp("silent_host")
+    name = f"silent_host_{os.getpid()}"
+    (folder / f"{name}.py").write_text(SILENT_HOST)
+    with ThreadPoolExecutor(max_workers=len(SILENT_RUNS)) as pool:
+        futures = {k: pool.submit(_silent_run, tmp_path_factory.mktemp("silent"), folder, name, calls, **role)
+                   for k, (calls, role) in SILENT_RUNS.items()}
+        return {k: f.result() for k, f in futures.items()}
+
+
+def _never_called(stderr: str) -> list[str]:
+    return re.findall(r"WARNING skipweave: role rollout target (\w+) \([^)]*\) was woven but never called", stderr)
+
+
+def test_a_target_never_called_is_named_at_exit_and_one_called_is_not(silent_runs: dict[str, str]) -> None:
+    err = silent_runs["one target called"]
+    assert _never_called(err) == ["score"], err
+    assert "skipweave summary role=rollout: calls=2 hits=0 misses=2 bypasses=0 record_failures=0" in err
+    assert "none of its calls was eligible" not in err
+
+
+def test_a_role_with_no_eligible_call_says_so_at_exit(silent_runs: dict[str, str]) -> None:
+    err = silent_runs["nothing eligible"]
+    assert _never_called(err) == []
+    assert err.count("none of its calls was eligible") == 1, err
+    assert "skip.rollout.steps=" in err and "100" in err
+    assert "calls=4 hits=0 misses=0 bypasses=4" in err
+
+
+def test_calls_made_by_another_process_of_the_run_count(silent_runs: dict[str, str]) -> None:
+    err = silent_runs["a child calls both"]  # the driver calls nothing itself
+    assert _never_called(err) == [], err
+    err = silent_runs["a child calls one"]
+    assert _never_called(err) == ["score", "score"], err  # said by the child at its exit, and by the driver

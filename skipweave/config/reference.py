@@ -60,7 +60,7 @@ GUIDE: dict[type[enum.Enum], str] = {
     StepSourceKind: "steps.md#step-sources",
     BypassKind: "steps.md#bypass",
     OnMismatch: "troubleshooting.md#a-fingerprint-mismatch",
-    ShardKind: "ray.md#shards-several-actors-calling-one-target",
+    ShardKind: "ray.md#several-writers-of-one-target",
 }
 """The guide page that explains each enum with examples."""
 

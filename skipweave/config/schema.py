@@ -70,7 +70,8 @@ class ShardKind(str, enum.Enum):
     """How entries of several processes calling one target at one step are kept apart.
 
     - ``auto`` / ``rank``: the ``RANK`` environment variable (verl's worker groups and torchrun set it
-      in every worker), ``0`` when unset.
+      in every worker), else ``LOCAL_RANK``, else ``0``. Writers that share a shard this way (Ray actors or
+      threads without a rank of their own) are told apart by their inputs.
     - ``fingerprint``: the input fingerprint (each distinct input is its own shard).
     - ``none``: one shard for every process.
     """

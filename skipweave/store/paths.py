@@ -31,6 +31,8 @@ NAME_MAX = 200
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z", re.ASCII)  # \Z: '$' would accept a final '\n'
 _STEP_RE = re.compile(r"^(?:0|-?[1-9][0-9]*)\Z", re.ASCII)  # exactly what str(step) writes: no '007', no '-0'
 SET_ASIDE = "_set_aside"
+RUNS = ".runs"
+"""Dump-dir folder of the marks a run's processes leave each other (:mod:`skipweave.store.runs`); the CLI skips it."""
 """Folder of a role holding set-aside parts and entries (the one name below a role that is not a step)."""
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -117,7 +119,7 @@ def inside(root: str, *parts: str, create: bool = False) -> str:
         OSError: ``create`` and a folder could not be made.
     """
     for part in parts:
-        if part != SET_ASIDE and not is_step_name(part):
+        if part not in (SET_ASIDE, RUNS) and not is_step_name(part):
             check_name("path component", part)
     path = root
     for part in parts:
@@ -286,6 +288,8 @@ def remove_tree(path: str) -> None:
 __all__ = [
     "NAME_MAX",
     "NAME_RULE",
+    "RUNS",
+    "SET_ASIDE",
     "UnsafePath",
     "check_name",
     "dump_dir_problem",

@@ -619,10 +619,10 @@ class SkipProxy:
             if committed.call != key.call and self._taken_by_concurrent(key):
                 self._warn_shared(d, f"already held call {key.call} from another writer of this run")
         except codec.PickleRefused as exc:
-            report.record_failed()
+            report.record_failed(self.role.role, self.target.name)
             logger.warning("skipweave: not recording %s: %s", key, exc)
         except Exception as exc:  # a failed record never fails the training call
-            report.record_failed()
+            report.record_failed(self.role.role, self.target.name)
             logger.warning(
                 "skipweave: recording %s under %s failed (%s: %s); the live result is returned and nothing "
                 "partial was left", key, self.store.dump_dir, type(exc).__name__, exc,
@@ -660,6 +660,7 @@ def _screened(proxy: SkipProxy, screen: Screen) -> Callable[..., Any]:
     cache_token = abc.get_cache_token
     token = [cache_token()]
     counters, log = report.COUNTERS, report.logger
+    counts, first_call = report.for_target(proxy.role.role, proxy.target.name), report.first_call
     log_each = log.isEnabledFor(logging.DEBUG)
     role, target = proxy.role.role, proxy.target.name
     coroutine = types.CoroutineType
@@ -697,6 +698,9 @@ def _screened(proxy: SkipProxy, screen: Screen) -> Callable[..., Any]:
             if type(step) is not int or step in eligible:
                 return call(wrapped, instance, args, kwargs)
         counters.bypasses += 1
+        counts.bypasses += 1
+        if not counts.called:
+            first_call(role, target, eligible=False)
         if log_each:
             log.debug(report.BYPASS_LINE, role, target, step)
         result = wrapped(*args, **kwargs)

@@ -22,11 +22,14 @@ from typing import Any
 
 import wrapt
 
+from skipweave import report
 from skipweave.config.errors import ConfigError
 from skipweave.config.schema import RoleConfig, ShardKind, SkipConfig, TargetSpec
 from skipweave.policy.bypass import make_bypass
+from skipweave.store import runs
 from skipweave.store.paths import dump_dir_problem
 from skipweave.store.step_store import StepStore
+from skipweave.store.writers import run_id, started_unix
 from skipweave.weaving.proxy import SkipProxy, shard_label
 from skipweave.weaving.resolve import ResolvedPath, TargetNotFound, resolve_owner, split_path
 from skipweave.weaving.unpatch import remove_wrapper
@@ -148,8 +151,10 @@ class Weaver:
                     _proxy_class(target)
             self._state = _State(key, plan, [], {}, self._state.generation + 1)
             generation = self._state.generation
+            run_id()  # now, so that the processes this one starts inherit it (they are writers of this run)
             try:
                 for p in patches:
+                    report.expect(p.role.role, p.target.name, self._expected(p))
                     self._state.patches.append(p)
                     wrapt.register_post_import_hook(self._hook(p, generation), p.rpath.module)
             except BaseException:
@@ -164,6 +169,22 @@ class Weaver:
                 applied, ", ".join(r.role for r in plan.enabled_roles) or "-", len(patches) - applied,
             )
             return self.patches
+
+    def _expected(self, patch: Patch) -> report.Expected:
+        """What the exit summary needs of a woven target: its path, its role's steps, and the run marks."""
+        store = self._store(patch.role)
+        target = patch.target.name
+
+        def mark(kind: str) -> None:
+            runs.mark(store.dump_dir, store.namespace, store.role, run_id(), target, kind)
+
+        def elsewhere(kind: str) -> bool:
+            return runs.marked(store.dump_dir, store.namespace, store.role, run_id(), target, kind,
+                               since=started_unix())
+
+        steps = patch.role.steps.to_config()
+        text = "[" + ",".join(str(x) for x in steps) + "]" if isinstance(steps, list) else str(steps)
+        return report.Expected(patch.target.path, text, mark, elsewhere)
 
     def _hook(self, patch: Patch, generation: int) -> Any:
         def on_import(module: Any) -> None:
@@ -214,6 +235,8 @@ class Weaver:
         """
         with self._lock:
             self.close_parts()
+            if self._state.plan_key is not None:
+                report.end_plan()
             for p in reversed(self._state.patches):
                 if p.pending or p.handle is None:
                     continue

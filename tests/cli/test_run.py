@@ -78,6 +78,10 @@ def _failures(tmp: Path) -> tuple[Path, dict[str, Run]]:
         "print plan": launch(
             "run", "--skip", "rollout_repeat", "skip.rollout.steps=[1,2]", GEN, "--print-plan", cwd=tmp
         ),
+        "never called": launch(  # the program never imports lazy_worker: its target is never called
+            "run", "--skip", "rollout_cache", f"skip.rollout.dump_dir={tmp}/never", GEN,
+            "+skip.rollout.targets.lazy=lazy_worker.LazyGenerator.generate", "--", *script, cwd=tmp,
+        ),
     }
 
 
@@ -127,6 +131,10 @@ def test_launcher_refuses_bad_plans_before_or_as_the_program_starts(runs: Scenar
         for needle in needles:
             assert needle in result.stderr, (name, result)
     assert not (tmp / "child-ran").exists(), "a command ran although its plan was refused"
+    never = results["never called"]
+    assert never.returncode == 0, never
+    assert "role rollout target lazy (lazy_worker.LazyGenerator.generate) was woven but never called" in never.stderr
+    assert "target gen (" not in never.stderr
     plan = json.loads(results["print plan"].stdout)
     role = plan["skip"]["rollout"]
     assert (role["enable"], role["action"], role["steps"]) == (True, "repeat", ["1-2"])

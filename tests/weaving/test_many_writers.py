@@ -120,7 +120,7 @@ print(json.dumps({{"out": out, "live": len(m.LIVE)}}))
 '''
 
 
-@pytest.mark.parametrize("variant", ["no RANK, independent", "no RANK, one launcher", "RANK"])
+@pytest.mark.parametrize("variant", ["no RANK", "RANK"])
 def test_four_processes_each_get_their_own_result_in_both_runs(host_module: Any, tmp_path: Path,
                                                              variant: str) -> None:
     name, folder = host_module(HOST)
@@ -133,11 +133,11 @@ def test_four_processes_each_get_their_own_result_in_both_runs(host_module: Any,
         sync.mkdir()
         procs = []
         for who in range(4):
+            # Independent processes (no run id in common: started by hand, not by one woven launcher) are the
+            # hardest case; children of one launcher share its run id, as Ray workers do (tests/integrations/ray).
             env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "SKIPWEAVE_RUN")}
             if variant == "RANK":
                 env["RANK"] = str(who)
-            elif variant == "no RANK, one launcher":
-                env["SKIPWEAVE_RUN"] = f"launcher{run}"  # what children of one woven launcher inherit
             procs.append(subprocess.Popen([sys.executable, str(script), str(folder), str(dump), str(who), str(sync)],
                                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         reports = {}

@@ -263,7 +263,7 @@ class TqSampleProxy(_TqProxy):
             nbytes = store.record(store.key(step, TQ_TARGET, shard, call), payload, target_path=self.target.path,
                                   fingerprint="", rng_state=None, seconds=seconds)
         except Exception as exc:  # noqa: BLE001 - a failed record never fails the training step
-            report.record_failed()
+            report.record_failed(self.role.role, self.target.name)
             logger.warning("skipweave: recording V1 step %d mini-batch %d failed (%s: %s); training goes on",
                            step, call, type(exc).__name__, exc)
         report.event(report.MISS, role=self.role.role, target=self.target.name, step=step, nbytes=nbytes,

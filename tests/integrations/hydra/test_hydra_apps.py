@@ -155,6 +155,26 @@ def test_usual_overrides(runs: Scenarios) -> None:
     assert not (dump / "off").exists()
 
 
+@scenario("test_targets_never_called_and_roles_never_eligible_are_named_at_the_end")
+def _silent(tmp: Path) -> tuple[Run, Run]:
+    never = run(hydra_app("app.py", "+skip=rollout_cache", GEN, f"skip.rollout.dump_dir={tmp}/a",
+                          "+skip.rollout.targets.lazy=lazy_worker.LazyGenerator.generate", out=tmp / "a"), cwd=tmp)
+    ineligible = run(hydra_app("app.py", "+skip=rollout_cache", GEN, f"skip.rollout.dump_dir={tmp}/b",
+                               "skip.rollout.steps=[50]", out=tmp / "b"), cwd=tmp)
+    return never, ineligible
+
+
+def test_targets_never_called_and_roles_never_eligible_are_named_at_the_end(runs: Scenarios) -> None:
+    never, ineligible = runs.result("test_targets_never_called_and_roles_never_eligible_are_named_at_the_end")
+    assert never.returncode == 0 and ineligible.returncode == 0, (never, ineligible)
+    out = never.stdout + never.stderr
+    assert "role rollout target lazy (lazy_worker.LazyGenerator.generate) was woven but never called" in out, never
+    assert "target gen (" not in out and "none of its calls was eligible" not in out
+    out = ineligible.stdout + ineligible.stderr
+    assert "role rollout: none of its calls was eligible" in out and "skip.rollout.steps=" in out, ineligible
+    assert "skipweave summary role=rollout: calls=3 hits=0 misses=0 bypasses=3" in out, ineligible
+
+
 # --- failures -----------------------------------------------------------------------------------------
 
 FAILURES = {
