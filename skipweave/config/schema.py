@@ -48,6 +48,7 @@ class StepSourceKind(str, enum.Enum):
     ATTR = "attr"
     REGEX = "regex"
     COUNTER = "counter"
+    EXPR = "expr"
 
 
 class BypassKind(str, enum.Enum):
@@ -56,6 +57,7 @@ class BypassKind(str, enum.Enum):
     ARG = "arg"
     NEVER = "never"
     CALLABLE = "callable"
+    EXPR = "expr"
 
 
 class OnMismatch(str, enum.Enum):
@@ -140,12 +142,16 @@ class StepSourceConfig:
             bound instance (``attr``), e.g. ``meta_info.global_steps`` or ``state.global_step``.
         pattern: regular expression with one group that captures the step (``regex``), e.g.
             ``sample_\\d+_(\\d+)$`` for verl's async sample ids.
+        expr: a Python expression giving the step (``expr``; setting it selects that source), over ``self``,
+            the target's parameters by name, ``args`` and ``kwargs``, e.g. ``self.state.global_step``
+            (a ``transformers.Trainer``'s step, counted from 0). See :mod:`skipweave.policy.expressions`.
     """
 
     source: StepSourceKind = StepSourceKind.AUTO
     arg: int | str = 0
     path: str = "meta_info.global_steps"
     pattern: str | None = None
+    expr: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,12 +164,16 @@ class BypassConfig:
         arg: positional index or keyword name of the argument to inspect.
         paths: dotted paths inside that argument; a call is bypassed when any is truthy.
         callable: ``pkg.mod:fn`` called as ``fn(args, kwargs) -> bool`` (``when: callable``).
+        expr: a Python expression, truthy for a call that runs live (``when: expr``; setting it selects that
+            kind), over ``self``, the target's parameters by name, ``args`` and ``kwargs``, e.g.
+            ``not self.model.training`` (evaluation) or ``prompts.meta_info.get('validate')``.
     """
 
     when: BypassKind = BypassKind.ARG
     arg: int | str = 0
     paths: tuple[str, ...] = ("meta_info.validate",)
     callable: str | None = None
+    expr: str | None = None
 
 
 @dataclass(frozen=True)
@@ -205,6 +215,13 @@ class RoleConfig:
             incomplete by an interrupted run. ``None``: learned from finished steps, else 1.
         record_steps: for ``repeat*`` actions, steps recorded when missing even though another
             recorded step could serve them (verl 2026's ``1..max_dump_step``); ``None``: only the first.
+        echo: live values a replay copies into the served result, ``{destination: source}``: the destination an
+            item or attribute of ``result``, the source an expression over the call (the generic form of
+            verl's ``uid`` echo), e.g. ``{"result.meta_info['request_id']": "prompts.meta_info['request_id']"}``.
+        effects: attributes or items the target changes besides returning its result, e.g. ``self._metrics``
+            or ``self.state.num_input_tokens_seen``: their values after the real call are recorded with the
+            result and put back on replay (mappings and lists in place), so a replay leaves the host as the
+            real call did.
         single_flight: for ``repeat*`` actions, a call that a recording still being made in this process would
             serve waits for it and is then served, instead of generating too (e.g. steps 1-5 started together
             on an empty store: step 1 generates, 2-5 wait and replay it). ``false``: every such call generates.
@@ -226,6 +243,8 @@ class RoleConfig:
     trusted_classes: tuple[str, ...] = ()
     calls_per_step: int | None = None
     record_steps: StepSet | None = None
+    echo: tuple[tuple[str, str], ...] = ()
+    effects: tuple[str, ...] = ()
     single_flight: bool = True
 
     def to_config(self) -> dict[str, Any]:
@@ -245,12 +264,14 @@ class RoleConfig:
                 "arg": self.step.arg,
                 "path": self.step.path,
                 "pattern": self.step.pattern,
+                "expr": self.step.expr,
             },
             "bypass": {
                 "when": self.bypass.when.value,
                 "arg": self.bypass.arg,
                 "paths": list(self.bypass.paths),
                 "callable": self.bypass.callable,
+                "expr": self.bypass.expr,
             },
             "fingerprint": {
                 "on_mismatch": self.fingerprint.on_mismatch.value,
@@ -262,6 +283,8 @@ class RoleConfig:
             "trusted_classes": list(self.trusted_classes),
             "calls_per_step": self.calls_per_step,
             "record_steps": None if self.record_steps is None else self.record_steps.to_config(),
+            "echo": dict(self.echo),
+            "effects": list(self.effects),
             "single_flight": self.single_flight,
         }
 
@@ -285,7 +308,7 @@ class SkipConfig:
 _ROLE_KEYS = {
     "enable", "action", "steps", "dump_dir", "namespace", "targets", "step", "bypass",
     "fingerprint", "shard", "restore_rng", "allow_pickle", "trusted_classes", "calls_per_step", "record_steps",
-    "single_flight",
+    "single_flight", "echo", "effects",
 }
 _RANGE_RE = re.compile(r"^\s*(-?\d+)\s*(?:-|\.\.|:)\s*(-?\d+)\s*$")
 _PATH_RE = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$")
@@ -502,19 +525,25 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
     step_raw = data.get("step")
     if isinstance(step_raw, str):
         step_raw = {"source": step_raw}
-    step = _sub(f"{key}.step", step_raw, {"source", "arg", "path", "pattern"})
+    step = _sub(f"{key}.step", step_raw, {"source", "arg", "path", "pattern", "expr"})
     bypass_raw = data.get("bypass", {})
     if bypass_raw is None or bypass_raw is False:
         bypass_raw = {"when": "never"}
-    bypass = _sub(f"{key}.bypass", bypass_raw, {"when", "arg", "paths", "callable"})
+    bypass = _sub(f"{key}.bypass", bypass_raw, {"when", "arg", "paths", "callable", "expr"})
     fp = _sub(f"{key}.fingerprint", data.get("fingerprint"), {"on_mismatch", "ignore"})
 
+    step_expr = _expression(f"{key}.step.expr", step.get("expr"))
     step_cfg = StepSourceConfig(
-        source=_enum(StepSourceKind, f"{key}.step.source", step.get("source", "auto")),
+        source=_enum(StepSourceKind, f"{key}.step.source", step.get("source", "expr" if step_expr else "auto")),
         arg=_arg_ref(f"{key}.step.arg", step.get("arg", 0)),
         path=_optional_path(f"{key}.step.path", step.get("path", "meta_info.global_steps")),
         pattern=_str(f"{key}.step.pattern", step.get("pattern"), optional=True),
+        expr=step_expr,
     )
+    if (step_cfg.source is StepSourceKind.EXPR) != (step_expr is not None):
+        raise ConfigError(f"{key}.step.expr", step_expr,
+                          "an expression exactly when step.source=expr (setting step.expr alone selects it; "
+                          f"step.source is {step_cfg.source.value!r})")
     if step_cfg.pattern is not None or step_cfg.source is StepSourceKind.REGEX:
         if step_cfg.pattern is None:
             raise ConfigError(
@@ -527,12 +556,18 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
         if compiled.groups < 1:
             raise ConfigError(f"{key}.step.pattern", step_cfg.pattern, "a regular expression with one capturing group")
 
+    bypass_expr = _expression(f"{key}.bypass.expr", bypass.get("expr"))
     bypass_cfg = BypassConfig(
-        when=_enum(BypassKind, f"{key}.bypass.when", bypass.get("when", "arg")),
+        when=_enum(BypassKind, f"{key}.bypass.when", bypass.get("when", "expr" if bypass_expr else "arg")),
+        expr=bypass_expr,
         arg=_arg_ref(f"{key}.bypass.arg", bypass.get("arg", 0)),
         paths=_paths(f"{key}.bypass.paths", bypass.get("paths", ["meta_info.validate"])),
         callable=_str(f"{key}.bypass.callable", bypass.get("callable"), optional=True),
     )
+    if (bypass_cfg.when is BypassKind.EXPR) != (bypass_expr is not None):
+        raise ConfigError(f"{key}.bypass.expr", bypass_expr,
+                          "an expression exactly when bypass.when=expr (setting bypass.expr alone selects it; "
+                          f"bypass.when is {bypass_cfg.when.value!r})")
     if bypass_cfg.when is BypassKind.CALLABLE and not bypass_cfg.callable:
         raise ConfigError(f"{key}.bypass.callable", None, "a function path 'pkg.mod:fn' when bypass.when=callable")
     if bypass_cfg.callable is not None and not _PATH_RE.match(bypass_cfg.callable):
@@ -568,8 +603,49 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
         record_steps=None
         if data.get("record_steps") is None
         else parse_steps(f"{key}.record_steps", data["record_steps"]),
+        echo=_echo(f"{key}.echo", data.get("echo")),
+        effects=_effects(f"{key}.effects", data.get("effects")),
         single_flight=_bool(f"{key}.single_flight", data.get("single_flight", True)),
     ), key, explicit_targets=isinstance(data.get("targets"), Mapping))
+
+
+def _expression(key: str, value: Any, *, assignable: bool = False) -> str | None:
+    """Check a config expression (compiled, as the proxy will); return its text, ``None`` when unset."""
+    if value is None:
+        return None
+    from skipweave.policy.expressions import Expression  # compiles it: a syntax error names the key
+
+    return Expression(key, value, assignable=assignable).text
+
+
+def _echo(key: str, value: Any) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise ConfigError(key, value, "a mapping {destination: source}, e.g. "
+                                      "{\"result.meta_info['uid']\": \"prompts.meta_info['uid']\"}")
+    out = []
+    for dest, source in value.items():
+        dest_text = _expression(f"{key}[{dest!r}]", dest, assignable=True)
+        source_text = _expression(f"{key}[{dest!r}]", source)
+        assert dest_text is not None and source_text is not None
+        out.append((dest_text, source_text))
+    return tuple(out)
+
+
+def _effects(key: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(key, value, "a list of attributes or items the target changes, e.g. ['self._metrics']")
+    out = []
+    for i, item in enumerate(value):
+        text = _expression(f"{key}[{i}]", item, assignable=True)
+        assert text is not None
+        out.append(text)
+    return tuple(out)
 
 
 def _checked(role: RoleConfig, key: str, *, explicit_targets: bool) -> RoleConfig:

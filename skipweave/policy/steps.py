@@ -16,6 +16,7 @@ from typing import Any
 
 from skipweave.config.schema import StepSourceConfig, StepSourceKind
 from skipweave.policy.access import MISSING, get_arg, get_path
+from skipweave.policy.expressions import Expression, ExpressionFailed
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +25,7 @@ _lock = threading.Lock()
 
 
 class StepError(RuntimeError):
-    """The configured step source gave no usable step for a call."""
+    """The configured step source gave no usable step for a call (the message names the key and what it found)."""
 
 
 def set_step(step: int | None) -> None:
@@ -71,13 +72,17 @@ class StepSource:
     only advances on calls that are not bypassed (the proxy calls :meth:`step_for` only then).
     """
 
-    def __init__(self, cfg: StepSourceConfig, positions: Mapping[str, int] | None = None, *, name: str = "") -> None:
+    def __init__(self, cfg: StepSourceConfig, positions: Mapping[str, int] | None = None, *, name: str = "",
+                 key: str = "skip.<role>.step") -> None:
         self.cfg = cfg
         self.positions = positions
         self.name = name
+        self.key = key
         self._warned = False
         self._counter = 0
         self._pattern = re.compile(cfg.pattern) if cfg.pattern else None
+        self._expr = Expression(f"{key}.expr", cfg.expr) if cfg.expr is not None else None
+        self.defaults: Mapping[str, Any] = {}  # parameter defaults of the target, for the expression
         self._lock = threading.Lock()
 
     def _next_count(self) -> int:
@@ -93,11 +98,21 @@ class StepSource:
             args, kwargs: the call's arguments, as the host passed them.
 
         Raises:
-            StepError: the source is ``arg``/``attr``/``regex``/``set_step`` and gives nothing usable;
-                the message names the source and what was found.
+            StepError: the source is ``arg``/``attr``/``regex``/``set_step``/``expr`` and gives nothing usable;
+                the message names the key, the source and what it found.
         """
         cfg = self.cfg
         kind = cfg.source
+        if kind is StepSourceKind.EXPR:
+            assert self._expr is not None
+            try:
+                value = self._expr.evaluate(instance, args, kwargs, self.positions, defaults=self.defaults)
+            except ExpressionFailed as exc:
+                raise StepError(str(exc)) from None
+            step = _as_step(value)
+            if step is None:
+                raise StepError(f"{self.key}.expr {cfg.expr!r} gave {_show(value)}, not an integer step")
+            return step
         if kind is StepSourceKind.AUTO:
             step = _as_step(get_path(get_arg(args, kwargs, cfg.arg, self.positions), cfg.path))
             if step is not None:
@@ -116,15 +131,17 @@ class StepSource:
             return self._next_count()
         if kind is StepSourceKind.SET_STEP:
             if _explicit_step is None:
-                raise StepError("step source 'set_step' but skipweave.set_step(n) was never called")
+                raise StepError(f"{self.key}.source=set_step, but skipweave.set_step(n) was never called")
             return _explicit_step
         if kind is StepSourceKind.ATTR:
             value = get_path(instance, cfg.path)
             step = _as_step(value)
             if step is None:
-                raise StepError(f"step source attr '{cfg.path}' of {type(instance).__name__} gave {_show(value)}")
+                raise StepError(f"{self.key}.path '{cfg.path}' (source attr) on {_held(instance)} gave "
+                                f"{_show(value)}")
             return step
-        value = get_path(get_arg(args, kwargs, cfg.arg, self.positions), cfg.path)
+        arg = get_arg(args, kwargs, cfg.arg, self.positions)
+        value = get_path(arg, cfg.path)
         if kind is StepSourceKind.REGEX:
             assert self._pattern is not None
             text = value if isinstance(value, str) else None
@@ -132,15 +149,31 @@ class StepSource:
             step = _as_step(match.group(1)) if match else None
             if step is None:
                 raise StepError(
-                    f"step source regex {self._pattern.pattern!r} on argument {cfg.arg!r} path '{cfg.path}' "
+                    f"{self.key}.pattern {self._pattern.pattern!r} on argument {cfg.arg!r} path '{cfg.path}' "
                     f"found no step in {_show(value)}"
                 )
             return step
         step = _as_step(value)
         if step is None:
-            raise StepError(f"step source arg {cfg.arg!r} path '{cfg.path}' gave {_show(value)}, not an integer")
+            where = "the call has no such argument" if arg is MISSING else f"argument {cfg.arg!r} is {_held(arg)}"
+            raise StepError(f"{self.key}.path '{cfg.path}' (source arg) gave {_show(value)}, not an integer; "
+                            f"{where}")
         return step
 
 
 def _show(value: Any) -> str:
     return "nothing (path missing)" if value is MISSING else repr(value)[:80]
+
+
+def _held(obj: Any) -> str:
+    """What an object offers to a path, for a message: its type and its first keys or attributes."""
+    if obj is None:
+        return "None"
+    if isinstance(obj, Mapping):
+        names = [str(k) for k in list(obj)[:12]]
+        return f"a {type(obj).__name__} with keys {names}"
+    try:
+        names = [k for k in vars(obj) if not k.startswith("_")][:12]
+    except TypeError:
+        return f"a {type(obj).__name__}"
+    return f"a {type(obj).__name__} with attributes {names}"

@@ -83,6 +83,8 @@ class Loaded:
     result: Any
     rng_state: dict[str, Any] | None
     bytes: int
+    effects: dict[str, Any] | None = None
+    """The values the target's declared side effects had after the real call (``skip.<role>.effects``)."""
 
 
 @dataclass(frozen=True)
@@ -358,8 +360,10 @@ class StepStore:
         if not isinstance(payload, dict) or "result" not in payload:
             raise EntryInvalid(f"payload of {where} holds no recorded result")
         rng = payload.get("rng")
+        effects = payload.get("effects")
         size = judged.tree["bytes"] + judged.tensors["bytes"]
-        return Loaded(judged.manifest, payload["result"], rng if isinstance(rng, dict) else None, size)
+        return Loaded(judged.manifest, payload["result"], rng if isinstance(rng, dict) else None, size,
+                      effects if isinstance(effects, dict) else None)
 
     # ------------------------------------------------------------------ writing
     def prepare_part(self, step: int, target: str, shard: str) -> None:
@@ -434,6 +438,7 @@ class StepStore:
         seconds: float,
         replace: bool = False,
         concurrent: bool = False,
+        effects: dict[str, Any] | None = None,
     ) -> int:
         """Commit one entry atomically into the slot ``key`` names.
 
@@ -453,6 +458,7 @@ class StepStore:
             replace: overwrite an existing committed entry (corrupt entry, fingerprint regenerate).
             concurrent: another thread of this process called the target at this step meanwhile (kept in the
                 manifest: such a part is matched by inputs only, see :mod:`skipweave.policy.matching`).
+            effects: values of the target's declared side effects after the real call, by expression.
 
         Returns:
             Bytes written, or 0 when another writer had already committed the entry (it is kept).
@@ -466,7 +472,7 @@ class StepStore:
         """
         nbytes, _ = self._record(key, result, target_path=target_path, fingerprint=fingerprint,
                                  rng_state=rng_state, seconds=seconds, replace=replace, concurrent=concurrent,
-                                 displace=False)
+                                 effects=effects, displace=False)
         return nbytes
 
     def record_own(
@@ -480,6 +486,7 @@ class StepStore:
         seconds: float,
         replace: bool = False,
         concurrent: bool = False,
+        effects: dict[str, Any] | None = None,
     ) -> tuple[int, EntryKey]:
         """Like :meth:`record`, but a slot another writer already filled is kept and the entry goes to the next
         free call index of its part: every writer's result is recorded, none is dropped.
@@ -491,11 +498,12 @@ class StepStore:
             the same as :meth:`record`.
         """
         return self._record(key, result, target_path=target_path, fingerprint=fingerprint, rng_state=rng_state,
-                            seconds=seconds, replace=replace, concurrent=concurrent, displace=True)
+                            seconds=seconds, replace=replace, concurrent=concurrent, effects=effects,
+                            displace=True)
 
     def _record(self, key: EntryKey, result: Any, *, target_path: str, fingerprint: str,
                 rng_state: dict[str, Any] | None, seconds: float, replace: bool, concurrent: bool,
-                displace: bool) -> tuple[int, EntryKey]:
+                effects: dict[str, Any] | None, displace: bool) -> tuple[int, EntryKey]:
         self._watch_root()
         folder = self.folder(key.step, key.target, create=True)
         while True:
@@ -504,7 +512,7 @@ class StepStore:
                 try:
                     outcome = self._commit(dir_fd, folder, key, result, target_path=target_path,
                                            fingerprint=fingerprint, rng_state=rng_state, seconds=seconds,
-                                           replace=replace, concurrent=concurrent)
+                                           replace=replace, concurrent=concurrent, effects=effects)
                 finally:
                     os.close(dir_fd)
             if outcome is not None or not displace:
@@ -529,7 +537,7 @@ class StepStore:
 
     def _commit(self, dir_fd: int, folder: str, key: EntryKey, result: Any, *, target_path: str, fingerprint: str,
                 rng_state: dict[str, Any] | None, seconds: float, replace: bool,
-                concurrent: bool) -> tuple[int, list[str]] | None:
+                concurrent: bool, effects: dict[str, Any] | None = None) -> tuple[int, list[str]] | None:
         """Write and commit one entry in the folder open as ``dir_fd`` (the caller holds the entry lock).
 
         Returns ``None`` when a valid entry was already committed (and ``replace`` is off), else the bytes
@@ -549,7 +557,10 @@ class StepStore:
                 old = None
         from skipweave.store import codec, tensorfile
 
-        encoded = codec.encode({"result": result, "rng": rng_state}, allow_pickle=self.allow_pickle,
+        payload: dict[str, Any] = {"result": result, "rng": rng_state}
+        if effects is not None:
+            payload["effects"] = effects
+        encoded = codec.encode(payload, allow_pickle=self.allow_pickle,
                                trusted=self.trusted_classes)
         token = uuid.uuid4().hex[:8]
         tree_name = f"{key.stem}.{token}.tree.json"

@@ -43,9 +43,10 @@ from skipweave import report
 from skipweave.config.errors import ConfigError
 from skipweave.config.schema import Action, OnMismatch, RoleConfig, ShardKind, TargetSpec
 from skipweave.policy.actions import choose_step
+from skipweave.policy.expressions import Expression, ExpressionFailed
 from skipweave.policy.matching import Match, match_call
 from skipweave.policy.screen import Screen, screen_for
-from skipweave.policy.steps import StepSource
+from skipweave.policy.steps import StepError, StepSource
 from skipweave.store import codec
 from skipweave.store.fingerprint import fingerprint
 from skipweave.store.manifest import EntryInvalid, seconds_of
@@ -74,7 +75,7 @@ class _Decision:
     """
 
     __slots__ = ("step", "call", "shard", "served", "fp", "replace", "no_store", "running", "slot", "wait",
-                 "done", "thread", "concurrent")
+                 "done", "thread", "concurrent", "instance")
 
     def __init__(self, step: int, call: int, shard: str, served: int | None) -> None:
         self.step, self.call, self.shard, self.served = step, call, shard, served
@@ -87,6 +88,7 @@ class _Decision:
         self.done: concurrent.futures.Future[None] | None = None  # set when this real call and its record end
         self.thread = 0
         self.concurrent = False  # another thread ran a real call of the same step meanwhile
+        self.instance: Any = None  # the bound instance (``self`` of expressions: echo, effects)
 
 
 def annotate(result: Any, status: str, step: int | None, served: int | None) -> None:
@@ -175,7 +177,17 @@ class SkipProxy:
         self._on = [True]  # shared with the screened front (a list: the closure sees every change)
         self._running = [0]  # real calls in progress, in any thread (shared with the screened front)
         self.steps = role.steps
-        self.step_source = StepSource(role.step, positions, name=f"role {role.role} target {target.name}")
+        self.step_source = StepSource(role.step, positions, name=f"role {role.role} target {target.name}",
+                                      key=f"skip.{role.role}.step")
+        self.positions = positions
+        self._defaults: Mapping[str, Any] = {}
+        key = f"skip.{role.role}"
+        self._bypass_expr = Expression(f"{key}.bypass.expr", role.bypass.expr) if role.bypass.expr else None
+        self._effects = tuple(Expression(f"{key}.effects[{i}]", text, assignable=True)
+                              for i, text in enumerate(role.effects))
+        self._echo = tuple((Expression(f"{key}.echo[{dest!r}]", dest, assignable=True),
+                            Expression(f"{key}.echo[{dest!r}]", source)) for dest, source in role.echo)
+        self._step_warned = False
         # What the screen is built from, kept by identity: a subclass that replaces any of them gets no screen.
         self._screen_inputs = (bypass, self.step_source, self.steps, role.bypass, role.step, positions)
         self._calls: dict[tuple[int, str], int] = {}
@@ -186,6 +198,17 @@ class SkipProxy:
         self._inflight: dict[tuple[int, str], list[_Decision]] = {}
         self._shared_warned = False
         self._lock = threading.Lock()
+
+    @property
+    def defaults(self) -> Mapping[str, Any]:
+        """Parameter name -> default of the target's signature (set by the weaver): what an expression naming
+        a parameter the call did not pass reads."""
+        return self._defaults
+
+    @defaults.setter
+    def defaults(self, value: Mapping[str, Any]) -> None:
+        self._defaults = dict(value)
+        self.step_source.defaults = self._defaults
 
     @property
     def active(self) -> bool:
@@ -222,17 +245,44 @@ class SkipProxy:
             return wrapped(*args, **kwargs)
         # A sync-or-await helper awaited by its caller must be called from a coroutine frame, bypasses too.
         awaited = self.bridge and bool(sys._getframe(1).f_code.co_flags & _CORO_FLAGS)
-        if self.bypass(args, kwargs):
+        if self.bypass(args, kwargs) or (self._bypass_expr is not None
+                                         and self._bypassed_by_expr(instance, args, kwargs)):
             return self._live_bypass(wrapped, args, kwargs, None, awaited)
-        step = self.step_source.step_for(instance, args, kwargs)
+        try:
+            step = self.step_source.step_for(instance, args, kwargs)
+        except StepError as exc:  # never fail the training call, never record under a wrong step
+            self._step_failed(exc)
+            return self._live_bypass(wrapped, args, kwargs, None, awaited)
         if step not in self.steps:
             return self._live_bypass(wrapped, args, kwargs, step, awaited)
         decision = self._decide(step, args, kwargs)
+        decision.instance = instance
         if self.is_async:
             return self._async_path(wrapped, args, kwargs, decision)
         if awaited:
             return self._async_path(wrapped, args, kwargs, decision, maybe_sync=True)
         return self._sync_path(wrapped, args, kwargs, decision)
+
+    def _bypassed_by_expr(self, instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
+        assert self._bypass_expr is not None
+        try:
+            return bool(self._bypass_expr.evaluate(instance, args, kwargs, self.positions, defaults=self.defaults))
+        except ExpressionFailed as exc:
+            self._bypass_expr.warn_once(exc, "such calls run live and are not recorded")
+            return True
+        except Exception as exc:  # noqa: BLE001 - its truth value raised (e.g. a tensor of several values)
+            self._bypass_expr.warn_once(ExpressionFailed(
+                f"{self._bypass_expr.key} {self._bypass_expr.text!r} gave a value with no truth value "
+                f"({type(exc).__name__}: {exc})"), "such calls run live and are not recorded")
+            return True
+
+    def _step_failed(self, exc: StepError) -> None:
+        if self._step_warned:
+            logger.debug("skipweave: role %s target %s: %s", self.role.role, self.target.name, exc)
+            return
+        self._step_warned = True
+        logger.warning("skipweave: role %s target %s: %s; such calls run live and are not recorded",
+                       self.role.role, self.target.name, exc)
 
     # ------------------------------------------------------------------ paths
     def _live_bypass(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -509,6 +559,15 @@ class SkipProxy:
                 restore_rng_state(before)
             self._unusable(d, key, f"it cannot be replayed here ({type(exc).__name__}: {exc})")
             return False, None
+        if self._echo or self._effects:
+            try:
+                self._restore(d, loaded, result, args, kwargs)
+            except ExpressionFailed as exc:  # the config does not fit this call: run it live, keep the entry
+                if before is not None:
+                    restore_rng_state(before)
+                logger.warning("skipweave: entry %s is not served: %s; running live without recording", key, exc)
+                d.served, d.no_store = None, True
+                return False, None
         annotate(result, report.HIT, d.step, d.served)
         report.event(
             report.HIT, role=self.role.role, target=self.target.name, step=d.step, served=d.served,
@@ -573,6 +632,36 @@ class SkipProxy:
             self.role.role, self.target.name, d.step, d.shard, what, who, fix,
         )
 
+    def _effects_after(self, d: _Decision) -> dict[str, Any]:
+        """The values of the declared side effects now, after the real call (containers as plain copies)."""
+        out: dict[str, Any] = {}
+        for effect in self._effects:
+            try:
+                out[effect.text] = plain_copy(effect.evaluate(d.instance, (), {}, None))
+            except ExpressionFailed as exc:
+                effect.warn_once(exc, "it is not recorded, and a replay of such a call cannot restore it")
+        return out
+
+    def _restore(self, d: _Decision, loaded: Any, result: Any, args: tuple[Any, ...],
+                 kwargs: Mapping[str, Any]) -> None:
+        """On a hit: copy the echo values into ``result``, put the recorded side effects back.
+
+        Raises:
+            ExpressionFailed: an echo or effect expression failed on this call (nothing of the host changed
+                yet when an echo fails: echoes run first).
+        """
+        for dest, source in self._echo:
+            dest.assign(source.evaluate(d.instance, args, kwargs, self.positions, defaults=self.defaults),
+                        d.instance, args, kwargs, self.positions, result=result, defaults=self.defaults)
+        recorded = loaded.effects or {}
+        for effect in self._effects:
+            if effect.text in recorded:
+                effect.assign(recorded[effect.text], d.instance, args, kwargs, self.positions, defaults=self.defaults)
+            else:
+                effect.warn_once(ExpressionFailed(f"{effect.key} {effect.text!r} is not in the recording of step "
+                                                  f"{d.served} (recorded before it was declared, or it failed "
+                                                  "then)"), "the replay leaves it as it is")
+
     def _unusable(self, d: _Decision, key: Any, reason: str) -> None:
         """An entry that cannot be served: set it aside (one WARNING from the store) and re-record it live."""
         try:
@@ -614,6 +703,7 @@ class SkipProxy:
             nbytes, committed = self.store.record_own(
                 key, result, target_path=self.target.path, fingerprint=d.fp or "",
                 rng_state=rng, seconds=seconds, replace=d.replace, concurrent=d.concurrent,
+                effects=self._effects_after(d) if self._effects else None,
             )
             self._claim(d.step, d.shard, committed.call)
             if committed.call != key.call and self._taken_by_concurrent(key):
@@ -631,6 +721,18 @@ class SkipProxy:
                      nbytes=nbytes, seconds=seconds)
         annotate(result, report.MISS, d.step, None)
         return result
+
+
+def plain_copy(value: Any) -> Any:
+    """A copy of ``value`` with mapping and list subclasses made plain (a ``defaultdict`` becomes a ``dict``), so
+    the codec stores it without pickle; a replay restores it into the host's own containers, types kept."""
+    if isinstance(value, Mapping):
+        return {k: plain_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_copy(v) for v in value]
+    if type(value) is tuple:
+        return tuple(plain_copy(v) for v in value)
+    return value
 
 
 def proxy_of(wrapper: Any) -> SkipProxy | None:

@@ -221,6 +221,7 @@ class Weaver:
         proxy_cls = _proxy_class(patch.target)
         proxy = proxy_cls(patch.role, patch.target, self._store(patch.role), bypass, is_async=is_async,
                           bridge=bridge, positions=positions)
+        proxy.defaults = _defaults(original)
         handle = wrapt.wrap_function_wrapper(owner, attr, proxy.wrapper())
         patch.proxy, patch.owner, patch.attr, patch.handle, patch.pending = proxy, owner, attr, handle, False
         logger.debug("skipweave: patched %s (%s) for role %s", patch.target.path,
@@ -273,6 +274,16 @@ def _positions(original: Any, owner: Any) -> dict[str, int]:
         p.name: i for i, p in enumerate(params)
         if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     }
+
+
+def _defaults(original: Any) -> dict[str, Any]:
+    """Parameter name -> default value, for expressions naming a parameter the host did not pass."""
+    func = original.__func__ if isinstance(original, (classmethod, staticmethod)) else original
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    return {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
 
 
 def _wraps_coroutine_function(func: Any) -> bool:

@@ -1,0 +1,215 @@
+"""Expressions in the config: Python over ``self``, the target's parameters by name, ``args`` and ``kwargs``.
+
+A profile for a trainer that is not verl-shaped says where its step lives, which calls are not training
+calls, which live values a replay must carry and which attributes the target changes::
+
+    step:   {expr: "self.state.global_step"}
+    bypass: {expr: "not self.model.training"}
+    echo:   {"result.meta_info['uid']": "prompts.meta_info['uid']"}
+    effects: ["self._metrics", "self.state.num_input_tokens_seen"]
+
+Each expression is compiled once, when the plan is parsed (a syntax error is a :class:`ConfigError` naming
+the key), into a function of exactly the names it uses: ``self`` (the bound instance, ``None`` for a
+plain function), ``args``/``kwargs`` (the call's arguments as passed), ``result`` (echo destinations) and
+any parameter of the target by name, found whether the host passed it by position or by keyword. Python's
+builtins are available. A profile is code, as a Hydra ``_target_`` is: expressions run in the host process
+with the host's privileges; take profiles only from people you would take code from.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import logging
+import threading
+from collections.abc import Callable, Mapping, MutableMapping, MutableSequence, Sequence
+from typing import Any
+
+from skipweave.config.errors import ConfigError
+from skipweave.policy.access import MISSING, get_arg
+
+logger = logging.getLogger(__name__)
+
+RESERVED = ("self", "args", "kwargs", "result")
+"""Names every expression may use besides the target's parameters."""
+
+
+class ExpressionFailed(Exception):
+    """An expression raised (or named a parameter the call did not pass) while evaluated on a call."""
+
+
+class Expression:
+    """One compiled config expression.
+
+    Args:
+        key: the config key it came from, e.g. ``skip.rollout.step.expr`` (for messages).
+        text: the Python expression.
+        assignable: the expression must name something a value can be assigned to (an attribute
+            ``a.b`` or an item ``a[k]``), as ``effects`` and echo destinations do.
+
+    Raises:
+        ConfigError: ``text`` is not a string holding one Python expression (naming ``key``), or is not
+            assignable when ``assignable`` is set.
+    """
+
+    def __init__(self, key: str, text: Any, *, assignable: bool = False) -> None:
+        if not isinstance(text, str) or not text.strip():
+            raise ConfigError(key, text, "a Python expression, e.g. 'self.state.global_step'")
+        try:
+            tree = ast.parse(text.strip(), mode="eval")
+        except SyntaxError as exc:
+            raise ConfigError(key, text, f"a Python expression (syntax error: {exc.msg})") \
+                from None
+        self.key, self.text = key, text.strip()
+        body = tree.body
+        if assignable and not isinstance(body, (ast.Attribute, ast.Subscript)):
+            raise ConfigError(key, text, "an attribute or an item to assign to, e.g. 'self.state.tokens_seen' or "
+                                         "\"result.meta_info['uid']\"")
+        self.names = _free_names(body)
+        self._fn = _compile(body, self.names, f"<{key}>")
+        self._owner: Callable[..., Any] | None = None
+        self._last: ast.expr | None = None
+        if assignable:
+            assert isinstance(body, (ast.Attribute, ast.Subscript))
+            owner = body.value
+            self._owner = _compile(owner, self.names, f"<{key}>")
+            self._attr = body.attr if isinstance(body, ast.Attribute) else None
+            self._item = None if isinstance(body, ast.Attribute) else _compile(body.slice, self.names, f"<{key}>")
+        self._warned = False
+        self._lock = threading.Lock()
+
+    def _values(self, instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                positions: Mapping[str, int] | None, result: Any, defaults: Mapping[str, Any]) -> list[Any]:
+        out = []
+        for name in self.names:
+            if name == "self":
+                out.append(instance)
+            elif name == "args":
+                out.append(args)
+            elif name == "kwargs":
+                out.append(kwargs)
+            elif name == "result":
+                out.append(result)
+            else:
+                value = get_arg(args, kwargs, name, positions)
+                if value is MISSING:
+                    value = defaults.get(name, MISSING)
+                if value is MISSING:
+                    raise ExpressionFailed(f"the call passed no argument {name!r}")
+                out.append(value)
+        return out
+
+    def evaluate(self, instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                 positions: Mapping[str, int] | None = None, *, result: Any = None,
+                 defaults: Mapping[str, Any] | None = None) -> Any:
+        """Evaluate over one call.
+
+        ``positions`` maps parameter names to their index in ``args``; ``defaults`` gives the value of a
+        parameter the call did not pass (the target's signature defaults).
+
+        Raises:
+            ExpressionFailed: the expression raised, or used a parameter the call did not pass; the message
+                names the key, the expression, the error and the type of ``self``.
+        """
+        try:
+            return self._fn(*self._values(instance, args, kwargs, positions, result, defaults or {}))
+        except ExpressionFailed as exc:
+            raise ExpressionFailed(self._explain(instance, str(exc))) from None
+        except Exception as exc:  # noqa: BLE001 - whatever the host's objects raise, reported for the config
+            raise ExpressionFailed(self._explain(instance, f"{type(exc).__name__}: {exc}")) from None
+
+    def assign(self, value: Any, instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+               positions: Mapping[str, int] | None = None, *, result: Any = None,
+               defaults: Mapping[str, Any] | None = None) -> None:
+        """Put ``value`` where the (assignable) expression points, in place when both are containers.
+
+        A mapping already there is updated in place (its type kept: a ``defaultdict`` stays one, nested
+        mappings are restored the same way), a list is refilled in place; anything else is assigned.
+
+        Raises:
+            ExpressionFailed: as :meth:`evaluate`.
+        """
+        assert self._owner is not None
+        try:
+            values = self._values(instance, args, kwargs, positions, result, defaults or {})
+            owner = self._owner(*values)
+            if self._attr is not None:
+                current = getattr(owner, self._attr, MISSING)
+                if not restore_in_place(current, value):
+                    setattr(owner, self._attr, value)
+            else:
+                assert self._item is not None
+                item = self._item(*values)
+                try:
+                    current = owner[item]
+                except (KeyError, IndexError, TypeError):
+                    current = MISSING
+                if not restore_in_place(current, value):
+                    owner[item] = value
+        except ExpressionFailed as exc:
+            raise ExpressionFailed(self._explain(instance, str(exc))) from None
+        except Exception as exc:  # noqa: BLE001 - reported for the config, never a traceback through skipweave
+            raise ExpressionFailed(self._explain(instance, f"{type(exc).__name__}: {exc}")) from None
+
+    def warn_once(self, exc: ExpressionFailed, then: str) -> None:
+        """Log one WARNING for this expression's first failure (later ones at DEBUG); ``then`` says what the
+        proxy does instead."""
+        with self._lock:
+            first, self._warned = not self._warned, True
+        (logger.warning if first else logger.debug)("skipweave: %s; %s", exc, then)
+
+    def _explain(self, instance: Any, what: str) -> str:
+        on = "a plain function (self is None)" if instance is None else f"an instance of {type(instance).__name__}"
+        return f"{self.key} {self.text!r} failed on {on}: {what}"
+
+
+def restore_in_place(current: Any, value: Any) -> bool:
+    """Make ``current`` hold ``value`` without replacing it, when both are mappings or both lists.
+
+    Returns False (nothing done) otherwise, so the caller assigns. A nested mapping present on both sides is
+    restored in place too, so references the host holds to it (and its type) survive.
+    """
+    if isinstance(current, MutableMapping) and isinstance(value, Mapping):
+        for key in [k for k in current if k not in value]:
+            del current[key]
+        for key, item in value.items():
+            if not (key in current and restore_in_place(current[key], item)):
+                current[key] = item
+        return True
+    if isinstance(current, MutableSequence) and isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        current[:] = list(value)
+        return True
+    return False
+
+
+def _free_names(body: ast.expr) -> tuple[str, ...]:
+    """The names ``body`` reads from outside: not builtins, not bound inside it (comprehension targets,
+    lambda parameters)."""
+    loaded: set[str] = set()
+    bound: set[str] = set()
+    for node in ast.walk(body):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    return tuple(sorted(n for n in loaded - bound if n in RESERVED or not hasattr(builtins, n)))
+
+
+def _compile(node: ast.expr, names: Sequence[str], filename: str) -> Callable[..., Any]:
+    """A function of ``names`` (in order) returning ``node``'s value."""
+    fn = ast.Expression(ast.Lambda(
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in names], kwonlyargs=[], kw_defaults=[],
+                           defaults=[]),
+        body=node,
+    ))
+    ast.fix_missing_locations(fn)
+    made: Callable[..., Any] = eval(compile(fn, filename, "eval"), {"__builtins__": builtins})  # noqa: S307
+    return made
+
+
+def parse_expression(key: str, value: Any, *, assignable: bool = False) -> Expression | None:
+    """``None`` for an unset value, else the compiled :class:`Expression` (see there for the errors)."""
+    return None if value is None else Expression(key, value, assignable=assignable)
+
+
+__all__ = ["Expression", "ExpressionFailed", "RESERVED", "parse_expression", "restore_in_place"]
