@@ -147,6 +147,7 @@ def event(
     nbytes: int = 0,
     seconds: float = 0.0,
     saved: float = 0.0,
+    call: int | None = None,
 ) -> None:
     """Count one decision and log it at INFO (bypasses at DEBUG: validation runs every few steps).
 
@@ -158,6 +159,7 @@ def event(
         nbytes: payload bytes read (hit) or written (miss).
         seconds: wall time of the read (hit) or of the live call (miss).
         saved: generation seconds the hit avoided (the recorded call's own duration).
+        call: the call index of the entry served (hit) or recorded (miss) within its step.
     """
     counts = for_target(role, target)
     if status == BYPASS:  # the hot path: no lock (a lost increment under a thread race is acceptable)
@@ -184,13 +186,13 @@ def event(
             counts.misses += 1
     if status == HIT:
         logger.info(
-            "skipweave hit role=%s target=%s step=%s served_by=%s bytes=%d read_s=%.3f saved_s=%.3f",
-            role, target, step, served, nbytes, seconds, saved,
+            "skipweave hit role=%s target=%s step=%s call=%s served_by=%s bytes=%d read_s=%.3f saved_s=%.3f",
+            role, target, step, call, served, nbytes, seconds, saved,
         )
     else:
         logger.info(
-            "skipweave miss role=%s target=%s step=%s recorded_bytes=%d call_s=%.3f",
-            role, target, step, nbytes, seconds,
+            "skipweave miss role=%s target=%s step=%s call=%s recorded_bytes=%d call_s=%.3f",
+            role, target, step, call, nbytes, seconds,
         )
 
 
@@ -210,8 +212,36 @@ def _register_summary() -> None:
         atexit.register(log_summary)
 
 
+SUMMARY_ENV = "SKIPWEAVE_SUMMARY"
+"""Set to ``0`` to keep the exit summary off stderr in a program that configured no logging."""
+
+
 def log_summary() -> None:
-    """Log the totals of this process and end the plan still woven (:func:`end_plan`); called at interpreter exit."""
+    """Log the totals of this process and end the plan still woven (:func:`end_plan`); called at interpreter exit.
+
+    A program that configured no logging at all (no handler on the ``skipweave`` logger or the root logger)
+    still gets these lines, on stderr, unless ``SKIPWEAVE_SUMMARY=0``; a program that configured logging
+    gets them through its own handlers, at its own levels.
+    """
+    import os
+    import sys
+
+    handler: logging.Handler | None = None
+    if not logger.hasHandlers() and os.environ.get(SUMMARY_ENV, "1") != "0":
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        before = logger.level
+        logger.setLevel(before or logging.INFO)
+    try:
+        _log_totals_and_end()
+    finally:
+        if handler is not None:
+            logger.removeHandler(handler)
+            logger.setLevel(before)
+
+
+def _log_totals_and_end() -> None:
     c = counters()
     if c["hits"] or c["misses"] or c["bypasses"]:
         logger.info(

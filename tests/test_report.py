@@ -59,13 +59,13 @@ def test_one_line_per_hit_miss_and_bypass_and_counters(host_module: Any, tmp_pat
     s1, s2 = (float(_manifest(dump, s)["generation_seconds"]) for s in (1, 2))
     lines = _lines(caplog)
     assert [(level, msg.split(" read_s=")[0].split(" call_s=")[0]) for level, msg in lines] == [
-        ("INFO", f"skipweave miss role=rollout target=g step=1 recorded_bytes={b1}"),
+        ("INFO", f"skipweave miss role=rollout target=g step=1 call=0 recorded_bytes={b1}"),
         ("DEBUG", "skipweave bypass role=rollout target=g step=None"),
-        ("INFO", f"skipweave miss role=rollout target=g step=2 recorded_bytes={b2}"),
+        ("INFO", f"skipweave miss role=rollout target=g step=2 call=0 recorded_bytes={b2}"),
         ("INFO", "skipweave summary role=rollout: calls=3 hits=0 misses=2 bypasses=1 record_failures=0 "
                  "seconds_saved=0.0"),  # the first plan ends at unweave
-        ("INFO", f"skipweave hit role=rollout target=g step=1 served_by=1 bytes={b1}"),
-        ("INFO", f"skipweave hit role=rollout target=g step=5 served_by=2 bytes={b2}"),
+        ("INFO", f"skipweave hit role=rollout target=g step=1 call=0 served_by=1 bytes={b1}"),
+        ("INFO", f"skipweave hit role=rollout target=g step=5 call=0 served_by=2 bytes={b2}"),
     ]
     assert re.search(r"call_s=\d+\.\d{3}$", lines[0][1])
     assert lines[5][1].endswith(f"saved_s={s2:.3f}") and re.search(r"read_s=\d+\.\d{3} ", lines[5][1])
@@ -136,7 +136,8 @@ class Gen:
 SILENT_SCRIPT = '''
 import logging, os, subprocess, sys
 sys.path.insert(0, {folder!r})
-logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+if os.environ.get("CONFIGURE_LOGGING", "1") == "1":
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
 import skipweave, {name} as m
 skipweave.weave({cfg!r})
 calls = sys.argv[1].split(",") if len(sys.argv) > 1 and sys.argv[1] else []
@@ -151,22 +152,24 @@ for what in calls:
 '''
 
 
-def _silent_run(tmp_path: Path, folder: Path, name: str, calls: str, **role: Any) -> str:
+def _silent_run(tmp_path: Path, folder: Path, name: str, calls: str, env_extra: dict[str, str], **role: Any) -> str:
     cfg = {"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path / "dump"),
                                 "targets": {"gen": f"{name}:Gen.generate", "score": f"{name}:Gen.score"}, **role}}}
     script = tmp_path / "silent.py"
     script.write_text(SILENT_SCRIPT.format(folder=str(folder), name=name, cfg=cfg))
-    env = {k: v for k, v in os.environ.items() if k != "SKIPWEAVE_RUN"}
+    env = {k: v for k, v in os.environ.items() if k != "SKIPWEAVE_RUN"} | env_extra
     proc = subprocess.run([sys.executable, str(script), calls], capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stderr
     return proc.stderr
 
 
-SILENT_RUNS = {  # name -> (calls, role settings); run together, each in its own dump dir
-    "one target called": ("gen", {}),
-    "nothing eligible": ("gen,score", {"steps": [100]}),
-    "a child calls both": ("child", {}),
-    "a child calls one": ("child-gen", {}),
+SILENT_RUNS: dict[str, tuple[str, dict[str, str], dict[str, Any]]] = {  # name -> (calls, environment, role)
+    "one target called": ("gen", {}, {}),
+    "nothing eligible": ("gen,score", {}, {"steps": [100]}),
+    "a child calls both": ("child", {}, {}),
+    "a child calls one": ("child-gen", {}, {}),
+    "no logging configured": ("gen,score", {"CONFIGURE_LOGGING": "0"}, {}),
+    "no logging, silenced": ("gen,score", {"CONFIGURE_LOGGING": "0", "SKIPWEAVE_SUMMARY": "0"}, {}),
 }
 
 
@@ -179,8 +182,8 @@ def silent_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     name = f"silent_host_{os.getpid()}"
     (folder / f"{name}.py").write_text(SILENT_HOST)
     with ThreadPoolExecutor(max_workers=len(SILENT_RUNS)) as pool:
-        futures = {k: pool.submit(_silent_run, tmp_path_factory.mktemp("silent"), folder, name, calls, **role)
-                   for k, (calls, role) in SILENT_RUNS.items()}
+        futures = {k: pool.submit(_silent_run, tmp_path_factory.mktemp("silent"), folder, name, calls, env, **role)
+                   for k, (calls, env, role) in SILENT_RUNS.items()}
         return {k: f.result() for k, f in futures.items()}
 
 
@@ -208,3 +211,11 @@ def test_calls_made_by_another_process_of_the_run_count(silent_runs: dict[str, s
     assert _never_called(err) == [], err
     err = silent_runs["a child calls one"]
     assert _never_called(err) == ["score", "score"], err  # said by the child at its exit, and by the driver
+
+
+def test_a_program_without_logging_still_shows_the_summary_unless_silenced(silent_runs: dict[str, str]) -> None:
+    err = silent_runs["no logging configured"]
+    assert "skipweave summary: hits=0 misses=4" in err, err
+    assert "skipweave summary role=rollout: calls=4 hits=0 misses=4" in err
+    assert "skipweave miss" not in err  # the per-call lines stay off: only the summary is shown
+    assert "skipweave summary" not in silent_runs["no logging, silenced"]

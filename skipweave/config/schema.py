@@ -10,6 +10,7 @@ Every value is checked here, before anything is patched; a bad value raises
 
 from __future__ import annotations
 
+import difflib
 import enum
 import os
 import re
@@ -484,7 +485,10 @@ def _sub(key: str, value: Any, allowed_keys: set[str]) -> Mapping[str, Any]:
     unknown = set(value) - allowed_keys
     if unknown:
         bad = sorted(unknown, key=str)[0]
-        raise ConfigError(f"{key}.{bad}", value[bad], f"no such key; allowed keys are {sorted(allowed_keys, key=str)}")
+        close = difflib.get_close_matches(str(bad), sorted(allowed_keys, key=str), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(f"{key}.{bad}", value[bad],
+                          f"no such key; {hint}allowed keys are {sorted(allowed_keys, key=str)}")
     return value
 
 

@@ -572,7 +572,7 @@ class SkipProxy:
         report.event(
             report.HIT, role=self.role.role, target=self.target.name, step=d.step, served=d.served,
             nbytes=loaded.bytes, seconds=time.perf_counter() - t0,
-            saved=seconds_of(loaded.manifest),
+            saved=seconds_of(loaded.manifest), call=match.call,
         )
         return True, result
 
@@ -687,6 +687,7 @@ class SkipProxy:
                            self.target.name, d.step, exc)
             key, d.no_store = None, True
         nbytes = 0
+        slot = d.call if d.slot is None else d.slot
         if not d.no_store and inspect.isawaitable(result):
             # e.g. a Ray ObjectRef or an asyncio Future: a handle to work still running, not its result
             logger.warning("skipweave: not recording %s: %s returned %s, a handle to a result still being "
@@ -695,7 +696,7 @@ class SkipProxy:
             d.no_store = True
         if d.no_store:
             report.event(report.MISS, role=self.role.role, target=self.target.name, step=d.step,
-                         nbytes=0, seconds=seconds)
+                         nbytes=0, seconds=seconds, call=d.call)
             annotate(result, report.MISS, d.step, None)
             return result
         try:
@@ -706,6 +707,7 @@ class SkipProxy:
                 effects=self._effects_after(d) if self._effects else None,
             )
             self._claim(d.step, d.shard, committed.call)
+            slot = committed.call
             if committed.call != key.call and self._taken_by_concurrent(key):
                 self._warn_shared(d, f"already held call {key.call} from another writer of this run")
         except codec.PickleRefused as exc:
@@ -718,7 +720,7 @@ class SkipProxy:
                 "partial was left", key, self.store.dump_dir, type(exc).__name__, exc,
             )
         report.event(report.MISS, role=self.role.role, target=self.target.name, step=d.step,
-                     nbytes=nbytes, seconds=seconds)
+                     nbytes=nbytes, seconds=seconds, call=slot)
         annotate(result, report.MISS, d.step, None)
         return result
 

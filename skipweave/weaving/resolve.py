@@ -11,6 +11,7 @@ importing its parent packages -- and, for an optional target, not at all.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.machinery
 import importlib.util
@@ -191,13 +192,24 @@ def resolve_owner(module_obj: Any, rpath: ResolvedPath) -> tuple[Any, str]:
         walked += "." + part
         nxt = getattr(owner, part, None)
         if nxt is None:
-            raise TargetNotFound(rpath.path, walked, f"'{type(owner).__name__}' has no attribute '{part}'")
+            raise TargetNotFound(rpath.path, walked, f"'{type(owner).__name__}' has no attribute '{part}'"
+                                 f"{_did_you_mean(owner, part)}")
         owner = unwrap_actor_class(nxt)
     final = parts[-1]
     if not hasattr(owner, final):
         raise TargetNotFound(rpath.path, f"{walked}.{final}", f"'{getattr(owner, '__name__', owner)}' has no "
-                             f"attribute '{final}'")
+                             f"attribute '{final}'{_did_you_mean(owner, final)}")
     return owner, final
+
+
+def _did_you_mean(owner: Any, name: str) -> str:
+    """``"; did you mean 'x'?"`` for the closest public name of ``owner``, or ``""``."""
+    try:
+        names = [n for n in dir(owner) if not n.startswith("__")]
+    except Exception:  # noqa: BLE001 - a host object whose dir() raises: no suggestion
+        return ""
+    close = difflib.get_close_matches(name, names, n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def unwrap_actor_class(obj: Any) -> Any:

@@ -164,9 +164,16 @@ class Weaver:
                 self._atexit = True
                 atexit.register(self.close_parts)
             applied = sum(not p.pending for p in patches)
+            waiting: dict[str, int] = {}
+            for p in patches:
+                if p.pending:
+                    package = p.rpath.module.split(".")[0]
+                    waiting[package] = waiting.get(package, 0) + 1
             logger.info(
-                "skipweave: woven %d target(s) of role(s) %s (%d waiting for their module's import)",
-                applied, ", ".join(r.role for r in plan.enabled_roles) or "-", len(patches) - applied,
+                "skipweave: woven %d target(s) of role(s) %s%s", applied,
+                ", ".join(r.role for r in plan.enabled_roles) or "-",
+                "; waiting for their package's first import: " + ", ".join(
+                    f"{n} target(s) of {package!r}" for package, n in sorted(waiting.items())) if waiting else "",
             )
             return self.patches
 
