@@ -17,7 +17,7 @@ __all__ = ["counters", "set_step", "unweave", "weave", "woven_plan"]
 def weave(
     cfg: Any = None,
     *,
-    profile: str | None = None,
+    profile: str | Sequence[str] | None = None,
     overrides: Sequence[str] = (),
 ) -> list[Patch]:
     """Patch every target of every enabled role.
@@ -25,17 +25,23 @@ def weave(
     Args:
         cfg: the application's whole config — a mapping or OmegaConf ``DictConfig`` with a top-level
             ``skip`` node (other nodes are read for legacy verl keys), or a :class:`SkipConfig`.
-        profile: name of a shipped profile (e.g. ``"rollout_cache"``) composed with Hydra instead of,
-            or on top of, ``cfg``.
-        overrides: Hydra command-line style overrides applied with ``profile``
-            (e.g. ``["skip.rollout.dump_dir=/tmp/d", "+skip.rollout.targets.gen=pkg.mod:Gen.run"]``).
+        profile: a profile composed with Hydra on top of ``cfg`` (or instead of it): a shipped name
+            (``"rollout_cache"``), a path to a YAML file (``"./my_profile.yaml"``: ends in ``.yaml``/``.yml``
+            or holds a ``/``; relative to the working folder, ``~`` expanded) or a name found as
+            ``<name>.yaml`` in a folder of ``SKIPWEAVE_PROFILE_PATH`` (a path wins, then the search path,
+            then the shipped names). Several — a list, or one comma-separated string — compose in order,
+            later ones winning. See :func:`skipweave.config.profiles.compose_profile`.
+        overrides: Hydra command-line style overrides applied with ``profile``, winning over every
+            profile (e.g. ``["skip.rollout.dump_dir=/tmp/d", "+skip.rollout.targets.gen=pkg.mod:Gen.run"]``).
 
     Returns:
         The patches, applied or waiting for their module's first import. Weaving the plan already
         woven is a no-op (no double wrap); another plan replaces the current one.
 
     Raises:
-        skipweave.ConfigError: a bad value (naming key, value and what is allowed); nothing is patched.
+        skipweave.ConfigError: a bad value (naming key, value and what is allowed), a profile that is
+            found nowhere or a profile file that is missing, not valid YAML or holds a top-level key besides
+            ``skip`` and ``defaults`` (key ``profile``); nothing is patched.
         skipweave.weaving.resolve.TargetNotFound: a non-optional target does not resolve; nothing is patched.
     """
     if profile is not None:

@@ -1,10 +1,12 @@
-"""Put skipweave's config groups (``skip``, ``skipweave``) on every Hydra app's search path.
+"""Put skipweave's config groups (``skip``, ``skipweave``) and the profile search path on every Hydra app's
+search path.
 
 Hydra imports this module in every Hydra app of the environment, so it stays tiny: it imports no
 torch, no ray, not even ``skipweave`` itself. The folder is located with ``find_spec``, which reads
 the import system's metadata without running ``skipweave/__init__.py``; this works for a wheel
 (``site-packages/skipweave/conf``) and an editable install (``skipweave/conf`` links to the
-checkout's top-level ``conf/``) alike.
+checkout's top-level ``conf/``) alike. Only when ``SKIPWEAVE_PROFILE_PATH`` is set does it import
+``skipweave.config.profile_files`` (pure Python, no torch) to read that variable as skipweave does.
 """
 
 from __future__ import annotations
@@ -13,7 +15,15 @@ import importlib.util
 import os
 
 from hydra.core.config_search_path import ConfigSearchPath
+from hydra.core.object_type import ObjectType
+from hydra.errors import ConfigCompositionException
+from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSource
 from hydra.plugins.search_path_plugin import SearchPathPlugin
+
+PROFILE_PATH_ENV = "SKIPWEAVE_PROFILE_PATH"
+"""Same as ``skipweave.config.profile_files.PROFILE_PATH_ENV`` (not imported: see the module docstring)."""
+
+GROUP = "skip"
 
 
 def skipweave_conf_dir() -> str | None:
@@ -22,18 +32,80 @@ def skipweave_conf_dir() -> str | None:
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
     for location in locations:
         candidate = os.path.join(location, "conf")
-        if os.path.isdir(os.path.join(candidate, "skip")):
+        if os.path.isdir(os.path.join(candidate, GROUP)):
             return os.path.abspath(candidate)
     return None
 
 
 class SkipweaveSearchPathPlugin(SearchPathPlugin):
-    """Append skipweave's ``conf/`` so that ``+skip=<profile>`` composes into any app.
+    """Append the folders of ``SKIPWEAVE_PROFILE_PATH``, then skipweave's ``conf/``, so that
+    ``+skip=<profile>`` composes into any app.
 
-    Appended, not prepended: an app that ships its own ``skip/<name>.yaml`` keeps it.
+    Appended, not prepended: an app that ships its own ``skip/<name>.yaml`` keeps it. A name on the
+    profile search path wins over a shipped one, as for ``skipweave run`` and ``skipweave.weave()``.
     """
 
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
+        if os.environ.get(PROFILE_PATH_ENV, "").strip():
+            from skipweave.config.profile_files import profile_folders
+
+            for folder in profile_folders():
+                if os.path.isdir(folder):
+                    search_path.append(provider="skipweave-profile-path", path=f"{ProfileFolder.scheme()}://{folder}")
         conf_dir = skipweave_conf_dir()
         if conf_dir is not None:
             search_path.append(provider="skipweave", path=f"file://{conf_dir}")
+
+
+class ProfileFolder(ConfigSource):
+    """A folder of ``SKIPWEAVE_PROFILE_PATH`` seen by Hydra as the one group ``skip``: ``<folder>/<name>.yaml``
+    is option ``skip/<name>``, and nothing else of the folder is visible (its other files cannot shadow
+    an app's configs).
+
+    A file is read and checked by ``skipweave.config.profile_files.read_profile_file``, as
+    ``skipweave run`` and ``skipweave.weave()`` read it: placed at the config's root with or without
+    its ``# @package _global_`` header, and registering skipweave's callback by itself.
+    """
+
+    @staticmethod
+    def scheme() -> str:
+        return "skipweave-profiles"
+
+    def available(self) -> bool:
+        return os.path.isdir(self.path)
+
+    def is_group(self, config_path: str) -> bool:
+        return config_path.strip("/") in ("", GROUP) and self.available()
+
+    def is_config(self, config_path: str) -> bool:
+        file = self._file(config_path)
+        return file is not None and os.path.isfile(file)
+
+    def list(self, config_path: str, results_filter: ObjectType | None) -> list[str]:
+        group = config_path.strip("/")
+        if not self.available():
+            return []
+        if group == "":
+            return [GROUP] if results_filter in (None, ObjectType.GROUP) else []
+        if group != GROUP or results_filter == ObjectType.GROUP:
+            return []
+        names = os.listdir(self.path)
+        return sorted(n[:-5] for n in names if n.endswith(".yaml") and os.path.isfile(os.path.join(self.path, n)))
+
+    def load_config(self, config_path: str) -> ConfigResult:
+        file = self._file(config_path)
+        if file is None or not os.path.isfile(file):
+            raise ConfigLoadError(f"Config not found: {config_path} in {self.path}")
+        from skipweave.config.profile_files import read_profile_file  # only a profile selected from here
+
+        try:
+            cfg = read_profile_file(file, spec=config_path.strip("/").rpartition("/")[2], key="+skip")
+        except ValueError as exc:  # skipweave.ConfigError; Hydra prints a composition error's message alone
+            raise ConfigCompositionException(f"skipweave: {exc}") from None
+        return ConfigResult(provider=self.provider, path=self.full_path(), config=cfg, header={"package": "_global_"})
+
+    def _file(self, config_path: str) -> str | None:
+        group, _, name = config_path.strip("/").rpartition("/")
+        if group != GROUP or not name or name.startswith("."):
+            return None
+        return os.path.join(self.path, self._normalize_file_name(name))

@@ -1,11 +1,15 @@
-"""``skipweave run --skip PROFILE [OVERRIDES...] -- COMMAND...``: run a program woven with a profile.
+"""``skipweave run --skip PROFILE [--skip PROFILE ...] [OVERRIDES...] -- COMMAND...``: run a program
+woven with one or more profiles.
 
 Example::
 
     skipweave run --skip rollout_cache skip.rollout.dump_dir=/data/rollouts \\
         +skip.rollout.targets.gen=my_pkg.rollout.Manager.generate -- python train.py --epochs 3
+    skipweave run --skip rollout_cache --skip ./my_trainer.yaml -- python train.py
 
-The overrides use Hydra's command-line syntax, exactly as after ``+skip=rollout_cache`` in a Hydra app.
+A profile is a shipped name, a name on ``SKIPWEAVE_PROFILE_PATH`` or a path to a YAML file; several
+(``--skip`` repeated, or ``--skip a,b``) compose in order, later ones winning. The overrides use Hydra's
+command-line syntax, exactly as after ``+skip=rollout_cache`` in a Hydra app, and win over every profile.
 """
 
 from __future__ import annotations
@@ -20,11 +24,16 @@ EXIT_NOT_FOUND = 127
 
 DESCRIPTION = """\
 Run COMMAND with a skipweave profile woven into every Python process it starts, with no change to
-the program. The overrides use Hydra's command-line syntax, as after +skip=PROFILE in a Hydra app.
+the program. PROFILE is a shipped profile (rollout_cache, rollout_repeat, async_rollout_cache, off),
+a <name>.yaml in a folder of SKIPWEAVE_PROFILE_PATH, or a path to a YAML file (ending in .yaml/.yml
+or holding a '/'). Several profiles (--skip repeated, or --skip a,b) compose in order, later ones
+winning. The overrides use Hydra's command-line syntax, as after +skip=PROFILE in a Hydra app, and
+win over every profile.
 
-example:
+examples:
   skipweave run --skip rollout_cache skip.rollout.dump_dir=/data/rollouts \\
       +skip.rollout.targets.gen=my_pkg.rollout.Manager.generate -- python train.py --epochs 3
+  skipweave run --skip rollout_cache --skip ./my_trainer.yaml -- python train.py
 """
 
 
@@ -35,13 +44,15 @@ def register(subparsers: Any) -> None:
         help="run a program with a skip profile woven in (no change to the program)",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage="skipweave run --skip PROFILE [OVERRIDE ...] -- COMMAND [ARG ...]",
+        usage="skipweave run --skip PROFILE [--skip PROFILE ...] [OVERRIDE ...] -- COMMAND [ARG ...]",
     )
     parser.add_argument(
         "--skip",
         required=True,
+        action="append",
         metavar="PROFILE",
-        help="profile to weave: rollout_cache, rollout_repeat, async_rollout_cache, off",
+        help="profile to weave: a shipped name, a name on SKIPWEAVE_PROFILE_PATH or a YAML file; "
+        "repeat it (or separate with commas) to compose several, later ones winning",
     )
     parser.add_argument(
         "overrides",
@@ -88,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.no_preflight:
             preflight(plan, args.command)
     except TargetNotFound as exc:
-        print(failure_message(exc, plan, where=f"skipweave run --skip {args.skip}"), file=sys.stderr)
+        where = "skipweave run " + " ".join(f"--skip {spec}" for spec in args.skip)
+        print(failure_message(exc, plan, where=where), file=sys.stderr)
         return EXIT_CONFIG
     try:
         exec_command(args.command, child_env(plan))

@@ -1,26 +1,68 @@
-"""Shipped profiles (``conf/skip/<name>.yaml``) composed with Hydra, for programs with or without Hydra.
+"""Profiles composed with Hydra, for programs with or without Hydra: shipped, on a search path, or files.
 
-A Hydra app selects a profile with ``+skip=<name>`` on its command line. Everything else —
-``skipweave.weave(profile=...)``, the ``skipweave run --skip <name>`` launcher, and the
-``+skipweave=<name>`` route for dataclass-schema apps — calls :func:`compose_profile`, which runs
-Hydra's own composition on ``+skip=<name>`` and the overrides, so a profile, its defaults list and
-every override (``skip.rollout.steps=[1,2,3]``, ``+skip.rollout.targets.gen=pkg.mod.Gen.run``,
-``~skip.rollout.targets.verl_agent_loop``) mean exactly what they mean on a Hydra command line.
+A profile is selected by a *spec*, one of (first match wins):
 
-Precedence is Hydra's: the base config (an app's own ``skip`` node) < the profile < the overrides.
+1. a **path** to a YAML file: a spec ending in ``.yaml``/``.yml`` or holding a path separator
+   (``./my_profile.yaml``, ``~/profiles/mine.yml``, ``conf/mine``), relative to the working folder;
+2. a **name on the profile search path**: ``<name>.yaml`` in the first folder of
+   ``SKIPWEAVE_PROFILE_PATH`` (``os.pathsep``-separated) that holds one; so a folder of your own can
+   shadow a shipped name;
+3. a **shipped** name (``conf/skip/<name>.yaml``, see :func:`shipped_profiles`).
+
+Several specs compose in order, later ones winning (a list, or one string ``"a,b"``); then come the
+overrides. A profile file is read and checked by :func:`skipweave.config.profile_files.read_profile_file`.
+
+A Hydra app selects a profile with ``+skip=<name>`` (``+skip=[a,b]`` for several) on its command line:
+the search-path plugin puts the profile search path's folders, then the shipped profiles, on every
+app's search path. Everything else — ``skipweave.weave(profile=...)`` and ``skipweave run --skip`` —
+calls :func:`compose_profile`, which runs Hydra's own composition on ``+skip=[...]`` and the overrides,
+so a profile, its defaults list and every override (``skip.rollout.steps=[1,2,3]``,
+``+skip.rollout.targets.gen=pkg.mod.Gen.run``, ``~skip.rollout.targets.verl_agent_loop``) mean exactly
+what they mean on a Hydra command line.
+
+Precedence is Hydra's: the base config (an app's own ``skip`` node) < the profiles, in order < the
+overrides.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from skipweave.config.errors import ConfigError
+from skipweave.config.profile_files import (
+    PROFILE_PATH_ENV,
+    expand_path,
+    folder_profiles,
+    looks_like_path,
+    profile_folders,
+    read_profile_file,
+)
 
 PROFILE_GROUP = "skip"
 """The Hydra config group holding the profiles."""
+
+_FILE_OPTION = "_skipweave_profile_"
+"""Prefix of the ConfigStore options a composition registers for profile files (removed afterwards)."""
+
+
+@dataclass(frozen=True)
+class ProfileRef:
+    """Where a profile spec led.
+
+    Attributes:
+        spec: the spec as the user wrote it (``rollout_cache``, ``./mine.yaml``, ``mine``).
+        origin: ``"file"`` (a path), ``"profile path"`` (found on ``SKIPWEAVE_PROFILE_PATH``) or ``"shipped"``.
+        path: the profile file's absolute path (``None`` for a shipped profile, composed by name).
+    """
+
+    spec: str
+    origin: str
+    path: str | None = None
 
 
 def conf_dir() -> str:
@@ -35,33 +77,108 @@ def conf_dir() -> str:
     return here
 
 
-def available_profiles() -> list[str]:
+def shipped_profiles() -> list[str]:
     """Return the names of the shipped profiles, sorted (e.g. ``['async_rollout_cache', 'off', …]``)."""
     folder = os.path.join(conf_dir(), PROFILE_GROUP)
     return sorted(name[:-5] for name in os.listdir(folder) if name.endswith(".yaml"))
 
 
-def compose_profile(profile: str, *, overrides: Sequence[str] = (), base: Any = None) -> Any:
-    """Compose ``+skip=<profile>`` and ``overrides`` onto ``base`` with Hydra's composition.
+def available_profiles() -> list[str]:
+    """Return every name a profile can be selected by, sorted: the shipped ones and those on
+    ``SKIPWEAVE_PROFILE_PATH``. (Files are selected by path and are not listed.)
+    """
+    names = set(shipped_profiles())
+    for folder in profile_folders():
+        names.update(folder_profiles(folder))
+    return sorted(names)
 
-    No global Hydra state is touched, so this also works inside a running Hydra app.
+
+def split_profiles(profile: str | Sequence[str]) -> list[str]:
+    """Return the specs of ``profile`` in order: a string is split at commas, as is each item of a sequence.
+
+    Raises:
+        ConfigError: ``profile`` is neither a string nor a sequence of strings, or holds an empty spec.
+    """
+    items = [profile] if isinstance(profile, str) else profile
+    if not isinstance(items, Sequence) or not items or not all(isinstance(i, str) for i in items):
+        raise ConfigError(
+            "profile", profile, "a profile name or path, or a non-empty list of them: ['rollout_cache', 'mine.yaml']"
+        )
+    specs = [part.strip() for item in items for part in item.split(",")]
+    if not all(specs):
+        raise ConfigError("profile", profile, "comma-separated profile names or paths, none of them empty")
+    return specs
+
+
+def resolve_profile(spec: str) -> ProfileRef:
+    """Tell where profile ``spec`` comes from: an explicit path, then ``SKIPWEAVE_PROFILE_PATH``, then shipped.
+
+    Raises:
+        ConfigError: key ``profile``: a path to no file, or a name found nowhere; the message lists the
+            shipped profiles and the search-path folders searched.
+    """
+    if looks_like_path(spec):
+        path = expand_path(spec)
+        if not os.path.isfile(path):
+            raise ConfigError("profile", spec, _allowed(spec, missing_file=path))
+        return ProfileRef(spec, "file", path)
+    for folder in profile_folders():
+        path = os.path.join(folder, f"{spec}.yaml")
+        if os.path.isfile(path):
+            return ProfileRef(spec, "profile path", path)
+    if spec in shipped_profiles():
+        return ProfileRef(spec, "shipped")
+    raise ConfigError("profile", spec, _allowed(spec))
+
+
+def _allowed(spec: str, missing_file: str | None = None) -> str:
+    """Word what a profile spec may be, for the message of a spec that led nowhere."""
+    shipped = ", ".join(repr(p) for p in shipped_profiles())
+    searched = []
+    for folder in profile_folders():
+        if not os.path.isdir(folder):
+            searched.append(f"{folder}: no such folder")
+        else:
+            searched.append(f"{folder}: " + (", ".join(repr(n) for n in folder_profiles(folder)) or "none"))
+    where = f"searched {'; '.join(searched)}" if searched else "unset"
+    kinds = (
+        f"one of the shipped profiles {shipped}, a <name>.yaml in a folder of {PROFILE_PATH_ENV} ({where}), "
+        "or a path to a YAML file (ending in .yaml or .yml, or holding a '/'; relative to the working folder)"
+    )
+    if missing_file is not None:
+        return f"an existing file (there is no file {missing_file}); a profile is {kinds}"
+    close = difflib.get_close_matches(spec, available_profiles(), n=1)
+    return kinds + (f"; did you mean {close[0]!r}?" if close else "")
+
+
+def compose_profile(
+    profile: str | Sequence[str], *, overrides: Sequence[str] = (), base: Any = None
+) -> Any:
+    """Compose ``+skip=[<profile>, ...]`` and ``overrides`` onto ``base`` with Hydra's composition.
+
+    No global Hydra state is touched (a profile file is registered in Hydra's ``ConfigStore`` under a
+    unique name for the composition only), so this also works inside a running Hydra app.
 
     Args:
-        profile: a profile name (see :func:`available_profiles`).
-        overrides: overrides in Hydra's command-line syntax, e.g. ``["skip.rollout.dump_dir=/x"]``.
+        profile: a profile spec — a shipped name, a name on ``SKIPWEAVE_PROFILE_PATH`` or a path to a
+            YAML file (see the module docstring for which wins) — or several, as a sequence or as one
+            comma-separated string; later ones win.
+        overrides: overrides in Hydra's command-line syntax, e.g. ``["skip.rollout.dump_dir=/x"]``;
+            they win over every profile.
         base: the app's whole config (mapping, OmegaConf ``DictConfig`` or ``SkipConfig``), or
-            ``None``; only its ``skip`` node and the legacy verl keys are read.
+            ``None``; only its ``skip`` node and the legacy verl keys are read. The profiles win over it.
 
     Returns:
         An OmegaConf ``DictConfig`` holding ``skip`` (and legacy keys from ``base``), which
         :func:`skipweave.config.load_skip_config` accepts.
 
     Raises:
-        ConfigError: an unknown profile (listing the shipped ones), or an override Hydra rejects
-            (naming the override and Hydra's reason).
+        ConfigError: key ``profile``: a spec that leads nowhere (listing the shipped profiles and the
+            search-path folders searched) or a profile file that is missing, not valid YAML, or holds a
+            top-level key besides ``skip`` and ``defaults`` (naming file and key); or an override Hydra
+            rejects (naming the override and Hydra's reason).
     """
-    if not isinstance(profile, str) or profile not in available_profiles():
-        raise ConfigError("profile", profile, "one of " + ", ".join(repr(p) for p in available_profiles()))
+    refs = [resolve_profile(spec) for spec in split_profiles(profile)]
     for override in overrides:
         if not isinstance(override, str):
             raise ConfigError(
@@ -80,18 +197,32 @@ def compose_profile(profile: str, *, overrides: Sequence[str] = (), base: Any = 
     # The base becomes the primary config, so that Hydra merges it exactly as it merges an app's own.
     store = ConfigStore.instance()
     name = f"_skipweave_base_{uuid.uuid4().hex}"
-    store.store(name=name, node=_base_container(base))
+    options: list[tuple[str, ProfileRef]] = []  # (Hydra option of group skip, where it comes from)
     try:
+        for ref in refs:
+            if ref.path is None:
+                options.append((ref.spec, ref))
+                continue
+            option = f"{_FILE_OPTION}{uuid.uuid4().hex}"
+            node = read_profile_file(ref.path, ref.spec)
+            store.store(group=PROFILE_GROUP, name=option, node=node, package="_global_")
+            options.append((option, ref))
+        store.store(name=name, node=_base_container(base))
+        chosen = [option for option, _ in options]
+        selection = chosen[0] if len(chosen) == 1 else "[" + ",".join(chosen) + "]"
         search_path = create_config_search_path(None)
         if not any(entry.provider == "skipweave" for entry in search_path.get_path()):
             search_path.append(provider="skipweave", path=f"file://{conf_dir()}")  # plugin not installed
         loader = ConfigLoaderImpl(config_search_path=search_path)
         cfg = loader.load_configuration(
-            config_name=name, overrides=[f"+{PROFILE_GROUP}={profile}", *overrides], run_mode=RunMode.RUN
+            config_name=name, overrides=[f"+{PROFILE_GROUP}={selection}", *overrides], run_mode=RunMode.RUN
         )
     except (HydraException, OmegaConfBaseException) as exc:
         parts = [str(exc)] + ([str(exc.__cause__)] if exc.__cause__ is not None else [])
         reason = " ".join(" ".join(p for p in parts if p).split())
+        for option, ref in options:
+            if ref.path is not None and option in reason:  # e.g. a defaults entry of the file is missing
+                raise ConfigError("profile", ref.spec, reason.replace(f"{PROFILE_GROUP}/{option}", ref.path)) from None
         bad = _culprit(reason, overrides)
         if bad is None:
             raise ConfigError("overrides", list(overrides), reason) from None
@@ -99,6 +230,13 @@ def compose_profile(profile: str, *, overrides: Sequence[str] = (), base: Any = 
         raise ConfigError(key, value, reason) from None
     finally:
         store.repo.pop(f"{name}.yaml", None)
+        group = store.repo.get(PROFILE_GROUP)
+        if isinstance(group, dict):
+            for option, ref in options:
+                if ref.path is not None:
+                    group.pop(f"{option}.yaml", None)
+            if not group:
+                store.repo.pop(PROFILE_GROUP)
     with open_dict(cfg):
         del cfg["hydra"]
     OmegaConf.set_struct(cfg, False)

@@ -36,8 +36,8 @@ class Match:
 
 
 def is_shared(recorded: Sequence[Recorded]) -> bool:
-    """True when the part's entries come from more than one writer or from threads that overlapped."""
-    writers = {r.writer for r in recorded}
+    """True when the part's entries come from more than one process or from threads that overlapped."""
+    writers = {None if r.writer is None else r.writer[1:] for r in recorded}  # (host, pid): one process, any run
     return len(writers) > 1 or any(r.concurrent for r in recorded)
 
 

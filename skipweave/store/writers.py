@@ -32,6 +32,7 @@ RUN_ENV = "SKIPWEAVE_RUN"
 _lock = threading.Lock()
 _started_unix = time.time()
 _writer: Writer | None = None
+_made_here: str | None = None  # the run id this process made (not inherited)
 
 
 @dataclass(frozen=True)
@@ -76,13 +77,29 @@ class Recorded:
 
 def run_id() -> str:
     """Return this run's id, making one (and exporting it to child processes) in the first process."""
+    global _made_here
     with _lock:
         value = os.environ.get(RUN_ENV, "")
         if _valid_run(value):
             return value
         value = uuid.uuid4().hex[:16]
         os.environ[RUN_ENV] = value
+        _made_here = value
         return value
+
+
+def end_run() -> None:
+    """The weave that made this process's run id ended (unweave): processes started from now on are another run.
+
+    Without this, a process that recorded, unwove and then started a replaying child (a notebook, a test
+    harness) would hand the child its run id, and the child would take the parent's recordings for a
+    concurrent writer's and never be served them. An inherited run id is kept: it belongs to the parent.
+    """
+    global _made_here
+    with _lock:
+        if _made_here is not None and os.environ.get(RUN_ENV) == _made_here:
+            del os.environ[RUN_ENV]
+        _made_here = None
 
 
 def this_writer() -> Writer:
@@ -134,8 +151,8 @@ def is_concurrent_other(rec: Recorded, me: Writer, started: float) -> bool:
     has ended (the recording run before this one, also a child started and finished by this process) is
     servable.
     """
-    if rec.writer == (me.run, me.host, me.pid):
-        return False
+    if rec.writer is not None and rec.writer[1:] == (me.host, me.pid):
+        return False  # this very process, under this run id or an earlier one (a weave/unweave cycle)
     same_run = rec.writer is not None and rec.writer[0] == me.run
     if not same_run and rec.created_unix < started:
         return False
@@ -160,5 +177,5 @@ def _valid_run(value: str) -> bool:
     return 1 <= len(value) <= 64 and value.isascii() and all(c.isalnum() or c in "-_" for c in value)
 
 
-__all__ = ["RUN_ENV", "Recorded", "Writer", "is_concurrent_other", "recorded_of", "run_id",
+__all__ = ["RUN_ENV", "Recorded", "Writer", "end_run", "is_concurrent_other", "recorded_of", "run_id",
            "started_unix", "this_writer"]

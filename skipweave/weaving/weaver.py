@@ -29,7 +29,7 @@ from skipweave.policy.bypass import make_bypass
 from skipweave.store import runs
 from skipweave.store.paths import dump_dir_problem
 from skipweave.store.step_store import StepStore
-from skipweave.store.writers import run_id, started_unix
+from skipweave.store.writers import end_run, run_id, started_unix
 from skipweave.weaving.proxy import SkipProxy, shard_label
 from skipweave.weaving.resolve import ResolvedPath, TargetNotFound, resolve_owner, split_path
 from skipweave.weaving.unpatch import remove_wrapper
@@ -245,6 +245,7 @@ class Weaver:
             self.close_parts()
             if self._state.plan_key is not None:
                 report.end_plan()
+                end_run()
             for p in reversed(self._state.patches):
                 if p.pending or p.handle is None:
                     continue

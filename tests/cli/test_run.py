@@ -45,10 +45,47 @@ def _record_replay(tmp: Path) -> tuple[Path, Run, Run]:
     return tmp, first, second
 
 
+PROFILE = """\
+skip:
+  rollout:
+    enable: true
+    action: cache
+    targets:
+      gen: worker.Generator.generate
+"""
+
+
+def _profile_files(tmp: Path) -> tuple[Path, Run, Run]:
+    """Record with ``--skip ./mine.yaml``; replay with ``--skip rollout_repeat --skip mine`` from the search path."""
+    (tmp / "mine.yaml").write_text(PROFILE)
+    (tmp / "profiles").mkdir()
+    (tmp / "profiles" / "mine.yaml").write_text(PROFILE + "    steps: [2, 3]\n")
+    dump = f"+skip.rollout.dump_dir={tmp}/dump"
+    script = f"{sys.executable} {APPS / 'plain_script.py'} 3"
+    # The program removes the file before it starts: the plan reaches it in SKIPWEAVE_PLAN, not as a file.
+    first = launch("run", "--skip", "./mine.yaml", dump, "--", "sh", "-c", f"rm mine.yaml && exec {script}", cwd=tmp)
+    second = run(
+        [*SKIPWEAVE, "run", "--skip", "rollout_repeat", "--skip", "mine", f"skip.rollout.dump_dir={tmp}/dump",
+         "--", *script.split()],
+        cwd=tmp,
+        env=clean_env(PYTHONPATH="", SKIPWEAVE_PROFILE_PATH=str(tmp / "profiles")),
+    )
+    return tmp, first, second
+
+
 def _failures(tmp: Path) -> tuple[Path, dict[str, Run]]:
     script = [sys.executable, str(APPS / "plain_script.py"), "3"]
     marker = [sys.executable, "-c", "open('child-ran', 'w')"]
+    (tmp / "a.yaml").write_text("skip:\n  rollout:\n    action: repeat_cycle\n    namespace: a\n")
+    (tmp / "b.yaml").write_text("# @package _global_\nskip:\n  rollout:\n    action: repeat_last\n")
     return tmp, {
+        "missing profile file": launch(
+            "run", "--skip", "rollout_cache", "--skip", "./nope.yaml", "--", *marker, cwd=tmp
+        ),
+        "print composed plan": launch(
+            "run", "--skip", "rollout_repeat", "--skip", "a.yaml,b.yaml", "skip.rollout.namespace=cli", GEN,
+            "--print-plan", cwd=tmp,
+        ),
         "bad value": launch(
             "run", "--skip", "rollout_cache", "skip.rollout.action=bogus", GEN, "--", *marker, cwd=tmp
         ),
@@ -87,6 +124,7 @@ def _failures(tmp: Path) -> tuple[Path, dict[str, Run]]:
 
 SCENARIOS = {
     "test_launcher_records_then_replays_with_no_change_to_the_program": _record_replay,
+    "test_launcher_takes_profile_files_and_several_profiles": _profile_files,
     "test_launcher_refuses_bad_plans_before_or_as_the_program_starts": _failures,
 }
 
@@ -114,12 +152,25 @@ def test_launcher_records_then_replays_with_no_change_to_the_program(runs: Scena
     assert second.report["user_sitecustomize"] == "1"
 
 
+def test_launcher_takes_profile_files_and_several_profiles(runs: Scenarios) -> None:
+    tmp, first, second = runs.result("test_launcher_takes_profile_files_and_several_profiles")
+    assert first.returncode == 0, first
+    assert second.returncode == 0, second
+    assert first.report["patched"] and first.report["real_calls"] == [1, 2, 3]
+    assert not (tmp / "mine.yaml").exists()
+    assert recorded_steps(tmp / "dump") == [1, 2, 3]
+    # `mine` from the search path (steps 2-3) composed over `rollout_repeat`: step 1 ran live, 2-3 replayed.
+    assert second.report["real_calls"] == [1], second
+    assert second.report["results"][1:] == first.report["results"][1:]
+
+
 def test_launcher_refuses_bad_plans_before_or_as_the_program_starts(runs: Scenarios) -> None:
     tmp, results = runs.result("test_launcher_refuses_bad_plans_before_or_as_the_program_starts")
     expected = {
         "bad value": ["skip.rollout.action='bogus'", "one of 'cache'"],
         "bad override": ["skip.rollout.nope"],
         "unknown profile": ["'rollout_cash'", "rollout_cache"],
+        "missing profile file": ["profile='./nope.yaml'", f"there is no file {tmp / 'nope.yaml'}", "'rollout_cache'"],
         "no command": ["nothing to run"],
         "missing module": ["skip.rollout.targets.gen", "failed at 'wrker'"],
         "missing method": ["skip.rollout.targets.gen", "failed at 'worker.Generator.genrate'"],
@@ -139,6 +190,9 @@ def test_launcher_refuses_bad_plans_before_or_as_the_program_starts(runs: Scenar
     role = plan["skip"]["rollout"]
     assert (role["enable"], role["action"], role["steps"]) == (True, "repeat", ["1-2"])
     assert role["targets"]["gen"]["path"] == "worker.Generator.generate"
+    # --skip rollout_repeat --skip a.yaml,b.yaml: later profiles win, the overrides win over all.
+    composed = json.loads(results["print composed plan"].stdout)["skip"]["rollout"]
+    assert (composed["enable"], composed["action"], composed["namespace"]) == (True, "repeat_last", "cli")
 
 
 def test_console_script_is_installed() -> None:

@@ -231,3 +231,34 @@ def test_repeat_under_gather_serves_the_nearest_recorded_step(host_module: Any, 
     by_step = {r["step"]: r["sample"].tolist() for r in recorded}
     assert out[0]["sample"].tolist() == by_step[5]  # step 12: the nearest earlier recorded step
     assert out[2]["sample"].tolist() == by_step[5]
+
+
+CHILD = '''
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import skipweave
+import {name} as m
+role = {{"enable": True, "dump_dir": sys.argv[2], "targets": {{"gen": "{name}:gen"}}}}
+skipweave.weave({{"skip": {{"rollout": role}}}})
+r = m.gen({{"who": 0, "meta_info": {{"global_steps": 1}}}})
+print(json.dumps({{"live": len(m.LIVE), "sample": r["sample"].tolist()}}))
+'''
+
+
+def test_a_child_started_after_the_parent_unwove_replays_the_parents_recording(host_module: Any,
+                                                                             tmp_path: Path) -> None:
+    """A notebook or a harness records in-process, unweaves, then replays in a subprocess: the child is not a
+    concurrent writer of the parent's run, so it is served the parent's recording."""
+    name, folder = host_module(HOST)
+    m = sys.modules[name]
+    skipweave.weave(plan(name, tmp_path / "dump"))
+    recorded = m.gen(batch(0, 1))["sample"].tolist()
+    skipweave.unweave()
+    script = tmp_path / "child.py"
+    script.write_text(CHILD.format(name=name))
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
+    proc = subprocess.run([sys.executable, str(script), str(folder), str(tmp_path / "dump")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report == {"live": 0, "sample": recorded}

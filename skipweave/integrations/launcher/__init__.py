@@ -1,7 +1,8 @@
 """``skipweave run``: weave a program that does not use Hydra, with no change to its source.
 
-The parent (this module) composes the profile and overrides exactly as Hydra would, validates the
-plan, and replaces itself (``exec``) with the command, adding two environment variables:
+The parent (this module) composes the profiles (shipped names, names on ``SKIPWEAVE_PROFILE_PATH``,
+YAML files) and overrides exactly as Hydra would, validates the plan, and replaces itself (``exec``)
+with the command, adding two environment variables:
 
 - ``SKIPWEAVE_PLAN``: the validated plan as JSON (``SkipConfig.to_config()``);
 - ``PYTHONPATH``: :data:`BOOTSTRAP_DIR` first, whose ``sitecustomize`` makes every Python process of
@@ -31,11 +32,13 @@ BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootst
 """Folder holding the bootstrap ``sitecustomize.py``, put first on the child's ``PYTHONPATH``."""
 
 
-def compose_plan(profile: str, overrides: Sequence[str] = ()) -> SkipConfig:
-    """Compose ``profile`` with ``overrides`` (Hydra command-line syntax) and validate it.
+def compose_plan(profile: str | Sequence[str], overrides: Sequence[str] = ()) -> SkipConfig:
+    """Compose ``profile`` (one spec or several, in order) with ``overrides`` (Hydra command-line syntax)
+    and validate it. Profile files are read here, in the parent: the children get the plan, not the files.
 
     Raises:
-        skipweave.ConfigError: an unknown profile, an override Hydra rejects, or a bad value.
+        skipweave.ConfigError: a profile found nowhere or a bad profile file, an override Hydra rejects,
+            or a bad value.
     """
     from skipweave.config import load_skip_config
     from skipweave.config.profiles import compose_profile

@@ -28,6 +28,7 @@ from tests.integrations.hydra.runner import (
     hydra_app,
     recorded_steps,
     run,
+    run_all,
     selected_tests,
 )
 
@@ -173,6 +174,55 @@ def test_targets_never_called_and_roles_never_eligible_are_named_at_the_end(runs
     out = ineligible.stdout + ineligible.stderr
     assert "role rollout: none of its calls was eligible" in out and "skip.rollout.steps=" in out, ineligible
     assert "skipweave summary role=rollout: calls=3 hits=0 misses=0 bypasses=3" in out, ineligible
+
+
+# --- profiles of one's own, several profiles -------------------------------------------------------------
+
+OWN_PROFILE = """\
+# No '# @package' header and no defaults line: a profile from SKIPWEAVE_PROFILE_PATH needs neither.
+skip:
+  rollout:
+    enable: true
+    action: cache
+    dump_dir: ???
+    targets:
+      gen: worker.Generator.generate
+"""
+
+
+@scenario("test_profiles_on_the_search_path_and_several_profiles_compose_in_hydra_apps")
+def _own_profiles(tmp: Path) -> tuple[Path, list[Run]]:
+    (tmp / "profiles").mkdir()
+    (tmp / "profiles" / "mine.yaml").write_text(OWN_PROFILE)
+    (tmp / "profiles" / "foreign.yaml").write_text("rollout:\n  enable: true\n")
+    env = clean_env(SKIPWEAVE_PROFILE_PATH=str(tmp / "profiles"))
+    sweep = hydra_app(
+        "app.py", "--multirun", "+skip=mine", f"skip.rollout.dump_dir={tmp}/dump", "+job=1,2", out=tmp / "a"
+    )
+    # `--cfg job` prints the composed job config and runs no task (no torch): cheap checks of the order.
+    shipped = hydra_app("app.py", "--cfg=job", "+skip=[rollout_cache,rollout_repeat]", out=tmp / "b")
+    mixed = hydra_app("app.py", "--cfg=job", "+skip=[mine,rollout_repeat]", "skip.rollout.steps=[2]", out=tmp / "c")
+    foreign = hydra_app("app.py", "+skip=foreign", out=tmp / "d")
+    return tmp, run_all((sweep, tmp, env), (shipped, tmp), (mixed, tmp, env), (foreign, tmp, env))
+
+
+def test_profiles_on_the_search_path_and_several_profiles_compose_in_hydra_apps(runs: Scenarios) -> None:
+    tmp, (sweep, shipped, mixed, foreign) = runs.result(
+        "test_profiles_on_the_search_path_and_several_profiles_compose_in_hydra_apps"
+    )
+    assert sweep.returncode == 0, sweep
+    first, second = sweep.reports
+    assert first["patched"] and first["real_calls"] == [1, 2, 3]
+    assert second["real_calls"] == [] and second["results"] == first["results"]
+    assert recorded_steps(tmp / "dump") == [1, 2, 3]
+    assert shipped.returncode == 0, shipped
+    assert yaml.safe_load(shipped.stdout)["skip"]["rollout"]["action"] == "repeat"  # the later profile won
+    assert mixed.returncode == 0, mixed
+    role = yaml.safe_load(mixed.stdout)["skip"]["rollout"]
+    assert (role["action"], role["steps"], role["targets"]["gen"]) == ("repeat", [2], "worker.Generator.generate")
+    assert foreign.returncode != 0 and not foreign.task_started, foreign
+    assert f"{tmp / 'profiles' / 'foreign.yaml'} has top-level key 'rollout'" in foreign.stderr, foreign
+    assert "Traceback" not in foreign.stderr, foreign
 
 
 # --- failures -----------------------------------------------------------------------------------------
