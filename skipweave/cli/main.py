@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from collections.abc import Sequence
 
@@ -31,14 +32,28 @@ def build_parser() -> argparse.ArgumentParser:
     from skipweave import __version__
 
     parser = argparse.ArgumentParser(
-        prog="skipweave", description="Record and replay the rollouts of RL-for-LLM trainers."
+        prog="skipweave", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Record and replay the rollouts of RL-for-LLM trainers, with no change to their source.\n\n"
+        "In a Hydra app, add +skip=rollout_cache to its command line (a shipped profile, one on\n"
+        "SKIPWEAVE_PROFILE_PATH, or several: '+skip=[a,b]'); any other program: skipweave run --skip\n"
+        "PROFILE -- python train.py (PROFILE may be a YAML file). The other commands read, check and\n"
+        "clean a dump dir.",
     )
     parser.add_argument("--version", action="version", version=f"skipweave {__version__}")
     subparsers = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
     subparsers.required = True
     for name in SUBCOMMANDS:
         importlib.import_module(name).register(subparsers)
+    for sub in subparsers.choices.values():  # module docstrings are reST: show them as plain text
+        sub.description = plain_text(sub.description)
     return parser
+
+
+def plain_text(text: str | None) -> str | None:
+    """reST markup of a docstring made plain for ``--help``: ````x```` and ``:role:`x``` become ``x``."""
+    if text is None:
+        return None
+    return re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text).replace("``", "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

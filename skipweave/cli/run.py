@@ -66,6 +66,16 @@ def register(subparsers: Any) -> None:
         help="do not check, before launching `python script.py`, that the targets' modules exist",
     )
     parser.add_argument(
+        "--log-level",
+        default=None, metavar="LEVEL", type=lambda v: v.upper(), choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="show skipweave's log lines on stderr in every process of the program at LEVEL (DEBUG, INFO, "
+        "WARNING, ERROR), whatever logging the program sets up",
+    )
+    parser.add_argument(
+        "-v", "--verbose", dest="log_level", action="store_const", const="INFO",
+        help="the same as --log-level INFO: a hit or miss line per call, the start-up line and the summary",
+    )
+    parser.add_argument(
         "--print-plan",
         action="store_true",
         help="print the composed plan as JSON and exit without running anything",
@@ -77,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     """Compose and validate the plan, then replace this process with the command (returns only on error)."""
     from skipweave.config.errors import ConfigError
     from skipweave.integrations.launcher import child_env, compose_plan, exec_command, preflight
+    from skipweave.integrations.launcher.bootstrap import LOG_LEVEL_ENV
     from skipweave.integrations.startup import failure_message
     from skipweave.weaving.resolve import TargetNotFound
 
@@ -103,7 +114,10 @@ def run(args: argparse.Namespace) -> int:
         print(failure_message(exc, plan, where=where), file=sys.stderr)
         return EXIT_CONFIG
     try:
-        exec_command(args.command, child_env(plan))
+        env = child_env(plan)
+        if args.log_level:
+            env[LOG_LEVEL_ENV] = args.log_level
+        exec_command(args.command, env)
     except (FileNotFoundError, PermissionError) as exc:
         print(f"skipweave run: cannot run {args.command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_NOT_FOUND

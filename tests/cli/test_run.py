@@ -115,6 +115,10 @@ def _failures(tmp: Path) -> tuple[Path, dict[str, Run]]:
         "print plan": launch(
             "run", "--skip", "rollout_repeat", "skip.rollout.steps=[1,2]", GEN, "--print-plan", cwd=tmp
         ),
+        "verbose": launch(  # the program configures no logging: -v still shows skipweave's lines
+            "run", "--skip", "rollout_cache", "-v", f"skip.rollout.dump_dir={tmp}/verbose", GEN, "--", *script,
+            cwd=tmp,
+        ),
         "never called": launch(  # the program never imports lazy_worker: its target is never called
             "run", "--skip", "rollout_cache", f"skip.rollout.dump_dir={tmp}/never", GEN,
             "+skip.rollout.targets.lazy=lazy_worker.LazyGenerator.generate", "--", *script, cwd=tmp,
@@ -182,6 +186,10 @@ def test_launcher_refuses_bad_plans_before_or_as_the_program_starts(runs: Scenar
         for needle in needles:
             assert needle in result.stderr, (name, result)
     assert not (tmp / "child-ran").exists(), "a command ran although its plan was refused"
+    verbose = results["verbose"]
+    assert verbose.returncode == 0, verbose
+    assert verbose.stderr.count("INFO skipweave miss role=rollout target=gen step=") == 3, verbose
+    assert "skipweave summary role=rollout: calls=3" in verbose.stderr
     never = results["never called"]
     assert never.returncode == 0, never
     assert "role rollout target lazy (lazy_worker.LazyGenerator.generate) was woven but never called" in never.stderr

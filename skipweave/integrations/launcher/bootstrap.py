@@ -26,6 +26,9 @@ logger = logging.getLogger(__name__)
 PLAN_ENV = "SKIPWEAVE_PLAN"
 """Environment variable holding the plan as JSON (``SkipConfig.to_config()``)."""
 
+LOG_LEVEL_ENV = "SKIPWEAVE_LOG_LEVEL"
+"""Set by ``skipweave run -v/--log-level``: each process shows skipweave's log lines on stderr at this level."""
+
 FAILURE_EXIT = 2
 """Exit status of a process whose weave failed."""
 
@@ -91,12 +94,27 @@ def fail(message: str) -> NoReturn:
         os._exit(FAILURE_EXIT)
 
 
+def show_logs(level: str) -> None:
+    """Give the ``skipweave`` logger its own stderr handler at ``level`` (``skipweave run -v``); ``""`` does
+    nothing. Its lines then show whatever logging the program configures, and are not repeated by the root
+    logger's handlers."""
+    if not level or not hasattr(logging, level.upper()):
+        return
+    log = logging.getLogger("skipweave")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("[%(process)d] %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(getattr(logging, level.upper()))
+    log.propagate = False
+
+
 def bootstrap(environ: Any = None) -> DeferredWeave | None:
     """Register the deferred weave of the plan in ``SKIPWEAVE_PLAN``; do nothing without one.
 
     Returns:
         The hook registered, or ``None`` (no plan, or no enabled role with targets).
     """
+    show_logs((os.environ if environ is None else environ).get(LOG_LEVEL_ENV, ""))
     try:
         plan = read_plan(environ)
     except Exception as exc:  # noqa: BLE001 - a corrupt plan must not pass silently
