@@ -1,9 +1,9 @@
-"""MkDocs hooks (``hooks:`` in mkdocs.yml): stand-ins for pages another change owns, until they exist.
+"""MkDocs hooks (``hooks:`` in mkdocs.yml): stand-ins for pages that may be missing from a checkout.
 
-``docs/performance.md`` (the benchmark's numbers) is written by the benchmark's own change. Until that
-file lands, the build gets the short stand-in below, so that ``mkdocs build --strict`` passes and the
-links to it resolve; as soon as the real file exists this hook adds nothing. Excluded from the site by
-``exclude_docs`` in mkdocs.yml.
+``docs/performance.md`` holds the benchmark's numbers and is in the repository; should it be missing (a
+partial checkout, a docs build from an older tree), the build gets the short stand-in below so that
+``mkdocs build --strict`` passes and the links to it resolve. While the real file exists this hook adds
+nothing. Excluded from the site by ``exclude_docs`` in mkdocs.yml.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ STAND_INS = {
 The measured numbers of this page are not written yet. They come from the benchmark in the repository:
 
 ```console
-python bench/run.py            # this machine's numbers (about 15-25 minutes)
+python bench/run.py            # this machine's numbers (7-30 minutes)
 python bench/run.py --quick    # a smoke run (under a minute)
 ```
 

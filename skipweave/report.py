@@ -201,8 +201,9 @@ def record_failed(role: str | None = None, target: str | None = None) -> None:
     with _lock:
         COUNTERS.record_failures += 1
     if role is not None and target is not None:
+        counts = for_target(role, target)  # outside the lock: it takes the lock itself for a new pair
         with _lock:
-            for_target(role, target).record_failures += 1
+            counts.record_failures += 1
 
 
 def _register_summary() -> None:

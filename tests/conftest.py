@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 import textwrap
 import uuid
@@ -11,6 +12,11 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+# The test process's own exit summary (totals over every test's weave) would print on stderr after pytest's
+# result line, where it reads like a verdict; the handler makes the logger "configured", so it does not.
+# Subprocesses the tests start are unaffected.
+logging.getLogger("skipweave").addHandler(logging.NullHandler())
 
 
 @pytest.fixture(autouse=True)

@@ -255,12 +255,12 @@ class SkipProxy:
             return self._live_bypass(wrapped, args, kwargs, None, awaited)
         if step not in self.steps:
             return self._live_bypass(wrapped, args, kwargs, step, awaited)
+        if self.is_async or awaited:
+            # Decided when the coroutine starts, not now: one never awaited (cancelled before it ran, dropped)
+            # then takes no call index and no single-flight slot that later calls would wait on for good.
+            return self._async_path(wrapped, args, kwargs, step, instance, maybe_sync=not self.is_async)
         decision = self._decide(step, args, kwargs)
         decision.instance = instance
-        if self.is_async:
-            return self._async_path(wrapped, args, kwargs, decision)
-        if awaited:
-            return self._async_path(wrapped, args, kwargs, decision, maybe_sync=True)
         return self._sync_path(wrapped, args, kwargs, decision)
 
     def _bypassed_by_expr(self, instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
@@ -338,13 +338,20 @@ class SkipProxy:
         return self._after_live(result, d, time.perf_counter() - t0)
 
     async def _async_path(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                          d: _Decision, maybe_sync: bool = False) -> Any:
-        while d.wait is not None:  # single flight (see _sync_path); awaiting yields, so any thread's call may finish
-            other, d.wait = d.wait, None
-            if other.done is None:
-                break
-            await asyncio.wrap_future(other.done)
-            self._choose(d)
+                          step: int, instance: Any, maybe_sync: bool = False) -> Any:
+        d = self._decide(step, args, kwargs)
+        d.instance = instance
+        try:
+            while d.wait is not None:  # single flight (see _sync_path); awaiting yields: any thread's call may end
+                other, d.wait = d.wait, None
+                if other.done is None:
+                    break
+                await asyncio.wrap_future(other.done)
+                self._choose(d)
+        except BaseException:  # cancelled while waiting: its call index goes back, nothing ran
+            self._give_back(d)
+            self._unregister(d)
+            raise
         found, value = self._try_replay(d, args, kwargs)
         if found:
             return value
@@ -469,17 +476,22 @@ class SkipProxy:
     def _call_ended(self, d: _Decision, failed: bool = False) -> None:
         if d.running:
             d.running = False
-            with self._lock:
-                running = self._inflight.get((d.step, d.shard), [])
-                if d in running:
-                    running.remove(d)
-                if not running:
-                    self._inflight.pop((d.step, d.shard), None)
             try:
                 self.store.call_ended(d.step, self.target.name, d.shard, failed=failed)
             finally:
-                if d.done is not None:
-                    d.done.set_result(None)  # single-flight waiters choose again, now that its record is done
+                self._unregister(d)
+
+    def _unregister(self, d: _Decision) -> None:
+        """``d`` no longer runs: drop it from the running calls and wake the single-flight waiters (they choose
+        again, now that its record is done or it failed)."""
+        with self._lock:
+            running = self._inflight.get((d.step, d.shard), [])
+            if d in running:
+                running.remove(d)
+            if not running:
+                self._inflight.pop((d.step, d.shard), None)
+        if d.done is not None and not d.done.done():
+            d.done.set_result(None)
 
     def _give_back(self, d: _Decision) -> None:
         """The real call raised: its call index is reused by the next call of the step (nothing was recorded)."""
