@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import wrapt
 
-from skipweave.store.writers import RUN_ENV, run_id
+from skipweave.store.writers import RUN_ENV, RUN_STARTED_ENV, run_id, run_started
 from skipweave.weaving.unpatch import remove_wrapper
 
 if TYPE_CHECKING:
@@ -193,6 +193,7 @@ def merge_runtime_env(
     env_vars = dict(merged.get("env_vars") or {})
     env_vars[PLAN_ENV] = plan
     env_vars.setdefault(RUN_ENV, run_id())  # the workers are writers of the driver's run (store.writers)
+    env_vars.setdefault(RUN_STARTED_ENV, repr(run_started()))
     app_hook = merged.get("worker_process_setup_hook")
     if app_hook is not None and app_hook != SETUP_HOOK:
         env_vars.pop(APP_HOOK_ENV, None)

@@ -67,7 +67,11 @@ def match_call(
         A :class:`Match`: the exact-input entry with the lowest index when there is one; else, for a part of one
         writer, the entry at ``position``; else no entry.
     """
-    shared = is_shared(recorded)
+    # Another process of this very run (ended or not) is another writer, however few entries the part holds:
+    # it is matched by inputs only, never by its position (children of one launcher, Ray actors of one job).
+    shared = is_shared(recorded) or any(
+        r.writer is not None and r.writer[0] == me.run and r.writer[1:] != (me.host, me.pid) for r in recorded
+    )
     usable = [r for r in recorded if not is_concurrent_other(r, me, started)]
     others = len(recorded) - len(usable)
     if same_step:

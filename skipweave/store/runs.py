@@ -35,6 +35,7 @@ def mark(dump_dir: str, namespace: str, role: str, run: str, target: str, kind: 
         kind: :data:`CALLED` or :data:`ELIGIBLE`.
     """
     try:
+        os.makedirs(dump_dir, exist_ok=True)  # the first call of a run may come before any record made it
         folder = inside(dump_dir, RUNS, check_name("run", run), namespace, role, create=True)
         path = os.path.join(folder, f"{check_name('target', target)}.{kind}")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0),

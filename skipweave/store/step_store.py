@@ -164,8 +164,9 @@ class StepStore:
         # replaced or removed since (by any process: a re-record, gc, a deleted step), and then it is re-read.
         self._closed: dict[tuple[int, str, str], tuple[int, int]] = {}
         # (target, shard) -> (role folder stamp, monotonic time built, sorted complete steps): see recorded_steps
-        # part -> (folder stamp, its entries' writers and fingerprints): see part_calls
-        self._entries: dict[tuple[int, str, str], tuple[tuple[int, int] | None, tuple[Recorded, ...]]] = {}
+        # part -> (folder stamp, its entries' writers and fingerprints, manifest path -> (mtime, size, entry))
+        self._entries: dict[tuple[int, str, str], tuple[tuple[int, int] | None, tuple[Recorded, ...],
+                                                        dict[str, tuple[int, int, Recorded]]]] = {}
         self._index: dict[tuple[str, str], tuple[tuple[int, int] | None, float, list[int]]] = {}
 
     def key(self, step: int, target: str, shard: str, call: int) -> EntryKey:
@@ -228,8 +229,10 @@ class StepStore:
     def part_calls(self, step: int, target: str, shard: str) -> tuple[Recorded, ...]:
         """The committed entries of a part with their writer and input fingerprint, sorted by call index.
 
-        Read from the manifests once and kept until the part's folder changes (one ``lstat`` per call).
-        An unreadable manifest is left out here; serving it would fail its judgement anyway.
+        Kept until the part's folder changes (one ``lstat`` per call); after a change only manifests that are
+        new or changed (by size or modification time) are read again, so a step of many calls costs one read
+        per record, not one per entry. An unreadable manifest is left out here; serving it would fail its
+        judgement anyway.
         """
         part = (step, target, shard)
         stamp = folder_stamp(os.path.join(role_dir(self.dump_dir, self.namespace, self.role), str(step), target))
@@ -237,21 +240,27 @@ class StepStore:
             seen = self._entries.get(part)
         if seen is not None and stamp is not None and seen[0] == stamp:
             return seen[1]
-        out: list[Recorded] = []
-        folder = None
+        known = seen[2] if seen is not None else {}
+        files: dict[str, tuple[int, int, Recorded]] = {}
         for call in self.part_info(step, target, shard).calls:
-            key = self.key(step, target, shard, call)
-            folder = folder or self.folder(step, target)
+            path = manifest_path(self.dump_dir, self.key(step, target, shard, call))
             try:
-                manifest = read_manifest(manifest_path(self.dump_dir, key))
+                st = os.lstat(path)
+            except OSError:
+                continue
+            old = known.get(path)
+            if old is not None and old[:2] == (st.st_mtime_ns, st.st_size):
+                files[path] = old
+                continue
+            try:
+                files[path] = (st.st_mtime_ns, st.st_size, recorded_of(read_manifest(path), call))
             except (EntryInvalid, OSError):
                 continue
-            out.append(recorded_of(manifest, call))
-        entries = tuple(out)
+        entries = tuple(sorted((f[2] for f in files.values()), key=lambda r: r.call))
         with self._lock:
             if len(self._entries) > 4096:  # bounded: a long run does not keep every step's summary
                 self._entries.clear()
-            self._entries[part] = (stamp, entries)
+            self._entries[part] = (stamp, entries, files)
         return entries
 
     def expected_calls(self, target: str, shard: str) -> int:
@@ -628,7 +637,7 @@ class StepStore:
             new = ident
         with self._lock:
             seen, self._root_id = self._root_id, new
-        if seen is not None and seen != ident:
+        if seen is not None and seen != new:  # (new: another thread may have made the folder meanwhile)
             logger.warning(
                 "skipweave: role %s: the dump dir %s was %s since this run last wrote to it; what was recorded "
                 "there before is gone from it, new recordings go to the new folder",

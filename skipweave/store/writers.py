@@ -28,6 +28,8 @@ from typing import Any
 
 RUN_ENV = "SKIPWEAVE_RUN"
 """Environment variable holding the run id (16 hex digits); set by the first process that weaves."""
+RUN_STARTED_ENV = "SKIPWEAVE_RUN_STARTED"
+"""When the run began (seconds since the epoch), set with :data:`RUN_ENV`."""
 
 _lock = threading.Lock()
 _started_unix = time.time()
@@ -84,8 +86,22 @@ def run_id() -> str:
             return value
         value = uuid.uuid4().hex[:16]
         os.environ[RUN_ENV] = value
+        os.environ[RUN_STARTED_ENV] = repr(time.time())
         _made_here = value
         return value
+
+
+def run_started() -> float:
+    """When this run began: its first process's weave (inherited), else when this process imported skipweave.
+
+    Marks a run left before a child started (the driver's calls, seen by a worker started later) count.
+    """
+    run_id()
+    try:
+        value = float(os.environ.get(RUN_STARTED_ENV, ""))
+    except ValueError:
+        return _started_unix
+    return value if math.isfinite(value) and 0 < value <= time.time() + 60 else _started_unix
 
 
 def end_run() -> None:
@@ -99,6 +115,7 @@ def end_run() -> None:
     with _lock:
         if _made_here is not None and os.environ.get(RUN_ENV) == _made_here:
             del os.environ[RUN_ENV]
+            os.environ.pop(RUN_STARTED_ENV, None)
         _made_here = None
 
 
@@ -178,4 +195,4 @@ def _valid_run(value: str) -> bool:
 
 
 __all__ = ["RUN_ENV", "Recorded", "Writer", "end_run", "is_concurrent_other", "recorded_of", "run_id",
-           "started_unix", "this_writer"]
+           "run_started", "started_unix", "this_writer"]

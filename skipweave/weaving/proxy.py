@@ -75,7 +75,7 @@ class _Decision:
     """
 
     __slots__ = ("step", "call", "shard", "served", "fp", "replace", "no_store", "running", "slot", "wait",
-                 "done", "thread", "concurrent", "instance")
+                 "done", "thread", "concurrent", "instance", "waited")
 
     def __init__(self, step: int, call: int, shard: str, served: int | None) -> None:
         self.step, self.call, self.shard, self.served = step, call, shard, served
@@ -89,6 +89,7 @@ class _Decision:
         self.thread = 0
         self.concurrent = False  # another thread ran a real call of the same step meanwhile
         self.instance: Any = None  # the bound instance (``self`` of expressions: echo, effects)
+        self.waited = False  # single flight waited for another call already (never twice)
 
 
 def annotate(result: Any, status: str, step: int | None, served: int | None) -> None:
@@ -188,6 +189,7 @@ class SkipProxy:
         self._echo = tuple((Expression(f"{key}.echo[{dest!r}]", dest, assignable=True),
                             Expression(f"{key}.echo[{dest!r}]", source)) for dest, source in role.echo)
         self._step_warned = False
+        self._counts = report.for_target(role.role, target.name)
         # What the screen is built from, kept by identity: a subclass that replaces any of them gets no screen.
         self._screen_inputs = (bypass, self.step_source, self.steps, role.bypass, role.step, positions)
         self._calls: dict[tuple[int, str], int] = {}
@@ -311,12 +313,14 @@ class SkipProxy:
 
     def _sync_path(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                    d: _Decision) -> Any:
-        while d.wait is not None:  # single flight: wait for the running call that will serve this one
+        if d.wait is not None:  # single flight: wait for the running call that will serve this one
             other, d.wait = d.wait, None
-            if other.done is None or other.thread == threading.get_ident():
-                break  # that call runs in this very thread (an asyncio task): waiting here would never end
-            other.done.result()
-            self._choose(d)
+            if other.done is not None and other.thread != threading.get_ident() and not _loop_running():
+                # (in a thread that runs that call or an event loop, waiting here could never end: run live)
+                other.done.result()
+                d.waited = True
+                self._choose(d)
+                d.wait = None  # waited once: if that call recorded nothing, this one runs live, not in a queue
         found, value = self._try_replay(d, args, kwargs)
         if found:
             return value
@@ -325,6 +329,7 @@ class SkipProxy:
         with self._real_call(d):
             result = wrapped(*args, **kwargs)
         if type(result) is types.CoroutineType:  # a plain def that hands back its coroutine
+            self._release_waiters(d)  # it may never be awaited: no later call may wait for it
             return self._finish_awaitable(result, d, t0)
         return self._after_live(result, d, time.perf_counter() - t0)
 
@@ -342,12 +347,13 @@ class SkipProxy:
         d = self._decide(step, args, kwargs)
         d.instance = instance
         try:
-            while d.wait is not None:  # single flight (see _sync_path); awaiting yields: any thread's call may end
+            if d.wait is not None:  # single flight (see _sync_path); awaiting yields: any thread's call may end
                 other, d.wait = d.wait, None
-                if other.done is None:
-                    break
-                await asyncio.wrap_future(other.done)
-                self._choose(d)
+                if other.done is not None:
+                    await asyncio.wrap_future(other.done)
+                    d.waited = True
+                    self._choose(d)
+                    d.wait = None
         except BaseException:  # cancelled while waiting: its call index goes back, nothing ran
             self._give_back(d)
             self._unregister(d)
@@ -397,6 +403,8 @@ class SkipProxy:
                 self._calls[(step, shard)] = call + 1
         decision = _Decision(step, call, shard, None)
         decision.fp = fp
+        if not self._counts.eligible:  # now, not at its hit or miss: a call that raises was still called
+            report.first_call(self.role.role, self.target.name, eligible=True)
         self._choose(decision)
         return decision
 
@@ -420,7 +428,7 @@ class SkipProxy:
         if served is not None:
             return
         with self._lock:  # one lock for the look and the registration: two calls never both decide to generate
-            if self.role.action is not Action.CACHE and self.role.single_flight:
+            if self.role.action is not Action.CACHE and self.role.single_flight and not d.waited:
                 d.wait = self._recording_that_serves(d, recorded)
             if d.wait is None:
                 self._register(d)
@@ -439,16 +447,16 @@ class SkipProxy:
         return pending.get(choice) if choice is not None and choice not in recorded else None
 
     def _register(self, d: _Decision) -> None:
-        """Count ``d`` among the real calls of its step now running (caller holds the lock); a call of another
-        thread already running there makes both *concurrent* (their part is then matched by inputs only)."""
+        """Count ``d`` among the real calls of its step now running (caller holds the lock); another call already
+        running there (another thread's, or another asyncio task's) makes both *concurrent*: their part is then
+        matched by inputs only, since the order they started in need not repeat."""
         if d.done is not None or d.no_store:
             return
         d.thread = threading.get_ident()
         d.done = concurrent.futures.Future()
         running = self._inflight.setdefault((d.step, d.shard), [])
-        for other in running:
-            if other.thread != d.thread:
-                other.concurrent = d.concurrent = True
+        for other in running:  # threads, or asyncio tasks of one thread: their order need not repeat
+            other.concurrent = d.concurrent = True
         running.append(d)
 
     @contextlib.contextmanager
@@ -481,6 +489,11 @@ class SkipProxy:
             finally:
                 self._unregister(d)
 
+    def _release_waiters(self, d: _Decision) -> None:
+        """Single-flight waiters of ``d`` stop waiting (they choose again) while ``d`` itself goes on."""
+        if d.done is not None and not d.done.done():
+            d.done.set_result(None)
+
     def _unregister(self, d: _Decision) -> None:
         """``d`` no longer runs: drop it from the running calls and wake the single-flight waiters (they choose
         again, now that its record is done or it failed)."""
@@ -490,8 +503,7 @@ class SkipProxy:
                 running.remove(d)
             if not running:
                 self._inflight.pop((d.step, d.shard), None)
-        if d.done is not None and not d.done.done():
-            d.done.set_result(None)
+        self._release_waiters(d)
 
     def _give_back(self, d: _Decision) -> None:
         """The real call raised: its call index is reused by the next call of the step (nothing was recorded)."""
@@ -606,8 +618,14 @@ class SkipProxy:
         match = match_call(entries, d.call, lambda: self._fingerprint(d, args, kwargs), claimed, same_step=same,
                            me=this_writer(), started=started_unix())
         if match.call is None and (match.shared or match.others):
-            self._warn_shared(d, "holds recordings of several writers" if match.shared
-                              else "is being recorded by another writer of this run")
+            if not same and match.shared:
+                what = (f"holds recordings of several writers, so step {d.served} cannot serve step {d.step} "
+                        f"(action {self.role.action.value} serves another step by call order only)")
+            elif match.shared:
+                what = "holds recordings of several writers"
+            else:
+                what = "is being recorded by another writer of this run"
+            self._warn_shared(d, what)
         elif match.call is not None and same:
             self._claim(d.step, d.shard, match.call)
         return match
@@ -735,6 +753,15 @@ class SkipProxy:
                      nbytes=nbytes, seconds=seconds, call=slot)
         annotate(result, report.MISS, d.step, None)
         return result
+
+
+def _loop_running() -> bool:
+    """An event loop runs in this thread (blocking it would stop the very calls it waits for)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def plain_copy(value: Any) -> Any:

@@ -29,7 +29,7 @@ from skipweave.policy.bypass import make_bypass
 from skipweave.store import runs
 from skipweave.store.paths import dump_dir_problem
 from skipweave.store.step_store import StepStore
-from skipweave.store.writers import end_run, run_id, started_unix
+from skipweave.store.writers import end_run, run_id, run_started
 from skipweave.weaving.proxy import SkipProxy, shard_label
 from skipweave.weaving.resolve import ResolvedPath, TargetNotFound, resolve_owner, split_path
 from skipweave.weaving.unpatch import remove_wrapper
@@ -187,7 +187,7 @@ class Weaver:
 
         def elsewhere(kind: str) -> bool:
             return runs.marked(store.dump_dir, store.namespace, store.role, run_id(), target, kind,
-                               since=started_unix())
+                               since=run_started())
 
         steps = patch.role.steps.to_config()
         text = "[" + ",".join(str(x) for x in steps) + "]" if isinstance(steps, list) else str(steps)

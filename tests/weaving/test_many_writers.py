@@ -262,3 +262,121 @@ def test_a_child_started_after_the_parent_unwove_replays_the_parents_recording(h
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report == {"live": 0, "sample": recorded}
+
+
+def test_a_call_cancelled_before_it_ran_leaves_nothing_to_wait_for(host_module: Any, tmp_path: Path) -> None:
+    name, _ = host_module(HOST)
+    m = sys.modules[name]
+    skipweave.weave(plan(name, tmp_path / "dump", action="repeat", targets={"gen": f"{name}:agen"}))
+
+    async def main() -> Any:
+        first = asyncio.ensure_future(m.agen(batch(0, 1)))
+        first.cancel()  # e.g. a TaskGroup whose sibling failed at once, a shutdown
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        return await asyncio.wait_for(m.agen(batch(0, 2)), timeout=20)
+
+    out = asyncio.run(main())
+    skipweave.unweave()
+    assert out["step"] == 2 and m.LIVE == [2]
+
+
+UNENCODABLE = '''
+import asyncio
+
+
+class Opaque:
+    __slots__ = ("x",)  # no __dict__, not a dataclass: the safe codec cannot hold it
+
+
+async def agen(batch):
+    await asyncio.sleep(0)
+    o = Opaque()
+    o.x = 1
+    return o
+'''
+
+
+def test_a_first_call_whose_result_cannot_be_recorded_returns_it(host_module: Any, tmp_path: Path,
+                                                                 caplog: Any) -> None:
+    name, _ = host_module(UNENCODABLE)
+    m = sys.modules[name]
+    skipweave.weave(plan(name, tmp_path / "dump", targets={"gen": f"{name}:agen"}))
+    result: list[Any] = []
+    worker = threading.Thread(target=lambda: result.append(asyncio.run(m.agen(batch(0, 1)))), daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    skipweave.unweave()
+    assert not worker.is_alive(), "the call hung"
+    assert type(result[0]).__name__ == "Opaque"
+    assert skipweave.counters()["record_failures"] >= 1
+
+
+SEQUENTIAL = '''
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import skipweave
+import {name} as m
+role = {{"enable": True, "dump_dir": sys.argv[2], "targets": {{"gen": "{name}:gen"}}}}
+skipweave.weave({{"skip": {{"rollout": role}}}})
+r = m.gen({{"who": int(sys.argv[3]), "meta_info": {{"global_steps": 1}}}})
+print(json.dumps({{"live": len(m.LIVE), "who": r["who"]}}))
+'''
+
+
+def test_children_of_one_run_one_after_the_other_each_record_their_own(host_module: Any, tmp_path: Path,
+                                                                      no_rank: None) -> None:
+    """Workers of one launcher (one run id) that reach a step one after the other, the first already gone:
+    the later one never gets the earlier one's fresh result by call order."""
+    name, folder = host_module(HOST)
+    script = tmp_path / "seq.py"
+    script.write_text(SEQUENTIAL.format(name=name))
+    env = {k: v for k, v in os.environ.items() if k != "SKIPWEAVE_RUN"} | {"SKIPWEAVE_RUN": "onelauncher"}
+    seen = []
+    for who in (0, 1):
+        proc = subprocess.run([sys.executable, str(script), str(folder), str(tmp_path / "dump"), str(who)],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        seen.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert seen == [{"live": 1, "who": 0}, {"live": 1, "who": 1}]
+
+
+def test_single_flight_never_blocks_a_thread_that_runs_an_event_loop(host_module: Any, tmp_path: Path) -> None:
+    name, _ = host_module(HOST)
+    m = sys.modules[name]
+    skipweave.weave(plan(name, tmp_path / "dump", action="repeat"))
+    started = threading.Event()
+    original = m.time.sleep
+
+    def slow_first(seconds: float) -> None:
+        started.set()
+        original(0.5)
+
+    m.time.sleep = slow_first
+    try:
+        first = threading.Thread(target=m.gen, args=(batch(0, 1),))
+        first.start()
+        started.wait(10)
+
+        async def on_the_loop() -> Any:  # step 2 from a thread whose event loop must keep running
+            return m.gen(batch(0, 2))
+
+        out = asyncio.run(asyncio.wait_for(on_the_loop(), timeout=20))
+        first.join(20)
+    finally:
+        m.time.sleep = original
+    skipweave.unweave()
+    assert out["step"] == 2 and sorted(s for _, s in m.LIVE) == [1, 2]  # ran live instead of blocking the loop
+
+
+def test_a_first_call_that_raises_still_counts_as_called(host_module: Any, tmp_path: Path) -> None:
+    name, _ = host_module("def gen(batch):\n    raise RuntimeError('CUDA out of memory')\n")
+    m = sys.modules[name]
+    dump = tmp_path / "not-made-yet"
+    skipweave.weave(plan(name, dump))
+    with pytest.raises(RuntimeError):
+        m.gen(batch(0, 1))
+    run = os.environ["SKIPWEAVE_RUN"]
+    skipweave.unweave()
+    assert (dump / ".runs" / run / "default" / "rollout" / "gen.called").exists()
+    assert (dump / ".runs" / run / "default" / "rollout" / "gen.eligible").exists()
