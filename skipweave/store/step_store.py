@@ -629,15 +629,15 @@ class StepStore:
 
     def _watch_root(self) -> None:
         """Make the dump dir when missing; WARN when it vanished or was replaced since this store last saw it."""
-        ident = _identity(self.dump_dir)
-        if ident is None:
-            os.makedirs(self.dump_dir, exist_ok=True)
-            new = _identity(self.dump_dir)
-        else:
-            new = ident
-        with self._lock:
+        with self._lock:  # one look at a time: a thread must not take the folder another just made for a new one
+            ident = _identity(self.dump_dir)
+            if ident is None:
+                os.makedirs(self.dump_dir, exist_ok=True)
+                new = _identity(self.dump_dir)
+            else:
+                new = ident
             seen, self._root_id = self._root_id, new
-        if seen is not None and seen != new:  # (new: another thread may have made the folder meanwhile)
+        if seen is not None and (ident is None or seen != new):  # removed (a new folder may reuse the inode)
             logger.warning(
                 "skipweave: role %s: the dump dir %s was %s since this run last wrote to it; what was recorded "
                 "there before is gone from it, new recordings go to the new folder",
