@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -224,9 +226,6 @@ def log_summary() -> None:
     still gets these lines, on stderr, unless ``SKIPWEAVE_SUMMARY=0``; a program that configured logging
     gets them through its own handlers, at its own levels.
     """
-    import os
-    import sys
-
     handler: logging.Handler | None = None
     if not logger.hasHandlers() and os.environ.get(SUMMARY_ENV, "1") != "0":
         handler = logging.StreamHandler(sys.stderr)

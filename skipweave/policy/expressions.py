@@ -68,7 +68,6 @@ class Expression:
         self.names = _free_names(body)
         self._fn = _compile(body, self.names, f"<{key}>")
         self._owner: Callable[..., Any] | None = None
-        self._last: ast.expr | None = None
         if assignable:
             assert isinstance(body, (ast.Attribute, ast.Subscript))
             owner = body.value

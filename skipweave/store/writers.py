@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 import platform
+import sys
 import threading
 import time
 import uuid
@@ -53,8 +54,6 @@ class Writer:
 
     def as_manifest(self) -> dict[str, Any]:
         """The ``writer`` field of a manifest (``argv0`` is for people reading it)."""
-        import sys
-
         return {"run": self.run, "host": self.host, "pid": self.pid, "argv0": sys.argv[0] if sys.argv else ""}
 
 

@@ -318,9 +318,8 @@ class SkipProxy:
             if other.done is not None and other.thread != threading.get_ident() and not _loop_running():
                 # (in a thread that runs that call or an event loop, waiting here could never end: run live)
                 other.done.result()
-                d.waited = True
+                d.waited = True  # waits once: if that call recorded nothing, this one runs live, not in a queue
                 self._choose(d)
-                d.wait = None  # waited once: if that call recorded nothing, this one runs live, not in a queue
         found, value = self._try_replay(d, args, kwargs)
         if found:
             return value
@@ -353,7 +352,6 @@ class SkipProxy:
                     await asyncio.wrap_future(other.done)
                     d.waited = True
                     self._choose(d)
-                    d.wait = None
         except BaseException:  # cancelled while waiting: its call index goes back, nothing ran
             self._give_back(d)
             self._unregister(d)
