@@ -73,12 +73,64 @@ class Rollout:
         return batch
 
 
+class State:
+    global_step = 5
+
+
+class Model:
+    training = True
+
+
+class Trainer:
+    """A transformers-shaped host: the step in ``self.state.global_step``, evaluation when not training.
+
+    One method per step-source/bypass shape (each woven by its own role in ``_plan``)."""
+
+    def __init__(self):
+        self.state, self.model = State(), Model()
+
+    def attr_step(self, batch):
+        return batch
+
+    def expr_step(self, batch):
+        return batch
+
+    def expr_bypass(self, batch):
+        return batch
+
+    def counter_step(self, batch):
+        return batch
+
+    def callable_bypass(self, batch):
+        return batch
+
+    def named_arg_step(self, batch):
+        return batch
+
+
+def is_validation(args, kwargs):
+    return bool(args[0].meta_info.get("validate"))
+
+
 SMALL = {"ids": torch.arange(256), "logp": torch.zeros(256), "text": ["a short response"] * 4}
 
 
 def decide(batch):
     return SMALL
 '''
+
+
+SHAPES: dict[str, dict[str, Any]] = {
+    "attr_step": {"step": {"source": "attr", "path": "state.global_step"}, "bypass": {"when": "never"}},
+    "expr_step": {"step": {"expr": "self.state.global_step"}, "bypass": {"when": "never"}},
+    "expr_bypass": {"step": {"source": "attr", "path": "state.global_step"}, "steps": "all",
+                    "bypass": {"expr": "not self.model.training"}},
+    "counter_step": {"step": {"source": "counter"}, "steps": [0], "bypass": {"when": "never"}},
+    "callable_bypass": {"bypass": {"when": "callable", "callable": "skipweave_bench_host:is_validation"}},
+    "named_arg_step": {"step": {"source": "arg", "arg": "batch"}, "bypass": {"arg": "batch"}},
+}
+"""Role settings per shape beside verl's (every call of each is a bypass: its step is not eligible, or it is an
+evaluation call: ``model.training`` is set False for ``expr_bypass``)."""
 
 
 def _loop(fn: Callable[[Any], Any], arg: Any, n: int) -> float:
@@ -99,6 +151,10 @@ def _plan(host: str, dump: str) -> dict[str, Any]:
             "late": {"enable": True, "dump_dir": dump, "steps": [1_000_000],
                      "targets": {"t": f"{host}.not_eligible", "v": f"{host}.validation",
                                  "mt": f"{host}.Rollout.not_eligible", "mv": f"{host}.Rollout.validation"}},
+            # one role per step-source/bypass shape, every call a bypass (step not eligible, or evaluation)
+            **{f"shape_{method}": {"enable": True, "dump_dir": dump, "steps": [1_000_000], **extra,
+                                   "targets": {"t": f"{host}.Trainer.{method}"}}
+               for method, extra in SHAPES.items()},
             # eligible at every step: reaches the store (record on a miss, replay on a hit)
             "rollout": {"enable": True, "dump_dir": dump, "targets": {"t": f"{host}.decide"}},
         }
@@ -189,6 +245,19 @@ def measure(repeats: int, loops: int, decisions: int, repeat_steps: int = 10_000
         "method_bypass_step_not_eligible": (lambda b: rollout.not_eligible(b), step5),
         "method_bypass_validation": (lambda b: rollout.validation(b), val),
     }
+    trainer = host.Trainer()
+    trainer.model.training = False  # evaluation: what expr_bypass bypasses
+    shaped: dict[str, Callable[[Any], Any]] = {
+        "attr_step": lambda b: trainer.attr_step(b),
+        "expr_step": lambda b: trainer.expr_step(b),
+        "expr_bypass": lambda b: trainer.expr_bypass(b),
+        "counter_step": lambda b: trainer.counter_step(b),
+        "callable_bypass": lambda b: trainer.callable_bypass(b),
+        "named_arg_step": lambda b: trainer.named_arg_step(b),
+    }
+    assert set(shaped) == set(SHAPES)
+    for method, fn in shaped.items():
+        fast[f"method_shape_{method}"] = (fn, val if method == "callable_bypass" else step5)
     out: dict[str, list[float]] = {k: [] for k in fast}
     for fn, arg in fast.values():  # warm up
         _loop(fn, arg, max(1, loops // 10))

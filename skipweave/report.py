@@ -22,7 +22,7 @@ logger = logging.getLogger("skipweave")
 
 HIT, MISS, BYPASS = "hit", "miss", "bypass"
 BYPASS_LINE = "skipweave bypass role=%s target=%s step=%s"
-"""The DEBUG line of a bypass (arguments: role, target, step), also written by the proxies' screened fronts."""
+"""The DEBUG line of a bypass (arguments: role, target, step), also written by the proxies' fronts."""
 
 
 @dataclass

@@ -13,7 +13,9 @@ from skipweave.config.schema import BypassConfig, BypassKind
 from skipweave.policy.access import MISSING, get_arg, get_path
 
 
-def _truthy(value: Any) -> bool:
+def truthy(value: Any) -> bool:
+    """Whether a bypass flag is set: ``True``, a truthy value, or an array with any element set (numpy, torch);
+    a value whose truth cannot be told (it raises) is not set."""
     if value is MISSING or value is None or value is False:
         return False
     if value is True:
@@ -42,7 +44,7 @@ def make_bypass(
     Raises:
         ImportError, AttributeError: the configured callable does not resolve.
     """
-    if cfg.when is BypassKind.NEVER:
+    if cfg.when in (BypassKind.NEVER, BypassKind.EXPR):  # an expression is evaluated by the proxy (over self)
         return lambda args, kwargs: False
     if cfg.when is BypassKind.CALLABLE:
         assert cfg.callable is not None
@@ -55,7 +57,7 @@ def make_bypass(
         if arg is MISSING:
             return False
         for p in paths:
-            if _truthy(get_path(arg, p)):
+            if truthy(get_path(arg, p)):
                 return True
         return False
 

@@ -117,6 +117,37 @@ class Expression:
         except Exception as exc:  # noqa: BLE001 - whatever the host's objects raise, reported for the config
             raise ExpressionFailed(self._explain(instance, f"{type(exc).__name__}: {exc}")) from None
 
+    def bind(self, positions: Mapping[str, int] | None,
+             defaults: Mapping[str, Any]) -> Callable[[Any, tuple[Any, ...], Mapping[str, Any]], Any]:
+        """Return ``fast(instance, args, kwargs)``: the expression's value with its parameter lookups compiled in.
+
+        For the proxies' hot path. It gives what :meth:`evaluate` gives, but raises the host's own exception
+        (or :class:`ExpressionFailed` for a parameter the call did not pass) without the config-naming message:
+        on any exception, call :meth:`evaluate` for the message. ``result`` is ``None`` in it.
+        """
+        env: dict[str, Any] = {"_fn": self._fn, "_absent": _absent}
+        values = []
+        for name in self.names:
+            if name == "self":
+                values.append("instance")
+            elif name in ("args", "kwargs"):
+                values.append(name)
+            elif name == "result":
+                values.append("None")
+            else:  # an identifier (a free name of a parsed expression): safe to write into the source
+                index = positions.get(name) if positions is not None else None
+                if name in defaults:
+                    env[f"_d_{name}"] = defaults[name]
+                    fallback = f"_d_{name}"
+                else:
+                    fallback = f"_absent({name!r})"
+                by_position = f"args[{index}] if len(args) > {index} else " if index is not None else ""
+                values.append(f"(kwargs[{name!r}] if {name!r} in kwargs else {by_position}{fallback})")
+        source = f"def fast(instance, args, kwargs):\n    return _fn({', '.join(values)})\n"
+        exec(compile(source, f"<{self.key}>", "exec"), env)  # noqa: S102 - our own text over checked names
+        fast: Callable[[Any, tuple[Any, ...], Mapping[str, Any]], Any] = env["fast"]
+        return fast
+
     def assign(self, value: Any, instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                positions: Mapping[str, int] | None = None, *, result: Any = None,
                defaults: Mapping[str, Any] | None = None) -> None:
@@ -160,6 +191,10 @@ class Expression:
     def _explain(self, instance: Any, what: str) -> str:
         on = "a plain function (self is None)" if instance is None else f"an instance of {type(instance).__name__}"
         return f"{self.key} {self.text!r} failed on {on}: {what}"
+
+
+def _absent(name: str) -> Any:
+    raise ExpressionFailed(f"the call passed no argument {name!r}")
 
 
 def restore_in_place(current: Any, value: Any) -> bool:

@@ -8,9 +8,9 @@ step elsewhere (``self.state.global_step`` in TRL-style trainers, sample ids suc
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +21,6 @@ from skipweave.policy.expressions import Expression, ExpressionFailed
 logger = logging.getLogger(__name__)
 
 _explicit_step: int | None = None
-_lock = threading.Lock()
 
 
 class StepError(RuntimeError):
@@ -79,16 +78,14 @@ class StepSource:
         self.name = name
         self.key = key
         self._warned = False
-        self._counter = 0
+        self._counter = itertools.count(1)
         self._pattern = re.compile(cfg.pattern) if cfg.pattern else None
         self._expr = Expression(f"{key}.expr", cfg.expr) if cfg.expr is not None else None
         self.defaults: Mapping[str, Any] = {}  # parameter defaults of the target, for the expression
-        self._lock = threading.Lock()
 
-    def _next_count(self) -> int:
-        with self._lock:
-            self._counter += 1
-            return self._counter
+    def next_count(self) -> int:
+        """Advance and return this source's call counter (1, 2, ...; thread-safe: one C call under the GIL)."""
+        return next(self._counter)
 
     def step_for(self, instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int:
         """Return the step of a call.
@@ -126,9 +123,9 @@ class StepSource:
                     "lives elsewhere, set step.source (arg, attr, regex or set_step)", self.name or "target",
                     cfg.arg, cfg.path,
                 )
-            return self._next_count()
+            return self.next_count()
         if kind is StepSourceKind.COUNTER:
-            return self._next_count()
+            return self.next_count()
         if kind is StepSourceKind.SET_STEP:
             if _explicit_step is None:
                 raise StepError(f"{self.key}.source=set_step, but skipweave.set_step(n) was never called")

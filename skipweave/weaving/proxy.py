@@ -15,15 +15,16 @@ coroutine. For such targets (``bridge=True``) the proxy follows the same rule fr
 and calls the helper from a coroutine frame of its own when the caller is one, so the helper keeps
 making the choice it would make without skipweave.
 
-What wrapt installs is :meth:`SkipProxy.wrapper`: the proxy itself, or, for a plain ``def`` target whose
-role has verl's bypass shape (see :mod:`skipweave.policy.screen`), a front function that settles the
-common bypasses -- validation calls, steps outside ``steps`` -- in a few dict lookups and hands every
-other call to the proxy. Both paths give the same decision, counters and annotation.
+Every call first passes the target's :class:`~skipweave.policy.gate.Gate` (bypass, step, eligibility,
+compiled at weave time for the role's sources). What wrapt installs is :meth:`SkipProxy.wrapper`: for a
+plain ``def`` target, a front function that runs the gate and settles bypasses inline (one Python call
+over wrapt's own pass-through) and hands eligible calls to the proxy's decision; for ``async`` and
+bridged targets, and subclasses that replace ``__call__``, the proxy itself. Both paths give the same
+decision, counters and annotation.
 """
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import concurrent.futures
 import contextlib
@@ -44,8 +45,8 @@ from skipweave.config.errors import ConfigError
 from skipweave.config.schema import Action, OnMismatch, RoleConfig, ShardKind, TargetSpec
 from skipweave.policy.actions import choose_step
 from skipweave.policy.expressions import Expression, ExpressionFailed
+from skipweave.policy.gate import BYPASS, Gate, compile_gate
 from skipweave.policy.matching import Match, match_call
-from skipweave.policy.screen import Screen, screen_for
 from skipweave.policy.steps import StepError, StepSource
 from skipweave.store import codec
 from skipweave.store.fingerprint import fingerprint
@@ -154,9 +155,14 @@ class SkipProxy:
     A proxy set inactive (``active = False``) passes every call straight through; unweave does that
     when another tool's non-wrapt wrapper sits above ours and the patch cannot be spliced out.
 
-    Subclasses (host integrations) may replace ``bypass``, ``step_source``, ``on_replay`` or ``__call__``;
-    a proxy that does runs every call through ``__call__`` (no screen).
+    Subclasses (host integrations) may replace ``bypass`` or ``step_source`` (in ``__init__``; the gate is
+    built around the replacement at the first call or at weave), ``on_replay`` or ``__call__`` (a proxy that
+    does is installed itself, with no front). ``compiled_gate = False`` builds the interpreted gate.
     """
+
+    compiled_gate: bool = True
+    """Build the gate specialised to the role's sources (:mod:`skipweave.policy.gate`); ``False``: the
+    interpreted predicate and :meth:`StepSource.step_for` (the same decisions, slower)."""
 
     def __init__(
         self,
@@ -175,8 +181,8 @@ class SkipProxy:
         self.bypass = bypass
         self.is_async = is_async
         self.bridge = bridge
-        self._on = [True]  # shared with the screened front (a list: the closure sees every change)
-        self._running = [0]  # real calls in progress, in any thread (shared with the screened front)
+        self._on = [True]  # shared with the front (a list: the closure sees every change)
+        self._running = [0]  # real calls in progress, in any thread (shared with the front)
         self.steps = role.steps
         self.step_source = StepSource(role.step, positions, name=f"role {role.role} target {target.name}",
                                       key=f"skip.{role.role}.step")
@@ -190,8 +196,8 @@ class SkipProxy:
                             Expression(f"{key}.echo[{dest!r}]", source)) for dest, source in role.echo)
         self._step_warned = False
         self._counts = report.for_target(role.role, target.name)
-        # What the screen is built from, kept by identity: a subclass that replaces any of them gets no screen.
-        self._screen_inputs = (bypass, self.step_source, self.steps, role.bypass, role.step, positions)
+        self._own_bypass = bypass  # a subclass that replaces self.bypass gets a gate around its predicate
+        self._gate: Gate | None = None
         self._calls: dict[tuple[int, str], int] = {}
         self._free: dict[tuple[int, str], list[int]] = {}
         # (step, shard) -> slots this process served or recorded at that step: never served to it again
@@ -211,6 +217,7 @@ class SkipProxy:
     def defaults(self, value: Mapping[str, Any]) -> None:
         self._defaults = dict(value)
         self.step_source.defaults = self._defaults
+        self._gate = None
 
     @property
     def active(self) -> bool:
@@ -221,23 +228,26 @@ class SkipProxy:
     def active(self, value: bool) -> None:
         self._on[0] = bool(value)
 
-    def screen(self) -> Screen | None:
-        """The bypass screen this proxy may use, or ``None`` (async or bridged target, or a subclass that
-        replaced the bypass predicate, the step source or ``__call__``)."""
-        bypass, source, steps, bypass_cfg, step_cfg, positions = self._screen_inputs
-        if (self.is_async or self.bridge or type(self).__call__ is not SkipProxy.__call__
-                or self.bypass is not bypass or self.step_source is not source or self.steps is not steps
-                or type(source) is not StepSource or source.cfg is not step_cfg):
-            return None
-        return screen_for(bypass_cfg, step_cfg, steps, positions)
+    @property
+    def gate(self) -> Gate:
+        """The target's compiled first decision (built once from ``bypass``, ``step_source`` and ``steps``)."""
+        gate = self._gate
+        if gate is None:
+            gate = self._gate = compile_gate(
+                self.role.bypass, self.bypass, own=self.bypass is self._own_bypass, expr=self._bypass_expr,
+                expr_interpreted=self._bypassed_by_expr if self._bypass_expr is not None else None,
+                source=self.step_source, steps=self.steps, positions=self.positions, defaults=self._defaults,
+                compiled=self.compiled_gate)
+        return gate
 
     def wrapper(self) -> Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]:
-        """Return the wrapt wrapper to install: a screened front (see the module docstring) or the proxy.
+        """Return the wrapt wrapper to install: the front (see the module docstring) or the proxy itself.
 
         :func:`proxy_of` maps either back to the proxy.
         """
-        screen = self.screen()
-        return self if screen is None else _screened(self, screen)
+        if self.is_async or self.bridge or type(self).__call__ is not SkipProxy.__call__:
+            return self
+        return _front(self, self.gate)
 
     # ------------------------------------------------------------------ wrapt entry point
     def __call__(
@@ -247,16 +257,24 @@ class SkipProxy:
             return wrapped(*args, **kwargs)
         # A sync-or-await helper awaited by its caller must be called from a coroutine frame, bypasses too.
         awaited = self.bridge and bool(sys._getframe(1).f_code.co_flags & _CORO_FLAGS)
-        if self.bypass(args, kwargs) or (self._bypass_expr is not None
-                                         and self._bypassed_by_expr(instance, args, kwargs)):
-            return self._live_bypass(wrapped, args, kwargs, None, awaited)
+        gate = self.gate
         try:
-            step = self.step_source.step_for(instance, args, kwargs)
+            step = gate.first(instance, args, kwargs)
         except StepError as exc:  # never fail the training call, never record under a wrong step
             self._step_failed(exc)
             return self._live_bypass(wrapped, args, kwargs, None, awaited)
-        if step not in self.steps:
-            return self._live_bypass(wrapped, args, kwargs, step, awaited)
+        if step is BYPASS:
+            return self._live_bypass(wrapped, args, kwargs, None, awaited)
+        if gate.eligible is None or step in gate.eligible:
+            return self.eligible_call(wrapped, instance, args, kwargs, step, awaited)
+        return self._live_bypass(wrapped, args, kwargs, step, awaited)
+
+    def eligible_call(self, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                      kwargs: dict[str, Any], step: int, awaited: bool = False) -> Any:
+        """Settle a call its gate found eligible at ``step``: replay it (hit) or call through and record (miss).
+
+        Returns the result (an awaitable for ``async`` targets and awaited bridges).
+        """
         if self.is_async or awaited:
             # Decided when the coroutine starts, not now: one never awaited (cancelled before it ran, dropped)
             # then takes no call index and no single-flight slot that later calls would wait on for good.
@@ -459,7 +477,7 @@ class SkipProxy:
 
     @contextlib.contextmanager
     def _real_call(self, d: _Decision) -> Iterator[None]:
-        """Around the target's real call: nested calls of it run live (recursion guard, and the screened
+        """Around the target's real call: nested calls of it run live (recursion guard, and the
         front leaves every call to ``__call__`` while one runs); if it raises, its call index is given back."""
         token = _ACTIVE.set(_ACTIVE.get() | {id(self)})
         with self._lock:
@@ -782,62 +800,36 @@ def proxy_of(wrapper: Any) -> SkipProxy | None:
     return proxy if isinstance(proxy, SkipProxy) else None
 
 
-def _screened(proxy: SkipProxy, screen: Screen) -> Callable[..., Any]:
-    """Build the screened front of ``proxy``: the bypasses :class:`Screen` settles, inlined; the rest to the proxy.
+def _front(proxy: SkipProxy, gate: Gate) -> Callable[..., Any]:
+    """Build the front of a plain ``def`` target: its gate, bypasses settled inline, eligible calls to the proxy.
 
-    Every name the hot path reads is a closure cell (no attribute lookups on the proxy), the bypass count
-    goes straight into :data:`report.COUNTERS`, and the result is annotated as :meth:`SkipProxy._live_bypass`
-    does. A call the screen cannot settle costs one extra Python call on its way to the proxy, and so does
-    every call while one of the proxy's real calls runs (a nested call must see the proxy's recursion
-    guard). The DEBUG line per bypass is written when the ``skipweave`` logger was at DEBUG at weave time
-    (the proxy's own path asks on every call).
+    Every name the hot path reads is a closure cell (no attribute lookups on the proxy), the bypass count goes
+    straight into :data:`report.COUNTERS`, and the result is annotated as :meth:`SkipProxy._live_bypass`
+    does. While one of the proxy's real calls runs, every call goes through ``__call__`` (a nested call must
+    see the recursion guard). The DEBUG line per bypass is written when the ``skipweave`` logger was at
+    DEBUG at weave time (the proxy's own path asks on every call).
     """
-    call = proxy.__call__
+    call, eligible_call = proxy.__call__, proxy.eligible_call
     on, running = proxy._on, proxy._running
-    index, attr, flag, step_key, eligible = screen.index, screen.attr, screen.flag, screen.step_key, screen.eligible
-    # Argument type -> "not a Mapping" (a Mapping's keys win over its attributes in the general path). The ABC
-    # check costs ~0.3 µs, so its answer is kept here; bounded, and dropped whenever an ABC registers a class.
-    plain: dict[type, bool] = {}
-    cache_token = abc.get_cache_token
-    token = [cache_token()]
+    first, eligible = gate.first, gate.eligible
     counters, log = report.COUNTERS, report.logger
     counts, first_call = report.for_target(proxy.role.role, proxy.target.name), report.first_call
     log_each = log.isEnabledFor(logging.DEBUG)
     role, target = proxy.role.role, proxy.target.name
-    coroutine = types.CoroutineType
+    coroutine, bypass = types.CoroutineType, BYPASS
 
-    def screened(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if running[0] or not (on[0] and len(args) > index):
+    def front(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if running[0] or not on[0]:
             return call(wrapped, instance, args, kwargs)
-        arg = args[index]
-        meta = getattr(arg, attr, None)
-        if type(meta) is not dict:
-            return call(wrapped, instance, args, kwargs)
-        kind = type(arg)
         try:
-            is_plain = plain.get(kind)
-        except TypeError:  # a class made unhashable by its metaclass
-            return call(wrapped, instance, args, kwargs)
-        if is_plain is None or token[0] != cache_token():
-            is_plain = _not_a_mapping(arg)
-            if is_plain is None:
-                return call(wrapped, instance, args, kwargs)
-            if len(plain) >= _PLAIN_TYPES_KEPT or token[0] != cache_token():
-                plain.clear()
-                token[0] = cache_token()
-            plain[kind] = is_plain
-        if not is_plain:
-            return call(wrapped, instance, args, kwargs)
-        value = meta.get(flag) if flag is not None else None
-        step = None
-        if value is not True:
-            if value is not None and value is not False:  # truthiness of anything else: the general path
-                return call(wrapped, instance, args, kwargs)
-            if step_key is None:
-                return call(wrapped, instance, args, kwargs)
-            step = meta.get(step_key)
-            if type(step) is not int or step in eligible:
-                return call(wrapped, instance, args, kwargs)
+            step = first(instance, args, kwargs)
+        except StepError as exc:
+            proxy._step_failed(exc)
+            return proxy._live_bypass(wrapped, args, kwargs, None)
+        if step is bypass:
+            step = None
+        elif eligible is None or step in eligible:
+            return eligible_call(wrapped, instance, args, kwargs, step)
         counters.bypasses += 1
         counts.bypasses += 1
         if not counts.called:
@@ -854,18 +846,5 @@ def _screened(proxy: SkipProxy, screen: Screen) -> Callable[..., Any]:
             annotate(result, report.BYPASS, step, None)
         return result
 
-    screened.skipweave_proxy = proxy  # type: ignore[attr-defined]
-    return screened
-
-
-_PLAIN_TYPES_KEPT = 64
-"""Argument types whose Mapping check a screened front remembers before it starts afresh (no unbounded growth,
-no class kept alive for good by a host that makes classes per call)."""
-
-
-def _not_a_mapping(arg: Any) -> bool | None:
-    """``not isinstance(arg, Mapping)``, or ``None`` when the ABC check itself fails (unhashable class)."""
-    try:
-        return not isinstance(arg, Mapping)
-    except TypeError:
-        return None
+    front.skipweave_proxy = proxy  # type: ignore[attr-defined]
+    return front

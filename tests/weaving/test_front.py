@@ -1,8 +1,9 @@
-"""The screened front of a proxy decides exactly as the proxy does, only faster.
+"""The front of a proxy and its compiled gate decide exactly as the interpreted general path, only faster.
 
-Every case is played twice on real wrapt patches and real stores: through the screened front that
-``weave`` installs, and through the proxy's general path (a subclass that overrides ``__call__`` gets no
-screen). Status annotations, counters and live calls must agree call by call.
+Every case is played twice on real wrapt patches and real stores: through the front and compiled gate that
+``weave`` installs, and through a reference proxy that has neither (it overrides ``__call__``, so it is
+installed itself, and sets ``compiled_gate = False``: the interpreted predicate and ``StepSource.step_for``).
+Status annotations, counters and live calls must agree call by call, for every step-source/bypass shape.
 """
 
 from __future__ import annotations
@@ -85,6 +86,11 @@ class FutureBatch:
         return Out({"done": True})
 
 
+def is_validation(args, kwargs):
+    batch = args[0] if args else kwargs.get("batch")
+    return bool(getattr(batch, "meta_info", {}).get("validate"))
+
+
 def gen(batch, *, extra=None):
     meta = getattr(batch, "meta_info", None) or {}
     CALLS.append(meta.get("global_steps"))
@@ -97,8 +103,32 @@ def gen(batch, *, extra=None):
 
 
 class General(SkipProxy):
+    compiled_gate = False
+
     def __call__(self, wrapped, instance, args, kwargs):
         return super().__call__(wrapped, instance, args, kwargs)
+
+
+class State:
+    pass
+
+
+class Model:
+    pass
+
+
+class Trainer:
+    """A transformers-style host: the step in ``self.state.global_step``, evaluation when not training."""
+
+    def __init__(self):
+        self.state = State()
+        self.model = Model()
+
+    def gen(self, batch=None, *, extra=None):
+        return gen(batch, extra=extra)
+
+
+TRAINER = Trainer()
 '''
 
 
@@ -132,20 +162,84 @@ def _cases(mod: Any) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
     ]
 
 
-def _play(mod: Any, dump: Path, proxy: str | None) -> list[tuple[str, Any, int]]:
+def _method_cases(mod: Any) -> list[tuple[str, dict[str, Any], tuple[Any, ...], dict[str, Any]]]:
+    """(name, trainer state, args, kwargs): the step in ``self.state.global_step``, training in ``self.model``."""
+    B = mod.Batch
+    on = {"training": True}
+    return [
+        ("training step 3", {"global_step": 3, **on}, (B({}),), {}),
+        ("training step 2", {"global_step": 2, **on}, (B({}),), {}),
+        ("evaluation", {"global_step": 3, "training": False}, (B({}),), {}),
+        ("training np.bool_", {"global_step": 4, "training": np.bool_(True)}, (B({}),), {}),
+        ("training a tensor", {"global_step": 4, "training": torch.tensor([True, False])}, (B({}),), {}),
+        ("training missing", {"global_step": 4}, (B({}),), {}),
+        ("step as float", {"global_step": 3.0, **on}, (B({}),), {}),
+        ("step as str", {"global_step": "4", **on}, (B({}),), {}),
+        ("step as np.int64", {"global_step": np.int64(1), **on}, (B({}),), {}),
+        ("step as bool", {"global_step": True, **on}, (B({}),), {}),
+        ("step None", {"global_step": None, **on}, (B({}),), {}),
+        ("step missing", dict(on), (B({}),), {}),
+        ("batch by keyword", {"global_step": 4, **on}, (), {"batch": B({"global_steps": 4})}),
+        ("no arguments", {"global_step": 1, **on}, (), {}),
+        ("validate flag in the batch", {"global_step": 1, **on}, (B({"validate": True, "global_steps": 1}),), {}),
+    ]
+
+
+FUNCTION_SHAPES: dict[str, dict[str, Any]] = {
+    "verl defaults": {},
+    "bypass never": {"bypass": {"when": "never"}},
+    "two flags, one deep": {"bypass": {"paths": ["meta_info.validate", "meta_info.flags.eval"]}},
+    "named argument": {"bypass": {"arg": "batch"}, "step": {"source": "arg", "arg": "batch"}},
+    "expressions over a parameter": {"bypass": {"expr": "batch.meta_info.get('validate')"},
+                                     "step": {"expr": "batch.meta_info['global_steps']"}},
+    "counter": {"step": {"source": "counter"}},
+}
+METHOD_SHAPES: dict[str, dict[str, Any]] = {
+    "attr step, expr bypass": {"step": {"source": "attr", "path": "state.global_step"},
+                               "bypass": {"expr": "not self.model.training"}},
+    "expr step, never bypass": {"step": {"expr": "self.state.global_step"}, "bypass": {"when": "never"}},
+    "expr step, verl bypass": {"step": {"expr": "self.state.global_step"}},
+    "attr step, callable bypass": {"step": {"source": "attr", "path": "state.global_step"},
+                                   "bypass": {"when": "callable", "callable": "{mod}:is_validation"}},
+}
+
+
+def _set_state(mod: Any, state: dict[str, Any]) -> None:
+    trainer = mod.TRAINER
+    trainer.state.__dict__.clear()
+    trainer.model.__dict__.clear()
+    if "global_step" in state:
+        trainer.state.global_step = state["global_step"]
+    if "training" in state:
+        trainer.model.training = state["training"]
+
+
+def _play(mod: Any, dump: Path, proxy: str | None, shape: dict[str, Any] | None = None,
+          method: bool = False) -> list[tuple[str, Any, int]]:
     skipweave.unweave()
-    target: Any = f"{mod.__name__}:gen" if proxy is None else {"path": f"{mod.__name__}:gen", "proxy": proxy}
-    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(dump), "steps": [1, "3-4"],
-                                          "targets": {"g": target}}}})
+    path = f"{mod.__name__}:Trainer.gen" if method else f"{mod.__name__}:gen"
+    target: Any = path if proxy is None else {"path": path, "proxy": proxy}
+    role = {"enable": True, "dump_dir": str(dump), "steps": [1, "3-4"], "targets": {"g": target}}
+    for key, value in (shape or {}).items():
+        role[key] = {k: v.format(mod=mod.__name__) if isinstance(v, str) else v for k, v in value.items()}
+    skipweave.weave({"skip": {"rollout": role}})
+    if method:
+        cases = _method_cases(mod)
+        call: Any = mod.TRAINER.gen
+    else:
+        cases = [(name, {}, args, kwargs) for name, args, kwargs in _cases(mod)]
+        call = mod.gen
     seen = []
-    for name, args, kwargs in _cases(mod):
+    for name, state, args, kwargs in cases:
+        if method:
+            _set_state(mod, state)
         before = skipweave.counters()
         calls = len(mod.CALLS)
         try:
-            out = mod.gen(*args, **kwargs)
+            out = call(*args, **kwargs)
             mark = out.meta_info.get("skipweave", {})
             status = (type(out).__name__, mark.get("status"), mark.get("step"), out.meta_info.get("inner"))
-        except Exception as exc:  # the general path may refuse an input; the screen must refuse it too
+        except Exception as exc:  # the general path may refuse an input; the front must refuse it too
             status = (type(exc).__name__, None, None, None)
         after = skipweave.counters()
         delta = tuple(after[k] - before[k] for k in ("hits", "misses", "bypasses"))
@@ -159,7 +253,8 @@ def mod(host_module: Any) -> Any:
     return sys.modules[name]
 
 
-def test_the_front_is_installed_only_where_the_screen_applies(mod: Any, tmp_path: Path) -> None:
+def test_the_front_is_installed_for_plain_defs_and_the_reference_is_the_proxy_itself(mod: Any,
+                                                                                      tmp_path: Path) -> None:
     skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "steps": [1],
                                           "targets": {"g": f"{mod.__name__}:gen"}}}})
     wrapper = mod.gen._self_wrapper
@@ -171,9 +266,9 @@ def test_the_front_is_installed_only_where_the_screen_applies(mod: Any, tmp_path
     assert type(mod.gen._self_wrapper).__name__ == "General"
 
 
-def test_screened_and_general_paths_agree_call_by_call(mod: Any, tmp_path: Path) -> None:
+def test_front_and_general_path_agree_call_by_call(mod: Any, tmp_path: Path) -> None:
     for _ in range(2):  # the second round replays what the first recorded
-        screened = _play(mod, tmp_path / "screened", None)
+        screened = _play(mod, tmp_path / "front", None)
         general = _play(mod, tmp_path / "general", f"{mod.__name__}:General")
         assert screened == general
     by_name = {name: outcome for name, outcome, _ in screened}
@@ -183,6 +278,31 @@ def test_screened_and_general_paths_agree_call_by_call(mod: Any, tmp_path: Path)
     assert by_name["awaitable result with meta_info"] == (("FutureBatch", "bypass", 2, None), (0, 0, 1))
     # recorded in round one with the inner call bare (no annotation, no count), replayed in round two
     assert by_name["nested call while recording"] == (("Out", "hit", 4, {"step": 4}), (1, 0, 0))
+
+
+@pytest.mark.parametrize("shape", list(FUNCTION_SHAPES))
+def test_every_shape_of_a_function_target_agrees_with_the_interpreted_gate(mod: Any, tmp_path: Path,
+                                                                           shape: str) -> None:
+    for _ in range(2):
+        fast = _play(mod, tmp_path / "front", None, FUNCTION_SHAPES[shape])
+        general = _play(mod, tmp_path / "general", f"{mod.__name__}:General", FUNCTION_SHAPES[shape])
+        assert fast == general
+    outcomes = {outcome[0][1] for _, outcome, _ in fast}
+    assert {"hit", "bypass"} <= outcomes  # the shape both served and bypassed calls
+
+
+@pytest.mark.parametrize("shape", list(METHOD_SHAPES))
+def test_every_shape_of_a_method_target_agrees_with_the_interpreted_gate(mod: Any, tmp_path: Path,
+                                                                         shape: str) -> None:
+    for _ in range(2):
+        fast = _play(mod, tmp_path / "front", None, METHOD_SHAPES[shape], method=True)
+        general = _play(mod, tmp_path / "general", f"{mod.__name__}:General", METHOD_SHAPES[shape], method=True)
+        assert fast == general
+    by_name = {name: outcome for name, outcome, _ in fast}
+    assert by_name["training step 3"][0][1:3] == ("hit", 3)
+    assert by_name["training step 2"][0][1:3] == ("bypass", 2)
+    if "expr bypass" in shape:
+        assert by_name["evaluation"][0][1:3] == ("bypass", None)
 
 
 def test_an_inactive_front_passes_calls_through_untouched(mod: Any, tmp_path: Path) -> None:
@@ -233,10 +353,11 @@ def test_bypass_lines_follow_the_log_level_at_weave_time(mod: Any, tmp_path: Pat
 
 
 def test_mapping_check_is_the_abc() -> None:
-    assert not isinstance(object(), Mapping)  # the screen's per-type cache relies on the ABC answer
+    assert not isinstance(object(), Mapping)  # the readers' per-class cache relies on the ABC answer
 
 
-def test_subclasses_that_replace_what_the_screen_reads_get_the_general_path(mod: Any, tmp_path: Path) -> None:
+def test_subclasses_that_replace_what_the_gate_reads_get_a_gate_around_their_replacement(mod: Any,
+                                                                                         tmp_path: Path) -> None:
     from skipweave.config.schema import StepSourceConfig, StepSourceKind
     from skipweave.policy.steps import StepSource
 
@@ -250,13 +371,19 @@ def test_subclasses_that_replace_what_the_screen_reads_get_the_general_path(mod:
             super().__init__(*a, **k)
             self.steps = {1, 3, 5}  # type: ignore[assignment]
 
-    for cls, expect in ((CounterSteps, ("miss", 1)), (OddSteps, ("bypass", 2))):
+    class EverythingValidates(SkipProxy):
+        def __init__(self, *a: Any, **k: Any) -> None:
+            super().__init__(*a, **k)
+            self.bypass = lambda args, kwargs: True
+
+    for cls, expect in ((CounterSteps, ("miss", 1)), (OddSteps, ("bypass", 2)), (EverythingValidates,
+                                                                                  ("bypass", None))):
         setattr(mod, cls.__name__, cls)
         skipweave.unweave()
         skipweave.weave({"skip": {"rollout": {
             "enable": True, "dump_dir": str(tmp_path / cls.__name__), "steps": [1],
             "targets": {"g": {"path": f"{mod.__name__}:gen", "proxy": f"{mod.__name__}:{cls.__name__}"}}}}})
-        assert isinstance(mod.gen._self_wrapper, cls)  # the proxy itself: no screened front
+        assert isinstance(proxy_of(mod.gen._self_wrapper), cls)
         mark = mod.gen(mod.Batch({"global_steps": 2})).meta_info["skipweave"]
         assert (mark["status"], mark["step"]) == expect
 
@@ -276,7 +403,9 @@ def test_the_front_keeps_no_argument_class_alive(mod: Any, tmp_path: Path) -> No
         refs.append(weakref.ref(cls))
         del cls, b
     gc.collect()
-    assert sum(r() is not None for r in refs) <= 64
+    from skipweave.policy import access
+
+    assert sum(r() is not None for r in refs) <= access._PLAIN_KEPT
 
 
 def test_a_class_registered_as_a_mapping_later_is_seen(mod: Any, tmp_path: Path) -> None:
