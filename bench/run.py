@@ -106,6 +106,8 @@ CALL_CASES = [
     ("repeat_hit_10", "skipweave repeat hit, 10 steps recorded"),
     ("repeat_hit_large", "skipweave repeat hit, {n} steps recorded"),
 ]
+REPLAY_ONLY_WALL_X = 0.5
+"""A replay-only run of the main job takes at most this fraction of the recording run's wall time (issue 16)."""
 SHAPE_BUDGET_X = 2.0
 """The bypass of every step-source/bypass shape adds at most this many times what a wrapt pass-through adds
 (issue 15)."""
@@ -300,7 +302,7 @@ def section_startup(opts: argparse.Namespace) -> list[Row]:
 
 # ----------------------------------------------------------------------------------------------- job
 def section_job(opts: argparse.Namespace) -> list[Row]:
-    """The tiny GRPO job run twice through compare.py: rollout and whole-run seconds."""
+    """The tiny GRPO job through compare.py (record, replay, replay-only): rollout and whole-run seconds, workers."""
     if opts.quick and not opts.job:
         return [error_row("job", "tiny GRPO job (compare.py)", "skipped in --quick (pass --job to run it)")]
     data = run_child("bench.job", ["--timeout", str(opts.job_timeout)], timeout=4 * opts.job_timeout + 120)
@@ -310,7 +312,8 @@ def section_job(opts: argparse.Namespace) -> list[Row]:
     note = (f"{data.get('steps')} steps, run 2 {'all hits' if data.get('run2_all_hits') else 'NOT all hits'}, "
             f"metrics {'identical' if data.get('identical') else 'DIFFER'}")
     r1, r2 = float(data["run1_rollout_seconds"]), float(data["run2_rollout_seconds"])
-    w1, w2 = (float(x) for x in data["wall_seconds"])
+    walls = [float(x) for x in data["wall_seconds"]]
+    w1, w2 = walls[0], walls[1]
     per1 = [float(r["run1_rollout_s"]) for r in data.get("rows", [])]
     per2 = [float(r["run2_rollout_s"] or 0.0) for r in data.get("rows", [])]
     rows = [
@@ -320,8 +323,23 @@ def section_job(opts: argparse.Namespace) -> list[Row]:
             ratio=_ratio(r2, r1), ratio_to="run-1", per_step=per2, ok=ok,
             target="run 2 all hits and identical metrics"),
         row("job", "run-1 whole run (wall)", [w1], "s", key="job.run1_wall"),
-        row("job", "run-2 whole run (wall)", [w2], "s", key="job.run2_wall", ratio=_ratio(w2, w1), ratio_to="run-1"),
+        row("job", "run-2 whole run (wall)", [w2], "s", key="job.run2_wall", ratio=_ratio(w2, w1), ratio_to="run-1",
+            note=f"rollout_workers started: run-1 {data.get('run1_rollout_workers')}, run-2 "
+                 f"{data.get('run2_rollout_workers')}"),
     ]
+    replay_only = data.get("replay_only")
+    if replay_only is not None and len(walls) > 2:
+        w3 = walls[2]
+        ratio = _ratio(w3, w1)
+        workers = replay_only.get("run2_rollout_workers")
+        hits = replay_only.get("run2_statuses", [])
+        rows.append(row(
+            "job", "run-3 whole run (wall), replay-only", [w3], "s", key="job.run3_wall", ratio=ratio,
+            ratio_to="run-1", target=f"<= {REPLAY_ONLY_WALL_X:g}x run-1, 0 rollout workers, identical",
+            ok=ratio is not None and ratio <= REPLAY_ONLY_WALL_X and workers == [0]
+            and bool(replay_only.get("identical")) and bool(replay_only.get("val_identical")),
+            note=f"rollout_workers {workers}; {hits.count('hit')}/{len(hits)} hit; validation "
+                 f"{replay_only.get('run2_val_statuses')}"))
     return rows
 
 

@@ -8,6 +8,8 @@ app of the environment — costs no torch or ray import):
 - :func:`counters`: hits, misses, bypasses, bytes and seconds saved in this process.
 - :class:`ConfigError`: a bad ``skip`` value, raised before anything is patched.
 - :class:`TargetNotFound`: a target path that does not resolve (names the failing part).
+- :class:`ReplayMissing`: a replay-only run met a call no recording serves (see ``docs/replay_only.md``).
+- :class:`StubUnforeseen`: the host used a stand-in of a replay-only run in a way its profile did not declare.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from skipweave.api import counters, set_step, unweave, weave, woven_plan
     from skipweave.config.errors import ConfigError
+    from skipweave.weaving.proxy import ReplayMissing
     from skipweave.weaving.resolve import TargetNotFound
+    from skipweave.weaving.stubs import StubUnforeseen
 
 _LAZY = {
     "weave": "skipweave.api",
@@ -29,9 +33,12 @@ _LAZY = {
     "counters": "skipweave.api",
     "ConfigError": "skipweave.config.errors",
     "TargetNotFound": "skipweave.weaving.resolve",
+    "ReplayMissing": "skipweave.weaving.proxy",
+    "StubUnforeseen": "skipweave.weaving.stubs",
 }
 
-__all__ = ["ConfigError", "TargetNotFound", "__version__", "counters", "set_step", "unweave", "weave", "woven_plan"]
+__all__ = ["ConfigError", "ReplayMissing", "StubUnforeseen", "TargetNotFound", "__version__", "counters", "set_step",
+           "unweave", "weave", "woven_plan"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,20 +1,26 @@
-"""Run the tiny GRPO job twice and compare: the second run should replay every rollout from the cache.
+"""Run the tiny GRPO job three times and compare: record, replay with the engine, replay-only.
 
 Usage::
 
     python examples/tiny_grpo/compare.py [--dump-dir DIR] [--out-dir DIR] [--no-skip] [hydra overrides...]
 
-Both runs execute ``train.py`` with the same interpreter (``sys.executable``) and the overrides
-``+skip=rollout_cache skip.rollout.dump_dir=<dump dir> hydra.run.dir=<out dir>/run{1,2}`` followed by
-any extra Hydra overrides given on this command line. Run 1 records the rollouts into a fresh dump
-dir, run 2 replays them. The script then prints a per-step table of rollout wall times and cache
-statuses, checks that ``loss``, ``reward_mean`` and ``param_checksum`` are exactly equal at every
-step, and exits non-zero when they differ or (with the cache) when run 2 was not all hits.
+Every run executes ``train.py`` with the same interpreter (``sys.executable``), ``skip.rollout.dump_dir=<dump
+dir> hydra.run.dir=<out dir>/run{1,2,3}`` and any extra Hydra overrides given on this command line:
 
-``--no-skip`` runs both jobs without the ``+skip=rollout_cache`` profile (two live runs): the metrics
-must still be identical because the trainer is fully seeded.
+1. ``+skip=rollout_cache`` into a fresh dump dir: records every rollout (validation too, apart);
+2. ``+skip=rollout_cache`` again: replays them, the Ray rollout workers still started;
+3. ``+skip=rollout_replay``: replay-only, validation served too, no rollout worker started (the config's
+   ``rollout_engine`` stub gives the trainer a stand-in manager).
 
-Exit codes: 0 success, 1 metrics differ / run 2 not all hits, 2 a run failed.
+The script prints a per-step table of rollout wall times and cache statuses, checks that ``loss``,
+``reward_mean``, ``param_checksum`` and the validation rewards are exactly equal in every run, shows each
+run's wall time and ``rollout_workers`` (from ``metrics.jsonl``), and exits non-zero when they differ, when
+runs 2 and 3 were not all hits, or when run 3 started a worker.
+
+``--no-skip`` runs the job twice without any profile (two live runs): the metrics must still be identical
+because the trainer is fully seeded.
+
+Exit codes: 0 success, 1 metrics differ / not all hits / workers started, 2 a run failed.
 """
 
 from __future__ import annotations
@@ -45,11 +51,12 @@ def hydra_value(value: str | Path) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def build_command(run_dir: Path, dump_dir: Path | None, overrides: Sequence[str]) -> list[str]:
-    """The ``train.py`` command line of one run (``dump_dir=None`` disables the cache profile)."""
+def build_command(run_dir: Path, dump_dir: Path | None, overrides: Sequence[str],
+                  profile: str = "rollout_cache") -> list[str]:
+    """The ``train.py`` command line of one run (``dump_dir=None``: no profile, a live run)."""
     cmd = [sys.executable, str(TRAIN_SCRIPT)]
     if dump_dir is not None:
-        cmd += ["+skip=rollout_cache", f"skip.rollout.dump_dir={hydra_value(dump_dir)}"]
+        cmd += [f"+skip={profile}", f"skip.rollout.dump_dir={hydra_value(dump_dir)}"]
     cmd.append(f"hydra.run.dir={hydra_value(run_dir)}")
     cmd += list(overrides)
     return cmd
@@ -128,6 +135,8 @@ def compare_runs(run1: Path, run2: Path, expect_hits: bool) -> tuple[list[dict[s
     total2 = sum(r["run2_rollout_s"] or 0.0 for r in rows)
     run2_all_hits = bool(rows) and all(r["run2_skip"] == "hit" for r in rows)
     identical = steps_match and all(r["identical"] for r in rows)
+    workers = [sorted({r.get("rollout_workers") for r in train + val}, key=str) for train, val in
+               ((train1, val1), (train2, val2))]
     summary = {
         "mode": "skip" if expect_hits else "no-skip",
         "steps": len(rows),
@@ -139,6 +148,9 @@ def compare_runs(run1: Path, run2: Path, expect_hits: bool) -> tuple[list[dict[s
         "run1_rollout_seconds": total1,
         "run2_rollout_seconds": total2,
         "rollout_ratio": total2 / total1 if total1 > 0 else math.inf,
+        "run1_rollout_workers": workers[0],
+        "run2_rollout_workers": workers[1],
+        "run2_val_statuses": [r.get("skip", "off") for r in val2],
         "ok": identical and val_identical and (run2_all_hits or not expect_hits),
         "rows": rows,
     }
@@ -184,7 +196,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
         "--dump-dir", type=Path, default=None, help="rollout dump dir (default: <out-dir>/dump)"
     )
     parser.add_argument(
-        "--out-dir", type=Path, default=None, help="where run1/ and run2/ go (default: a temp dir)"
+        "--out-dir", type=Path, default=None, help="where run1/, run2/ and run3/ go (default: a temp dir)"
     )
     parser.add_argument("--no-skip", action="store_true", help="two live runs without +skip=rollout_cache")
     parser.add_argument("--summary-json", type=Path, default=None, help="also write the comparison as JSON")
@@ -205,11 +217,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if dump_dir.exists() and any(dump_dir.iterdir()):
             print(f"[compare] warning: dump dir {dump_dir} is not empty; run 1 may replay too", flush=True)
     print(f"[compare] mode={'no-skip' if args.no_skip else 'skip'} out_dir={out_dir} dump_dir={dump_dir}")
-    run_dirs = [out_dir / "run1", out_dir / "run2"]
+    profiles = ["rollout_cache", "rollout_cache"] + ([] if args.no_skip else ["rollout_replay"])
+    run_dirs = [out_dir / f"run{i}" for i in range(1, len(profiles) + 1)]
     wall: list[float] = []
     try:
-        for i, run_dir in enumerate(run_dirs, start=1):
-            cmd = build_command(run_dir, dump_dir, overrides)
+        for i, (run_dir, profile) in enumerate(zip(run_dirs, profiles, strict=True), start=1):
+            cmd = build_command(run_dir, dump_dir, overrides, profile)
             wall.append(run_job(f"run-{i}", cmd, out_dir / f"run{i}.log", args.timeout))
     except RuntimeError as exc:
         print(f"[compare] {exc}", file=sys.stderr, flush=True)
@@ -220,7 +233,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print()
     print_table(rows, summary)
-    print(f"wall time: run-1 {wall[0]:.1f}s, run-2 {wall[1]:.1f}s")
+    if not args.no_skip:
+        _, replay_only = compare_runs(run_dirs[0], run_dirs[2], expect_hits=True)
+        summary["replay_only"] = {k: v for k, v in replay_only.items() if k != "rows"}
+        summary["replay_only"]["wall_ratio"] = wall[2] / wall[0] if wall[0] else math.inf
+        workers = replay_only["run2_rollout_workers"]
+        summary["ok"] = bool(summary["ok"] and replay_only["ok"] and workers == [0]
+                             and all(s == "hit" for s in replay_only["run2_val_statuses"]))
+        print(f"run-3 (+skip=rollout_replay, replay-only): {sum(s == 'hit' for s in replay_only['run2_statuses'])}"
+              f"/{replay_only['steps']} hit, validation {replay_only['run2_val_statuses'].count('hit')}/"
+              f"{len(replay_only['run2_val_statuses'])} hit, metrics and validation rewards identical to run-1: "
+              f"{'yes' if replay_only['identical'] and replay_only['val_identical'] else 'NO'}")
+        print(f"rollout_workers started: run-1 {summary['run1_rollout_workers']}, run-2 "
+              f"{summary['run2_rollout_workers']}, run-3 {workers}")
+        print(f"wall time: run-1 {wall[0]:.1f}s, run-2 {wall[1]:.1f}s ({wall[1] / wall[0]:.2f}x), run-3 "
+              f"{wall[2]:.1f}s ({wall[2] / wall[0]:.2f}x)")
+    else:
+        print(f"wall time: run-1 {wall[0]:.1f}s, run-2 {wall[1]:.1f}s")
     if dump_dir is not None:
         print(f"store kept in {dump_dir} (look inside: skipweave ls {dump_dir}); runs and logs in {out_dir}")
     if args.summary_json is not None:
@@ -230,6 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("[compare] FAIL: metrics differ between the two runs", file=sys.stderr)
     if not args.no_skip and not summary["run2_all_hits"]:
         print("[compare] FAIL: run 2 was not served entirely from the rollout cache", file=sys.stderr)
+    if not args.no_skip and not summary["ok"] and summary["run2_all_hits"] and summary["identical"]:
+        print("[compare] FAIL: run 3 (replay-only) differs, missed or started rollout workers", file=sys.stderr)
     return 0 if summary["ok"] else 1
 
 

@@ -42,6 +42,7 @@ from skipweave.config.schema import (
     StepSet,
     StepSourceConfig,
     StepSourceKind,
+    StubSpec,
     TargetSpec,
     parse_steps,
 )
@@ -166,7 +167,11 @@ def type_text(tp: Any) -> str:
     if origin is tuple:
         if _is_target_mapping(tp):
             return "mapping name → [target](#target-settings)"
-        return f"list of {type_text(typing.get_args(tp)[0])}"
+        item = typing.get_args(tp)[0]
+        if typing.get_origin(item) is tuple and len(typing.get_args(item)) == 2:  # (name, value) pairs
+            return "mapping `string` → " + ("any plain value" if typing.get_args(item)[1] is Any
+                                            else type_text(typing.get_args(item)[1]))
+        return f"list of {type_text(item)}"
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         values = ", ".join(f"`{m.value}`" for m in tp)
         return f"one of {values} ([`{tp.__name__}`](#{tp.__name__.lower()}))"
@@ -177,6 +182,8 @@ def type_text(tp: Any) -> str:
     names = {bool: "`bool`", int: "`int`", str: "`string`", float: "`float`"}
     if tp in names:
         return names[tp]
+    if tp is Any:
+        return "any plain value (`null`, number, string, list, mapping)"
     return f"`{getattr(tp, '__name__', tp)}`"
 
 
@@ -186,6 +193,7 @@ def _anchor(cls: type) -> str:
         StepSourceConfig: "step-source-settings",
         BypassConfig: "bypass-settings",
         FingerprintConfig: "fingerprint-settings",
+        StubSpec: "stub-settings",
     }[cls]
 
 
@@ -269,6 +277,7 @@ def render() -> str:
         ("Step source settings", "skip.<role>.step", StepSourceConfig, "step."),
         ("Bypass settings", "skip.<role>.bypass", BypassConfig, "bypass."),
         ("Fingerprint settings", "skip.<role>.fingerprint", FingerprintConfig, "fingerprint."),
+        ("Stub settings", "skip.<role>.targets.<name>.stub", StubSpec, "stub."),
     ]
     for title, node, cls, prefix in sections:
         identity = [f for f in IDENTITY_FIELDS if f in {x.name for x in dataclasses.fields(cls)}]  # type: ignore[arg-type]

@@ -96,12 +96,37 @@ class TargetSpec:
         proxy: ``pkg.mod:Class`` of a :class:`~skipweave.weaving.proxy.SkipProxy` subclass that serves
             this target instead of the generic proxy (a host integration, e.g. verl's agent loop);
             ``None`` for the generic proxy.
+        stub: the target is woven only in replay-only runs (``replay_only: true``) and never called there:
+            see :class:`StubSpec`. ``None``: a target the role records and replays.
     """
 
     name: str
     path: str
     optional: bool = False
     proxy: str | None = None
+    stub: StubSpec | None = None
+
+
+@dataclass(frozen=True)
+class StubSpec:
+    """What a stub target hands the host instead of calling it (replay-only runs; see
+    :mod:`skipweave.weaving.stubs`).
+
+    Attributes:
+        returns: what a call of a function or method target returns (``null``: ``None``; a coroutine's
+            awaitable for an ``async`` target). A class target (its constructor) returns a stand-in instance.
+        methods: for a class target: method name -> what it returns on the stand-in (``null`` for a no-op
+            such as ``shutdown``); other methods of the class the host calls fail, naming the method.
+        attrs: for a class target: attribute name -> its value on the stand-in (e.g. ``workers: []``).
+    """
+
+    returns: Any = None
+    methods: tuple[tuple[str, Any], ...] = ()
+    attrs: tuple[tuple[str, Any], ...] = ()
+
+    def to_config(self) -> dict[str, Any]:
+        """The canonical ``stub`` mapping."""
+        return {"returns": self.returns, "methods": dict(self.methods), "attrs": dict(self.attrs)}
 
 
 @dataclass(frozen=True)
@@ -223,6 +248,13 @@ class RoleConfig:
             or ``self.state.num_input_tokens_seen``: their values after the real call are recorded with the
             result and put back on replay (mappings and lists in place), so a replay leaves the host as the
             real call did.
+        replay_only: nothing of the role runs live: every eligible call (and validation call, see
+            ``record_validation``) is served from the store, and one whose recording is missing stops the run
+            with :class:`~skipweave.weaving.proxy.ReplayMissing` naming role, target, step, call and dump
+            dir; targets declared with ``stub`` are woven (never called). Profile ``rollout_replay``.
+        record_validation: validation calls (the ones ``bypass`` lets through) still run live, and are recorded
+            apart from training calls (shard ``val_<shard>``, never served to them) for a later replay-only
+            run, which serves them. The recording profiles set it.
         single_flight: for ``repeat*`` actions, a call that a recording still being made in this process would
             serve waits for it and is then served, instead of generating too (e.g. steps 1-5 started together
             on an empty store: step 1 generates, 2-5 wait and replay it). ``false``: every such call generates.
@@ -247,6 +279,8 @@ class RoleConfig:
     echo: tuple[tuple[str, str], ...] = ()
     effects: tuple[str, ...] = ()
     single_flight: bool = True
+    replay_only: bool = False
+    record_validation: bool = False
 
     def to_config(self) -> dict[str, Any]:
         """Return the canonical, JSON-serialisable ``skip.<role>`` mapping (re-parses identically)."""
@@ -257,7 +291,8 @@ class RoleConfig:
             "dump_dir": self.dump_dir,
             "namespace": self.namespace,
             "targets": {
-                t.name: {"path": t.path, "optional": t.optional, **({"proxy": t.proxy} if t.proxy else {})}
+                t.name: {"path": t.path, "optional": t.optional, **({"proxy": t.proxy} if t.proxy else {}),
+                         **({"stub": t.stub.to_config()} if t.stub is not None else {})}
                 for t in self.targets
             },
             "step": {
@@ -287,6 +322,8 @@ class RoleConfig:
             "echo": dict(self.echo),
             "effects": list(self.effects),
             "single_flight": self.single_flight,
+            "replay_only": self.replay_only,
+            "record_validation": self.record_validation,
         }
 
 
@@ -309,7 +346,7 @@ class SkipConfig:
 _ROLE_KEYS = {
     "enable", "action", "steps", "dump_dir", "namespace", "targets", "step", "bypass",
     "fingerprint", "shard", "restore_rng", "allow_pickle", "trusted_classes", "calls_per_step", "record_steps",
-    "single_flight", "echo", "effects",
+    "single_flight", "echo", "effects", "replay_only", "record_validation",
 }
 _RANGE_RE = re.compile(r"^\s*(-?\d+)\s*(?:-|\.\.|:)\s*(-?\d+)\s*$")
 _PATH_RE = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$")
@@ -451,17 +488,20 @@ def _targets(key: str, value: Any) -> tuple[TargetSpec, ...]:
         if problem is not None:  # the name is a folder of the dump dir
             raise ConfigError(key, name, f"target names that are one folder name: {NAME_RULE} (this one {problem})")
         proxy: str | None = None
+        stub: StubSpec | None = None
         if isinstance(spec, str):
             path: Any = spec
             optional = False
         elif isinstance(spec, Mapping):
-            unknown = set(spec) - {"path", "optional", "proxy"}
+            unknown = set(spec) - {"path", "optional", "proxy", "stub"}
             if unknown:
                 raise ConfigError(
-                    tkey, dict(spec), f"keys 'path', 'optional' and 'proxy' only (got {sorted(unknown, key=str)})"
+                    tkey, dict(spec), f"keys 'path', 'optional', 'proxy' and 'stub' only (got "
+                                      f"{sorted(unknown, key=str)})"
                 )
             path = spec.get("path")
             optional = _bool(f"{tkey}.optional", spec.get("optional", False))
+            stub = _stub(f"{tkey}.stub", spec.get("stub")) if "stub" in spec else None
             proxy = _str(f"{tkey}.proxy", spec.get("proxy"), optional=True)
             if proxy is not None and not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$", proxy):
                 raise ConfigError(f"{tkey}.proxy", proxy, "a class path like 'pkg.mod:ProxyClass'")
@@ -473,8 +513,39 @@ def _targets(key: str, value: Any) -> tuple[TargetSpec, ...]:
                 path,
                 "a path like 'pkg.mod:Class.method' or 'pkg.mod.Class.method'",
             )
-        specs.append(TargetSpec(name=str(name), path=normalize_target_path(path), optional=optional, proxy=proxy))
+        if stub is not None and proxy is not None:
+            raise ConfigError(f"{tkey}.proxy", proxy, "no proxy on a stub target (a stub is never called)")
+        specs.append(TargetSpec(name=str(name), path=normalize_target_path(path), optional=optional, proxy=proxy,
+                                stub=stub))
     return tuple(specs)
+
+
+def _stub_value(key: str, value: Any) -> Any:
+    """A stub's declared value: plain data only (it is deep-copied into the host on every call)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _stub_value(f"{key}.{k}", v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_stub_value(f"{key}[{i}]", v) for i, v in enumerate(value)]
+    raise ConfigError(key, value, "plain data: null, a number, a string, a list or a mapping")
+
+
+def _stub(key: str, value: Any) -> StubSpec:
+    if value is None or value is True:
+        return StubSpec()
+    data = _sub(key, value, {"returns", "methods", "attrs"})
+    named = {}
+    for part in ("methods", "attrs"):
+        raw = data.get(part) or {}
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"{key}.{part}", raw, "a mapping name -> value, e.g. {shutdown: null}")
+        for name in raw:
+            if not isinstance(name, str) or not name.isidentifier():
+                raise ConfigError(f"{key}.{part}", name, "Python identifiers as names")
+        named[part] = tuple((str(n), _stub_value(f"{key}.{part}.{n}", v)) for n, v in raw.items())
+    return StubSpec(returns=_stub_value(f"{key}.returns", data.get("returns")), methods=named["methods"],
+                    attrs=named["attrs"])
 
 
 def _sub(key: str, value: Any, allowed_keys: set[str]) -> Mapping[str, Any]:
@@ -610,6 +681,8 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
         echo=_echo(f"{key}.echo", data.get("echo")),
         effects=_effects(f"{key}.effects", data.get("effects")),
         single_flight=_bool(f"{key}.single_flight", data.get("single_flight", True)),
+        replay_only=_bool(f"{key}.replay_only", data.get("replay_only", False)),
+        record_validation=_bool(f"{key}.record_validation", data.get("record_validation", False)),
     ), key, explicit_targets=isinstance(data.get("targets"), Mapping))
 
 
@@ -658,6 +731,10 @@ def _checked(role: RoleConfig, key: str, *, explicit_targets: bool) -> RoleConfi
         raise ConfigError(f"{key}.record_steps", role.record_steps.to_config(),
                           "record_steps only with action repeat, repeat_cycle or repeat_last (cache records "
                           "every eligible step)")
+    if role.enable and role.targets and all(t.stub is not None for t in role.targets):
+        raise ConfigError(f"{key}.targets", [t.name for t in role.targets],
+                          "at least one target the role replays besides its stubs (a stub only stands in for "
+                          "the engine behind a replayed target)")
     if role.enable and explicit_targets and not role.targets:  # `targets: {}` (a missing key: filled elsewhere)
         raise ConfigError(f"{key}.targets", {}, "at least one target when the role is enabled, e.g. "
                           f"+{key}.targets.gen=my_pkg.rollout:Manager.generate_sequences")

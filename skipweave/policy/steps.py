@@ -158,6 +158,22 @@ class StepSource:
         return step
 
 
+    def peek(self, instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int | None:
+        """The step of a call if the source tells it without counting (a validation call, which must not
+        advance the call counter), else ``None``: ``counter``, ``auto`` with no step on the call (and no
+        :func:`set_step`), or a source that gives nothing usable."""
+        cfg = self.cfg
+        if cfg.source is StepSourceKind.COUNTER:
+            return None
+        if cfg.source is StepSourceKind.AUTO:
+            step = _as_step(get_path(get_arg(args, kwargs, cfg.arg, self.positions), cfg.path))
+            return step if step is not None else _explicit_step
+        try:
+            return StepSource.step_for(self, instance, args, kwargs)
+        except StepError:
+            return None
+
+
 def _show(value: Any) -> str:
     return "nothing (path missing)" if value is MISSING else repr(value)[:80]
 

@@ -76,7 +76,7 @@ class _Decision:
     """
 
     __slots__ = ("step", "call", "shard", "served", "fp", "replace", "no_store", "running", "slot", "wait",
-                 "done", "thread", "concurrent", "instance", "waited")
+                 "done", "thread", "concurrent", "instance", "waited", "validation")
 
     def __init__(self, step: int, call: int, shard: str, served: int | None) -> None:
         self.step, self.call, self.shard, self.served = step, call, shard, served
@@ -91,6 +91,16 @@ class _Decision:
         self.concurrent = False  # another thread ran a real call of the same step meanwhile
         self.instance: Any = None  # the bound instance (``self`` of expressions: echo, effects)
         self.waited = False  # single flight waited for another call already (never twice)
+        self.validation = False  # a validation call (recorded apart: shard val_<shard>, never served to training)
+
+
+class ReplayMissing(RuntimeError):
+    """A replay-only role (``skip.<role>.replay_only``) met a call no recording serves: the run stops here
+    instead of generating. The message names the role, target, step, call index and dump dir."""
+
+
+VALIDATION_SHARD = "val_"
+"""Prefix of the shard label validation calls are recorded under (``val_r0``): apart from training calls."""
 
 
 def annotate(result: Any, status: str, step: int | None, served: int | None) -> None:
@@ -197,6 +207,8 @@ class SkipProxy:
         self._step_warned = False
         self._counts = report.for_target(role.role, target.name)
         self._own_bypass = bypass  # a subclass that replaces self.bypass gets a gate around its predicate
+        self._validation = role.record_validation or role.replay_only  # validation calls go to the store too
+        self._validation_calls = 0
         self._gate: Gate | None = None
         self._calls: dict[tuple[int, str], int] = {}
         self._free: dict[tuple[int, str], list[int]] = {}
@@ -264,24 +276,46 @@ class SkipProxy:
             self._step_failed(exc)
             return self._live_bypass(wrapped, args, kwargs, None, awaited)
         if step is BYPASS:
+            if self._validation:
+                return self.validation_call(wrapped, instance, args, kwargs, awaited)
             return self._live_bypass(wrapped, args, kwargs, None, awaited)
         if gate.eligible is None or step in gate.eligible:
             return self.eligible_call(wrapped, instance, args, kwargs, step, awaited)
         return self._live_bypass(wrapped, args, kwargs, step, awaited)
 
     def eligible_call(self, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-                      kwargs: dict[str, Any], step: int, awaited: bool = False) -> Any:
+                      kwargs: dict[str, Any], step: int, awaited: bool = False, validation: bool = False) -> Any:
         """Settle a call its gate found eligible at ``step``: replay it (hit) or call through and record (miss).
 
+        ``validation``: a validation call, recorded under its own shard; served only in a replay-only run.
         Returns the result (an awaitable for ``async`` targets and awaited bridges).
+
+        Raises:
+            ReplayMissing: the role is replay-only and no recording serves the call.
         """
         if self.is_async or awaited:
             # Decided when the coroutine starts, not now: one never awaited (cancelled before it ran, dropped)
             # then takes no call index and no single-flight slot that later calls would wait on for good.
-            return self._async_path(wrapped, args, kwargs, step, instance, maybe_sync=not self.is_async)
-        decision = self._decide(step, args, kwargs)
+            return self._async_path(wrapped, args, kwargs, step, instance, maybe_sync=not self.is_async,
+                                    validation=validation)
+        decision = self._decide(step, args, kwargs, validation)
         decision.instance = instance
         return self._sync_path(wrapped, args, kwargs, decision)
+
+    def validation_call(self, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                        kwargs: dict[str, Any], awaited: bool = False) -> Any:
+        """A call the bypass let through (validation), when the role records or replays them
+        (``record_validation``, ``replay_only``): keyed by its step when the step source can tell it without
+        counting, else by the number of validation calls so far (1, 2, ...); live and recorded in a recording
+        run (once per step and call), served in a replay-only run."""
+        step = self.step_source.peek(instance, args, kwargs)
+        if step is None:
+            with self._lock:
+                self._validation_calls += 1
+                step = self._validation_calls
+        elif self.gate.eligible is not None and step not in self.gate.eligible:
+            return self._live_bypass(wrapped, args, kwargs, step, awaited)
+        return self.eligible_call(wrapped, instance, args, kwargs, step, awaited, validation=True)
 
     def _bypassed_by_expr(self, instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
         assert self._bypass_expr is not None
@@ -341,6 +375,8 @@ class SkipProxy:
         found, value = self._try_replay(d, args, kwargs)
         if found:
             return value
+        if self.role.replay_only:
+            self._missing(d)
         self._fingerprint(d, args, kwargs)  # before the call: the host may mutate its inputs
         t0 = time.perf_counter()
         with self._real_call(d):
@@ -360,8 +396,8 @@ class SkipProxy:
         return self._after_live(result, d, time.perf_counter() - t0)
 
     async def _async_path(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                          step: int, instance: Any, maybe_sync: bool = False) -> Any:
-        d = self._decide(step, args, kwargs)
+                          step: int, instance: Any, maybe_sync: bool = False, validation: bool = False) -> Any:
+        d = self._decide(step, args, kwargs, validation)
         d.instance = instance
         try:
             if d.wait is not None:  # single flight (see _sync_path); awaiting yields: any thread's call may end
@@ -377,6 +413,8 @@ class SkipProxy:
         found, value = self._try_replay(d, args, kwargs)
         if found:
             return value
+        if self.role.replay_only:
+            self._missing(d)
         self._fingerprint(d, args, kwargs)
         t0 = time.perf_counter()
         with self._real_call(d):
@@ -396,7 +434,8 @@ class SkipProxy:
         return result
 
     # ------------------------------------------------------------------ decision and store
-    def _decide(self, step: int, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> _Decision:
+    def _decide(self, step: int, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                validation: bool = False) -> _Decision:
         fp = None
         if self.role.shard is ShardKind.FINGERPRINT:
             fp = fingerprint(args, kwargs, ignore=self.role.fingerprint.ignore)
@@ -410,6 +449,8 @@ class SkipProxy:
                 decision = _Decision(step, 0, "r0", None)
                 decision.no_store = True
                 return decision
+        if validation:
+            shard = VALIDATION_SHARD + shard
         with self._lock:
             free = self._free.get((step, shard))
             if free:
@@ -418,7 +459,7 @@ class SkipProxy:
                 call = self._calls.get((step, shard), 0)
                 self._calls[(step, shard)] = call + 1
         decision = _Decision(step, call, shard, None)
-        decision.fp = fp
+        decision.fp, decision.validation = fp, validation
         if not self._counts.eligible:  # now, not at its hit or miss: a call that raises was still called
             report.first_call(self.role.role, self.target.name, eligible=True)
         self._choose(decision)
@@ -427,13 +468,14 @@ class SkipProxy:
     def _choose(self, d: _Decision) -> None:
         """Choose the step that serves ``d`` (``d.served``), or wait for one being recorded (``d.wait``)."""
         step, shard = d.step, d.shard
+        action = Action.CACHE if d.validation else self.role.action  # a validation call: its own step only
         try:
             self.store.prepare_part(step, self.target.name, shard)
-            if self.role.action is Action.CACHE:  # only this very step can serve: no scan of the store
+            if action is Action.CACHE:  # only this very step can serve: no scan of the store
                 recorded = [step] if self.store.is_complete(step, self.target.name, shard) else []
             else:
                 recorded = self.store.recorded_steps(self.target.name, shard)
-            served = choose_step(self.role.action, step, recorded, self.role.record_steps)
+            served = choose_step(action, step, recorded, self.role.record_steps)
         except Exception as exc:  # an unreadable dump dir never fails the training call
             logger.warning("skipweave: role %s target %s step %d: the store under %s is unusable (%s: %s); "
                            "running live without recording", self.role.role, self.target.name, step,
@@ -441,10 +483,14 @@ class SkipProxy:
             d.no_store = True
             return
         d.served = served
-        if served is not None:
+        if d.validation and not self.role.replay_only:  # recorded for a replay-only run, never served here
+            if served is not None:
+                d.served, d.no_store = None, True  # recorded already: live, not again
+                return
+        elif served is not None:
             return
         with self._lock:  # one lock for the look and the registration: two calls never both decide to generate
-            if self.role.action is not Action.CACHE and self.role.single_flight and not d.waited:
+            if action is not Action.CACHE and self.role.single_flight and not d.waited:
                 d.wait = self._recording_that_serves(d, recorded)
             if d.wait is None:
                 self._register(d)
@@ -525,6 +571,18 @@ class SkipProxy:
         """The real call raised: its call index is reused by the next call of the step (nothing was recorded)."""
         with self._lock:
             heapq.heappush(self._free.setdefault((d.step, d.shard), []), d.call)
+
+    def _missing(self, d: _Decision) -> None:
+        """Stop a replay-only run at a call no recording serves (its call index goes back: nothing ran)."""
+        self._give_back(d)
+        self._unregister(d)
+        what = "validation call" if d.validation else "call"
+        raise ReplayMissing(
+            f"skipweave: replay-only role {self.role.role} target {self.target.name} ({self.target.path}): no "
+            f"recording serves step {d.step} {what} {d.call} (shard {d.shard}) in dump dir {self.store.dump_dir} "
+            f"(namespace {self.store.namespace}); record it first with a recording run over the same steps "
+            f"(e.g. +skip=rollout_cache{' with record_validation' if d.validation else ''}), or narrow "
+            f"skip.{self.role.role}.steps")
 
     def _fingerprint(self, d: _Decision, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
         if d.fp is None:
@@ -740,10 +798,11 @@ class SkipProxy:
                            "computed; weave the function that produces the data instead", key,
                            self.target.path, type(result).__name__)
             d.no_store = True
+        status = report.BYPASS if d.validation else report.MISS  # a validation call ran live, as always
         if d.no_store:
-            report.event(report.MISS, role=self.role.role, target=self.target.name, step=d.step,
+            report.event(status, role=self.role.role, target=self.target.name, step=d.step,
                          nbytes=0, seconds=seconds, call=d.call)
-            annotate(result, report.MISS, d.step, None)
+            annotate(result, status, d.step, None)
             return result
         try:
             rng = capture_rng_state() if self.role.restore_rng else None
@@ -765,9 +824,9 @@ class SkipProxy:
                 "skipweave: recording %s under %s failed (%s: %s); the live result is returned and nothing "
                 "partial was left", key, self.store.dump_dir, type(exc).__name__, exc,
             )
-        report.event(report.MISS, role=self.role.role, target=self.target.name, step=d.step,
+        report.event(status, role=self.role.role, target=self.target.name, step=d.step,
                      nbytes=nbytes, seconds=seconds, call=slot)
-        annotate(result, report.MISS, d.step, None)
+        annotate(result, status, d.step, None)
         return result
 
 
@@ -816,7 +875,7 @@ def _front(proxy: SkipProxy, gate: Gate) -> Callable[..., Any]:
     counts, first_call = report.for_target(proxy.role.role, proxy.target.name), report.first_call
     log_each = log.isEnabledFor(logging.DEBUG)
     role, target = proxy.role.role, proxy.target.name
-    coroutine, bypass = types.CoroutineType, BYPASS
+    coroutine, bypass, validation = types.CoroutineType, BYPASS, proxy._validation
 
     def front(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if running[0] or not on[0]:
@@ -827,6 +886,8 @@ def _front(proxy: SkipProxy, gate: Gate) -> Callable[..., Any]:
             proxy._step_failed(exc)
             return proxy._live_bypass(wrapped, args, kwargs, None)
         if step is bypass:
+            if validation:
+                return proxy.validation_call(wrapped, instance, args, kwargs)
             step = None
         elif eligible is None or step in eligible:
             return eligible_call(wrapped, instance, args, kwargs, step)

@@ -122,6 +122,8 @@ class Weaver:
             patches: list[Patch] = []
             for role in plan.enabled_roles:
                 for target in role.targets:
+                    if target.stub is not None and not role.replay_only:
+                        continue  # the engine a replay-only run does without: called as usual otherwise
                     try:
                         rpath = split_path(target.path, may_import=not target.optional)
                     except TargetNotFound as exc:
@@ -307,6 +309,10 @@ def _wraps_coroutine_function(func: Any) -> bool:
 
 def _proxy_class(target: TargetSpec) -> type[SkipProxy]:
     """The proxy class serving ``target``: its ``proxy`` (a host integration's subclass), else :class:`SkipProxy`."""
+    if target.stub is not None:
+        from skipweave.weaving.stubs import StubProxy
+
+        return StubProxy
     if not target.proxy:
         return SkipProxy
     cls = _resolve_callable(target.proxy)

@@ -20,6 +20,10 @@ from torch import nn
 from tinygrpo.data import EOS_ID, PAD_ID, Batch
 from tinygrpo.model import TinyCausalLM
 
+WORKERS_STARTED = 0
+"""Rollout worker actors this process started (every row of ``metrics.jsonl`` reports it as ``rollout_workers``):
+0 in a replay-only run, whose stand-in manager starts none."""
+
 
 @dataclass(frozen=True)
 class RolloutConfig:
@@ -135,6 +139,7 @@ class RolloutManager:
 
     def __init__(self, policy: nn.Module, model_kwargs: dict[str, Any], config: RolloutConfig) -> None:
         """Start ``config.num_workers`` Ray actors; ``policy`` is the driver's trained module."""
+        global WORKERS_STARTED
         if config.num_workers < 1:
             raise ValueError("num_workers must be >= 1")
         self.policy = policy
@@ -145,6 +150,7 @@ class RolloutManager:
             remote_cls.remote(rank, dict(model_kwargs), config.worker_threads)
             for rank in range(config.num_workers)
         ]
+        WORKERS_STARTED += len(self.workers)
         # Wait for the actors to be up so that start-up is not billed to the first rollout.
         ray.get([w.ready.remote() for w in self.workers])
         self._weights_version = 0

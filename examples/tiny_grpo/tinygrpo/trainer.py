@@ -17,6 +17,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from tinygrpo import rollout as rollout_module
 from tinygrpo.data import VOCAB_SIZE, Batch, PromptDataset
 from tinygrpo.model import TinyCausalLM, param_checksum, response_log_probs
 from tinygrpo.reward import grpo_advantages, rule_reward
@@ -90,7 +91,8 @@ class GRPOTrainer:
         return self._loop.run_until_complete(coro)
 
     def _write(self, record: dict[str, Any]) -> None:
-        """Append one JSON line to ``metrics.jsonl``."""
+        """Append one JSON line to ``metrics.jsonl`` (with ``rollout_workers``: the actors this run started)."""
+        record = {**record, "rollout_workers": rollout_module.WORKERS_STARTED}
         with self.metrics_path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(record) + "\n")
 

@@ -18,9 +18,9 @@ APP = Path(__file__).resolve().parent / "apps" / "agent_loop_app.py"
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _run(dump: Path) -> tuple[dict[str, Any], str]:
+def _run(dump: Path, profile: str = "rollout_cache") -> tuple[dict[str, Any], str]:
     env = {k: v for k, v in os.environ.items() if k not in {"SKIPWEAVE_PLAN", "HYDRA_FULL_ERROR", "PYTHONSTARTUP"}}
-    proc = subprocess.run([sys.executable, str(APP), str(dump)], cwd=REPO, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(APP), str(dump), profile], cwd=REPO, capture_output=True, text=True,
                           timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
@@ -38,12 +38,15 @@ def test_record_then_replay_in_two_processes_plain_and_awaited(tmp_path: Path) -
     assert "verl role 'rollout' is recorded and replayed by skipweave (skip.rollout)" in log1
     assert first["verl_skip_enabled"]["rollout"] is False  # exactly one mechanism on the role
 
-    # Run 1 generated every step (two fake workers each) and recorded it; validation ran live, unrecorded.
+    # Run 1 generated every step (two fake workers each) and recorded it; validation ran live, recorded apart.
     assert [s["status"] for s in first["steps"]] == ["miss", "miss", "miss"]
     assert [(c["step"], c["validate"]) for c in first["worker_calls"]] == [
         (0, True), (0, True), (1, False), (1, False), (2, False), (2, False), (2, True), (2, True),
         (3, False), (3, False)]
-    assert sorted(p.name for p in (dump / first["plan_namespace"] / "rollout").iterdir()) == ["1", "2", "3"]
+    role_dir = dump / first["plan_namespace"] / "rollout"
+    assert sorted(p.name for p in role_dir.iterdir()) == ["0", "1", "2", "3"]
+    assert sorted(p.name for p in role_dir.glob("*/*/*.manifest.json")) == [  # validation (steps 0, 2) kept apart
+        "r0-0000.manifest.json"] * 3 + ["val_r0-0000.manifest.json"] * 2
 
     # Run 2: every step replayed, plain (step 1, 3) and awaited (step 2); only validation reached the workers.
     assert [s["status"] for s in second["steps"]] == ["hit", "hit", "hit"]
@@ -55,3 +58,11 @@ def test_record_then_replay_in_two_processes_plain_and_awaited(tmp_path: Path) -
         assert b["uid_is_live"] and b["union_rows"] == 4  # union with the live batch worked: uids echoed
     assert second["rng_after"] == first["rng_after"]  # the RNG state after the real calls was restored
     assert second["counters"]["hits"] == 3 and second["counters"]["misses"] == 0
+
+    # Run 3, +skip=rollout_replay: the rollouts and verl's validation batches (steps 0 and 2) are all served;
+    # no call reaches the workers. (verl's servers are still built: the profile has no verl stubs yet.)
+    third, _ = _run(dump, "rollout_replay")
+    assert third["worker_calls"] == []
+    assert [s["status"] for s in third["steps"]] == ["hit", "hit", "hit"] and third["validation"] == ["hit", "hit"]
+    assert [s["digest"] for s in third["steps"]] == [s["digest"] for s in first["steps"]]
+    assert third["rng_after"] == first["rng_after"]

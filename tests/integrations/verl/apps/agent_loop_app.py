@@ -76,15 +76,15 @@ class FakeWorker:
         return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info={"metrics": metrics})
 
 
-def compose(dump_dir: str):  # type: ignore[no-untyped-def]
-    """verl's ``ppo_trainer`` config with ``+skip=rollout_cache``, composed as ``verl.trainer.main_ppo`` does."""
+def compose(dump_dir: str, profile: str = "rollout_cache"):  # type: ignore[no-untyped-def]
+    """verl's ``ppo_trainer`` config with ``+skip=<profile>``, composed as ``verl.trainer.main_ppo`` does."""
     import verl
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
     config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
     overrides = [
-        "+skip=rollout_cache", f"skip.rollout.dump_dir={dump_dir}",
+        f"+skip={profile}", f"skip.rollout.dump_dir={dump_dir}",
         "trainer.experiment_name=exp", "trainer.project_name=proj", f"data.train_batch_size={PROMPTS}",
         f"actor_rollout_ref.rollout.n={N}", f"data.max_prompt_length={PROMPT_LEN}",
         f"data.max_response_length={RESPONSE_LEN}",
@@ -157,7 +157,7 @@ def validate(mgr, step: int, *, awaited: bool) -> str | None:  # type: ignore[no
 
 def main() -> None:
     dump_dir = sys.argv[1]
-    cfg = compose(dump_dir)
+    cfg = compose(dump_dir, sys.argv[2] if len(sys.argv) > 2 else "rollout_cache")
     from skipweave.integrations.hydra.callback import SkipweaveCallback
 
     callback_target = cfg.hydra.callbacks.skipweave._target_
