@@ -115,18 +115,22 @@ class StubSpec:
     Attributes:
         returns: what a call of a function or method target returns (``null``: ``None``; a coroutine's
             awaitable for an ``async`` target). A class target (its constructor) returns a stand-in instance.
+        stand_in: a method target returns a stand-in of its class instead of ``returns`` (a factory such as
+            verl's ``AgentLoopManager.create`` classmethod); ``methods`` and ``attrs`` then apply to it.
         methods: for a class target: method name -> what it returns on the stand-in (``null`` for a no-op
             such as ``shutdown``); other methods of the class the host calls fail, naming the method.
         attrs: for a class target: attribute name -> its value on the stand-in (e.g. ``workers: []``).
     """
 
     returns: Any = None
+    stand_in: bool = False
     methods: tuple[tuple[str, Any], ...] = ()
     attrs: tuple[tuple[str, Any], ...] = ()
 
     def to_config(self) -> dict[str, Any]:
         """The canonical ``stub`` mapping."""
-        return {"returns": self.returns, "methods": dict(self.methods), "attrs": dict(self.attrs)}
+        return {"returns": self.returns, "stand_in": self.stand_in, "methods": dict(self.methods),
+                "attrs": dict(self.attrs)}
 
 
 @dataclass(frozen=True)
@@ -534,7 +538,7 @@ def _stub_value(key: str, value: Any) -> Any:
 def _stub(key: str, value: Any) -> StubSpec:
     if value is None or value is True:
         return StubSpec()
-    data = _sub(key, value, {"returns", "methods", "attrs"})
+    data = _sub(key, value, {"returns", "stand_in", "methods", "attrs"})
     named = {}
     for part in ("methods", "attrs"):
         raw = data.get(part) or {}
@@ -544,8 +548,12 @@ def _stub(key: str, value: Any) -> StubSpec:
             if not isinstance(name, str) or not name.isidentifier():
                 raise ConfigError(f"{key}.{part}", name, "Python identifiers as names")
         named[part] = tuple((str(n), _stub_value(f"{key}.{part}.{n}", v)) for n, v in raw.items())
-    return StubSpec(returns=_stub_value(f"{key}.returns", data.get("returns")), methods=named["methods"],
-                    attrs=named["attrs"])
+    stand_in = _bool(f"{key}.stand_in", data.get("stand_in", False))
+    if stand_in and data.get("returns") is not None:
+        raise ConfigError(f"{key}.returns", data.get("returns"), "no returns with stand_in: true (the call returns "
+                                                                "the stand-in)")
+    return StubSpec(returns=_stub_value(f"{key}.returns", data.get("returns")), stand_in=stand_in,
+                    methods=named["methods"], attrs=named["attrs"])
 
 
 def _sub(key: str, value: Any, allowed_keys: set[str]) -> Mapping[str, Any]:

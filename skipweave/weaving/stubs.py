@@ -45,7 +45,36 @@ def _is_woven(value: Any) -> bool:
     return proxy_of(getattr(value, "_self_wrapper", None)) is not None
 
 
-def _returning(value: Any, is_async: bool) -> Callable[..., Any]:
+_CORO_FLAGS = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+
+
+def _bridge(func: Any) -> bool:
+    """A plain ``def`` around an ``async def`` (verl's ``auto_await``): it runs the coroutine when called
+    plainly and hands it back when awaited, deciding by its caller's frame."""
+    if inspect.iscoroutinefunction(func):
+        return False
+    inner, seen = getattr(func, "__wrapped__", None), 0
+    while inner is not None and seen < 16:
+        if inspect.iscoroutinefunction(inner):
+            return True
+        inner, seen = getattr(inner, "__wrapped__", None), seen + 1
+    return False
+
+
+def awaited_by_caller(depth: int = 2) -> bool:
+    """The frame ``depth`` levels up is a coroutine's (its call will be awaited), as ``auto_await`` judges."""
+    import sys
+
+    frame = sys._getframe(depth)
+    return bool(frame.f_code.co_flags & _CORO_FLAGS)
+
+
+async def ready(value: Any) -> Any:
+    """An awaitable of ``value``."""
+    return value
+
+
+def _returning(value: Any, is_async: bool, bridge: bool = False) -> Callable[..., Any]:
     if is_async:
         async def stub_async(self: Any, *args: Any, **kwargs: Any) -> Any:
             return copy.deepcopy(value)
@@ -53,6 +82,8 @@ def _returning(value: Any, is_async: bool) -> Callable[..., Any]:
         return stub_async
 
     def stub(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if bridge and awaited_by_caller():
+            return ready(copy.deepcopy(value))
         return copy.deepcopy(value)
 
     return stub
@@ -105,7 +136,7 @@ def stand_in(cls: type, methods: Mapping[str, Any], attrs: Mapping[str, Any], ke
             continue  # served by the role's proxy
         is_async = inspect.iscoroutinefunction(func)
         if name in methods:
-            namespace[name] = _returning(methods[name], is_async)
+            namespace[name] = _returning(methods[name], is_async, _bridge(func))
         elif name == "__del__":
             namespace[name] = lambda self: None
         else:
@@ -146,15 +177,18 @@ class StubProxy(SkipProxy):
                         f"returns {spec.returns!r}")
         key = f"skip.{self.role.role}.targets.{self.target.name}.stub"
         if isinstance(wrapped, type):
-            return stand_in(wrapped, dict(spec.methods), dict(spec.attrs), key)
-        value = copy.deepcopy(spec.returns)
-        if self.is_async:
-            return _ready(value)
+            value = stand_in(wrapped, dict(spec.methods), dict(spec.attrs), key)
+        elif spec.stand_in:  # a factory method: a stand-in of its class (``cls`` of a classmethod)
+            owner = instance if isinstance(instance, type) else type(instance)
+            if instance is None or owner is type(None):
+                raise StubUnforeseen(f"skipweave: {key}.stand_in: {self.target.path} is not a method, so it has "
+                                     "no class to stand in for; name the class itself as the target")
+            value = stand_in(owner, dict(spec.methods), dict(spec.attrs), key)
+        else:
+            value = copy.deepcopy(spec.returns)
+        if self.is_async or (self.bridge and awaited_by_caller()):
+            return ready(value)
         return value
-
-
-async def _ready(value: Any) -> Any:
-    return value
 
 
 __all__ = ["StubProxy", "StubUnforeseen", "stand_in"]

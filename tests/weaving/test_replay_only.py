@@ -223,3 +223,63 @@ def test_a_stub_method_that_is_not_one_of_the_class_is_refused_when_built(mod: A
     skipweave.weave(_plan(mod, tmp_path, replay_only=True, stub={"methods": {"shut_down": None}}))
     with pytest.raises(StubUnforeseen, match="has no method 'shut_down'"):
         mod.make_engine()
+
+
+FACTORY_HOST = '''
+import asyncio
+import functools
+import inspect
+import sys
+
+STARTED = []
+
+
+def auto_await(func):
+    """verl's sync-or-await helper: runs the coroutine when called plainly, hands it back when awaited."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        coro = func(*args, **kwargs)
+        if sys._getframe(1).f_code.co_flags & inspect.CO_COROUTINE:
+            return coro
+        return asyncio.run(coro)
+    return wrapper
+
+
+class Servers:
+    @classmethod
+    @auto_await
+    async def create(cls, n):
+        STARTED.append(n)
+        return cls()
+
+    @auto_await
+    async def sleep(self):
+        STARTED.append("sleep")
+        return "slept"
+
+    def replicas(self):
+        return ["r0"]
+'''
+
+
+def test_a_factory_method_stub_returns_a_stand_in_of_its_class_and_bridges_stay_sync_or_await(
+        host_module: Any, tmp_path: Path) -> None:
+    name, _ = host_module(FACTORY_HOST)
+    mod = sys.modules[name]
+    gen = f"{mod.__name__}:Servers.replicas"
+    plan = {"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "replay_only": True, "targets": {
+        "gen": gen, "servers": {"path": f"{name}:Servers.create",
+                                "stub": {"stand_in": True, "methods": {"sleep": "no-op"}}}}}}}
+    skipweave.weave(plan)
+    servers = mod.Servers.create(4)
+    assert isinstance(servers, mod.Servers) and mod.STARTED == []
+    assert servers.sleep() == "no-op"  # called plainly: the value
+
+    async def awaited() -> Any:
+        return await servers.sleep(), await mod.Servers.create(2)
+
+    value, again = asyncio.run(awaited())  # awaited: an awaitable, as the helper would hand back
+    assert value == "no-op" and isinstance(again, mod.Servers) and mod.STARTED == []
+    with pytest.raises(ConfigError, match="no returns with stand_in"):
+        skipweave.weave({"skip": {"rollout": {**plan["skip"]["rollout"], "targets": {
+            "gen": gen, "servers": {"path": f"{name}:Servers.create", "stub": {"stand_in": True, "returns": 1}}}}}})

@@ -59,9 +59,11 @@ def test_record_then_replay_in_two_processes_plain_and_awaited(tmp_path: Path) -
     assert second["rng_after"] == first["rng_after"]  # the RNG state after the real calls was restored
     assert second["counters"]["hits"] == 3 and second["counters"]["misses"] == 0
 
-    # Run 3, +skip=rollout_replay: the rollouts and verl's validation batches (steps 0 and 2) are all served;
-    # no call reaches the workers. (verl's servers are still built: the profile has no verl stubs yet.)
+    # Run 3, +skip=rollout_replay: verl's engine is built from the profile's stubs (servers, agent-loop manager,
+    # checkpoint engine: stand-ins, nothing launched); the rollouts and validation batches (steps 0, 2) are served.
     third, _ = _run(dump, "rollout_replay")
+    assert third["engine"] == {"servers": "LLMServerManagerStandIn", "manager": "AgentLoopManagerStandIn",
+                               "checkpoints": "CheckpointEngineManagerStandIn", "replicas": [], "is_manager": True}
     assert third["worker_calls"] == []
     assert [s["status"] for s in third["steps"]] == ["hit", "hit", "hit"] and third["validation"] == ["hit", "hit"]
     assert [s["digest"] for s in third["steps"]] == [s["digest"] for s in first["steps"]]

@@ -167,8 +167,30 @@ def main() -> None:
     from verl.utils.skip import SkipManager
 
     SkipManager.init(cfg)  # RayPPOTrainer.fit
-    mgr = AgentLoopManager(cfg, llm_client=None)  # type: ignore[arg-type]
-    mgr.agent_loop_workers = [FakeWorker(0), FakeWorker(1)]  # type: ignore[list-item]
+    engine: dict[str, object] = {}
+    if len(sys.argv) > 2 and sys.argv[2] == "rollout_replay":
+        # RayPPOTrainer.init_workers, as verl 0.9.1 builds its engine: every piece is a stub of the profile,
+        # so nothing is launched (for real these calls start vLLM/SGLang servers and Ray actors).
+        from verl.checkpoint_engine import CheckpointEngineManager
+        from verl.workers.rollout.llm_server import LLMServerManager
+
+        servers = LLMServerManager.create(config=cfg, worker_group=None, rollout_resource_pool=None)
+        mgr = AgentLoopManager.create(config=cfg, llm_client=servers.get_client(), teacher_client=None,
+                                      reward_loop_worker_handles=None)
+        checkpoints = CheckpointEngineManager(config=None, actor_wg=None, replicas=servers.get_replicas())
+        checkpoints.sleep_replicas()
+        checkpoints.update_weights(1)
+
+        async def awaited_sync() -> None:
+            await checkpoints.update_weights(2)  # auto_await's other case: awaited from a coroutine
+
+        asyncio.run(awaited_sync())
+        engine = {"servers": type(servers).__name__, "manager": type(mgr).__name__,
+                  "checkpoints": type(checkpoints).__name__, "replicas": servers.get_replicas(),
+                  "is_manager": isinstance(mgr, AgentLoopManager)}
+    else:
+        mgr = AgentLoopManager(cfg, llm_client=None)  # type: ignore[arg-type]
+        mgr.agent_loop_workers = [FakeWorker(0), FakeWorker(1)]  # type: ignore[list-item]
 
     torch.manual_seed(0)
     steps: list[dict[str, object]] = []
@@ -185,6 +207,7 @@ def main() -> None:
         "steps": steps,
         "validation": val,
         "worker_calls": WORKER_CALLS,
+        "engine": engine,
         "verl_skip_enabled": {k: v.enable for k, v in SkipManager.skip_instances.items()},
         "rng_after": float(torch.rand(1)),
         "counters": skipweave.counters(),
