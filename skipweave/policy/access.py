@@ -156,42 +156,6 @@ def compile_reader(path: str) -> Callable[[Any], Any]:
             return get_path(obj, path)
         return cur
 
-    if len(parts) == 1:
-        (a,) = parts
-
-        def read1(obj: Any) -> Any:
-            if type(obj) is dict:
-                return obj.get(a, MISSING)
-            try:
-                if (known.get(type(obj)) and token[0] == get_token()) or _is_plain(obj):
-                    return getattr(obj, a, MISSING)
-            except TypeError:
-                pass
-            return get_path(obj, path)
-
-        return read1
-    if len(parts) == 2:
-        a, b = parts
-
-        def read2(obj: Any) -> Any:
-            try:
-                if type(obj) is dict:
-                    cur = obj.get(a, MISSING)
-                elif (known.get(type(obj)) and token[0] == get_token()) or _is_plain(obj):
-                    cur = getattr(obj, a, MISSING)
-                else:
-                    return get_path(obj, path)
-                if type(cur) is dict:
-                    return cur.get(b, MISSING)
-                if cur is MISSING:
-                    return MISSING
-                if (known.get(type(cur)) and token[0] == get_token()) or _is_plain(cur):
-                    return getattr(cur, b, MISSING)
-            except TypeError:
-                pass
-            return get_path(obj, path)
-
-        return read2
     return read
 
 
