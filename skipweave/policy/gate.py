@@ -268,10 +268,12 @@ def _fused(paths: BypassConfig | None, extra: list[CallFn], source: StepSource,
     bypass nor the step is read by a path (nothing to fuse).
     """
     cfg = source.cfg
-    step_path: tuple[str, str] | None = None  # (argument ref or "self", path)
+    # Where a path is read: ("self",) for the bound instance, ("arg", ref) for an argument (ref as configured:
+    # an int position, or a parameter name, which may be any string, "self" and "1" included).
+    step_path: tuple[tuple[Any, ...], str] | None = None
     if type(source) is StepSource and cfg.source in (StepSourceKind.ARG, StepSourceKind.AUTO, StepSourceKind.ATTR):
-        step_path = ("self", cfg.path) if cfg.source is StepSourceKind.ATTR else (str(cfg.arg), cfg.path)
-    bypass_paths = [(str(paths.arg), p) for p in paths.paths] if paths is not None else []
+        step_path = (("self",), cfg.path) if cfg.source is StepSourceKind.ATTR else (("arg", cfg.arg), cfg.path)
+    bypass_paths = [(("arg", paths.arg), p) for p in paths.paths] if paths is not None else []
     every = bypass_paths + ([step_path] if step_path else [])
     if not every or any(not path or any(p.lstrip("-").isdigit() for p in path.split(".")) for _, path in every):
         return None
@@ -280,35 +282,33 @@ def _fused(paths: BypassConfig | None, extra: list[CallFn], source: StepSource,
                            "step_of": step_of}
     for i, fn in enumerate(extra):
         env[f"extra{i}"] = fn
-    names: dict[tuple[str, tuple[str, ...]], str] = {}
-    refs = {"self": None, str(paths.arg) if paths else "": paths.arg if paths else None,
-            str(cfg.arg): cfg.arg}
+    names: dict[tuple[Any, ...], str] = {}
 
-    def fetch(ref: str, out: list[str], pad: str) -> str:
-        key = (ref, ())
+    def fetch(where: tuple[Any, ...], out: list[str], pad: str) -> str:
+        key = (where, ())
         if key in names:
             return names[key]
         var = names[key] = f"v{len(names)}"
-        if ref == "self":
+        if where == ("self",):
             out.append(f"{pad}{var} = instance")
             return var
-        raw = refs[ref]
-        index = raw if isinstance(raw, int) else (positions or {}).get(str(raw), -1)
-        if not isinstance(index, int) or index < 0:
+        raw = where[1]
+        index = raw if type(raw) is int else (positions or {}).get(str(raw), -1)
+        if type(index) is not int or index < 0:
             out.append(f"{pad}raise _Slow")
             return var
-        keyword_free = "" if isinstance(raw, int) else " and not kwargs"
+        keyword_free = "" if type(raw) is int else " and not kwargs"
         out.append(f"{pad}if len(args) > {index}{keyword_free}:")
         out.append(f"{pad}    {var} = args[{index}]")
         out.append(f"{pad}else:")
         out.append(f"{pad}    raise _Slow")
         return var
 
-    def read(ref: str, path: str, out: list[str], pad: str) -> str:
-        var = fetch(ref, out, pad)
+    def read(where: tuple[Any, ...], path: str, out: list[str], pad: str) -> str:
+        var = fetch(where, out, pad)
         parts = tuple(path.split("."))
         for n in range(1, len(parts) + 1):
-            key = (ref, parts[:n])
+            key = (where, parts[:n])
             if key in names:
                 var = names[key]
                 continue

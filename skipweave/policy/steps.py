@@ -53,10 +53,12 @@ def _as_step(value: Any) -> int | None:
     try:
         if hasattr(value, "item"):  # numpy / torch scalars
             value = value.item()
+            if isinstance(value, bool):  # np.bool_ / a bool tensor: a flag, not a step (as Python's True)
+                return None
         if isinstance(value, float) and value.is_integer():
             return int(value)
         if isinstance(value, int):
-            return value
+            return int(value)  # an int subclass (IntEnum) as a plain int: `in range(...)` stays a C check
         if isinstance(value, str) and value.strip().lstrip("-").isdigit():
             return int(value)
     except (TypeError, ValueError):

@@ -272,7 +272,7 @@ class SkipProxy:
         gate = self.gate
         try:
             step = gate.first(instance, args, kwargs)
-        except StepError as exc:  # never fail the training call, never record under a wrong step
+        except Exception as exc:  # never fail the training call, never record under a wrong step
             self._step_failed(exc)
             return self._live_bypass(wrapped, args, kwargs, None, awaited)
         if step is BYPASS:
@@ -330,7 +330,20 @@ class SkipProxy:
                 f"({type(exc).__name__}: {exc})"), "such calls run live and are not recorded")
             return True
 
-    def _step_failed(self, exc: StepError) -> None:
+    def _step_failed(self, exc: Exception) -> None:
+        """The gate found no usable step (:class:`StepError`), or reading the call raised (a property of the
+        host's, a bypass callable): the call runs live, unrecorded, with one WARNING.
+
+        Raises:
+            ReplayMissing: the role is replay-only (such a call could only run live).
+        """
+        if not isinstance(exc, StepError):
+            exc = StepError(f"reading the step or the bypass of the call raised {type(exc).__name__}: {exc} "
+                            f"(skip.{self.role.role}.step, skip.{self.role.role}.bypass)")
+        if self.role.replay_only:
+            raise ReplayMissing(f"skipweave: replay-only role {self.role.role} target {self.target.name} "
+                                f"({self.target.path}): {exc}; a replay-only run cannot serve a call whose step "
+                                "it cannot tell") from None
         if self._step_warned:
             logger.debug("skipweave: role %s target %s: %s", self.role.role, self.target.name, exc)
             return
@@ -484,9 +497,11 @@ class SkipProxy:
             return
         d.served = served
         if d.validation and not self.role.replay_only:  # recorded for a replay-only run, never served here
-            if served is not None:
-                d.served, d.no_store = None, True  # recorded already: live, not again
+            mine = (step, shard) in self._claimed or (step, shard) in self._inflight  # this run is recording it
+            if served is not None and not mine:
+                d.served, d.no_store = None, True  # recorded by an earlier run: live, not again
                 return
+            d.served = None
         elif served is not None:
             return
         with self._lock:  # one lock for the look and the registration: two calls never both decide to generate
@@ -882,7 +897,7 @@ def _front(proxy: SkipProxy, gate: Gate) -> Callable[..., Any]:
             return call(wrapped, instance, args, kwargs)
         try:
             step = first(instance, args, kwargs)
-        except StepError as exc:
+        except Exception as exc:  # as SkipProxy.__call__
             proxy._step_failed(exc)
             return proxy._live_bypass(wrapped, args, kwargs, None)
         if step is bypass:

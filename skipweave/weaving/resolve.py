@@ -194,7 +194,7 @@ def resolve_owner(module_obj: Any, rpath: ResolvedPath) -> tuple[Any, str]:
         if nxt is None:
             raise TargetNotFound(rpath.path, walked, f"'{type(owner).__name__}' has no attribute '{part}'"
                                  f"{_did_you_mean(owner, part)}")
-        owner = unwrap_actor_class(nxt)
+        owner = unwrap_actor_class(_unwrap_class_wrapper(nxt))
     final = parts[-1]
     if not hasattr(owner, final):
         raise TargetNotFound(rpath.path, f"{walked}.{final}", f"'{getattr(owner, '__name__', owner)}' has no "
@@ -210,6 +210,18 @@ def _did_you_mean(owner: Any, name: str) -> str:
         return ""
     close = difflib.get_close_matches(name, names, n=1)
     return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _unwrap_class_wrapper(obj: Any) -> Any:
+    """The class behind a wrapt wrapper of a class (a stub target of replay-only runs patches the class name
+    itself): a method of that class is patched on the class, not looked up through the wrapper."""
+    import wrapt
+
+    if isinstance(obj, wrapt.BaseObjectProxy):
+        inner = obj.__wrapped__
+        if isinstance(inner, type):
+            return inner
+    return obj
 
 
 def unwrap_actor_class(obj: Any) -> Any:

@@ -74,32 +74,49 @@ async def ready(value: Any) -> Any:
     return value
 
 
-def _returning(value: Any, is_async: bool, bridge: bool = False) -> Callable[..., Any]:
-    if is_async:
-        async def stub_async(self: Any, *args: Any, **kwargs: Any) -> Any:
+def _kind(func: Any) -> str:
+    """How a callable hands back its result: ``asyncgen``, ``async``, ``bridge`` (sync-or-await) or ``sync``."""
+    if inspect.isasyncgenfunction(func):
+        return "asyncgen"
+    if inspect.iscoroutinefunction(func):
+        return "async"
+    return "bridge" if _bridge(func) else "sync"
+
+
+def returning(value: Any, kind: str) -> Callable[..., Any]:
+    """A function of any arguments giving a fresh copy of ``value`` the way a callable of ``kind`` would (an
+    async generator yields the items of a list value)."""
+    if kind == "asyncgen":
+        async def stub_gen(*args: Any, **kwargs: Any) -> Any:
+            for item in copy.deepcopy(value) if isinstance(value, list) else ([] if value is None else [value]):
+                yield item
+
+        return stub_gen
+    if kind == "async":
+        async def stub_async(*args: Any, **kwargs: Any) -> Any:
             return copy.deepcopy(value)
 
         return stub_async
 
-    def stub(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if bridge and awaited_by_caller():
+    def stub(*args: Any, **kwargs: Any) -> Any:
+        if kind == "bridge" and awaited_by_caller():
             return ready(copy.deepcopy(value))
         return copy.deepcopy(value)
 
     return stub
 
 
-def _unforeseen(cls: type, name: str, key: str, is_async: bool) -> Callable[..., Any]:
+def _unforeseen(cls: type, name: str, key: str, kind: str) -> Callable[..., Any]:
     message = (f"skipweave: replay-only stand-in of {cls.__module__}.{cls.__qualname__}: the host called "
                f"{cls.__qualname__}.{name}, which the profile did not foresee; declare what it returns under "
                f"{key}.methods.{name} (null for a no-op), or name it as a target the role replays")
-    if is_async:
-        async def unforeseen_async(self: Any, *args: Any, **kwargs: Any) -> Any:
+    if kind in ("async", "asyncgen"):
+        async def unforeseen_async(*args: Any, **kwargs: Any) -> Any:
             raise StubUnforeseen(message)
 
         return unforeseen_async
 
-    def unforeseen(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def unforeseen(*args: Any, **kwargs: Any) -> Any:
         raise StubUnforeseen(message)
 
     return unforeseen
@@ -122,25 +139,39 @@ def stand_in(cls: type, methods: Mapping[str, Any], attrs: Mapping[str, Any], ke
     members: dict[str, Any] = {}
     for klass in reversed(cls.__mro__[:-1]):  # object's own members stay
         members.update(vars(klass))
-    for name in methods:
-        if not callable(inspect.getattr_static(cls, name, None)):
-            raise StubUnforeseen(f"skipweave: {key}.methods.{name}: {cls.__qualname__} has no method {name!r} "
-                                 f"(its methods: {sorted(n for n, v in members.items() if callable(v))[:20]})")
-    for name, value in members.items():
-        if name in _KEPT_DUNDERS or name in attrs:
-            continue
+
+    def is_method(value: Any) -> bool:
         func = value.__func__ if isinstance(value, (classmethod, staticmethod)) else value
-        if isinstance(value, property) or not callable(func) or isinstance(value, type):
+        return callable(func) and not isinstance(value, type)
+
+    for name in methods:
+        if name in _KEPT_DUNDERS or not is_method(members.get(name)):
+            raise StubUnforeseen(f"skipweave: {key}.methods.{name}: {cls.__qualname__} has no method {name!r} a "
+                                 f"stand-in may answer (its methods: "
+                                 f"{sorted(n for n, v in members.items() if is_method(v) and n[:2] != '__')[:20]})")
+    for name, value in members.items():
+        if name in _KEPT_DUNDERS:
             continue
-        if _is_woven(value):
-            continue  # served by the role's proxy
-        is_async = inspect.iscoroutinefunction(func)
+        if name in attrs:
+            if hasattr(value, "__set__") or hasattr(value, "__get__"):  # a property or slot: the value goes in
+                namespace[name] = None  # the instance's own dict, past a plain class attribute
+            continue
+        if isinstance(value, property) or (hasattr(value, "__get__") and hasattr(value, "__set__")
+                                           and not is_method(value)):
+            namespace[name] = _unforeseen_property(cls, name, key)  # its getter is the class's own code
+            continue
+        if not is_method(value) or _is_woven(value):
+            continue  # plain class data stays readable; a replayed method is served by the role's proxy
+        wrap = classmethod if isinstance(value, classmethod) else staticmethod if isinstance(value, staticmethod) \
+            else None
+        func = value.__func__ if wrap is not None else value
         if name in methods:
-            namespace[name] = _returning(methods[name], is_async, _bridge(func))
+            made_fn = returning(methods[name], _kind(func))
         elif name == "__del__":
-            namespace[name] = lambda self: None
+            made_fn = returning(None, "sync")
         else:
-            namespace[name] = _unforeseen(cls, name, key, is_async)
+            made_fn = _unforeseen(cls, name, key, _kind(func))
+        namespace[name] = wrap(made_fn) if wrap is not None else made_fn
 
     def __getattr__(self: Any, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
@@ -154,10 +185,32 @@ def stand_in(cls: type, methods: Mapping[str, Any], attrs: Mapping[str, Any], ke
     namespace["__module__"] = cls.__module__
     namespace["__qualname__"] = f"{cls.__qualname__}StandIn"
     made = type(f"{cls.__name__}StandIn", (cls,), namespace)
-    obj: Any = object.__new__(made)
+    obj: Any = _bare_instance(made)
     for name, value in attrs.items():
         object.__setattr__(obj, name, copy.deepcopy(value))
     return obj
+
+
+def _bare_instance(made: type) -> Any:
+    """An instance of ``made`` with no constructor of the host's run: ``object.__new__``, or the ``__new__`` of
+    the built-in type it derives from (a ``dict`` subclass)."""
+    try:
+        return object.__new__(made)
+    except TypeError:
+        for base in made.__mro__:
+            if base.__module__ == "builtins" and base is not object and "__new__" in vars(base):
+                return base.__new__(made)  # type: ignore[call-overload]
+        raise
+
+
+def _unforeseen_property(cls: type, name: str, key: str) -> property:
+    def getter(self: Any) -> Any:
+        raise StubUnforeseen(
+            f"skipweave: replay-only stand-in of {cls.__module__}.{cls.__qualname__}: the host read "
+            f"{cls.__qualname__}.{name}, which the profile did not foresee (its constructor never ran); declare "
+            f"its value under {key}.attrs.{name}")
+
+    return property(getter)
 
 
 class StubProxy(SkipProxy):
@@ -185,6 +238,8 @@ class StubProxy(SkipProxy):
                                      "no class to stand in for; name the class itself as the target")
             value = stand_in(owner, dict(spec.methods), dict(spec.attrs), key)
         else:
+            if inspect.isasyncgenfunction(getattr(wrapped, "__func__", wrapped)):
+                return returning(spec.returns, "asyncgen")()
             value = copy.deepcopy(spec.returns)
         if self.is_async or (self.bridge and awaited_by_caller()):
             return ready(value)

@@ -228,3 +228,45 @@ def test_the_generated_function_settles_plain_shapes_and_hands_over_the_rest() -
         assert gate.first(None, (), {"batch": batch}) == 4  # by keyword: the compiled functions
         assert gate.first(None, (Keys(),), {}) is BYPASS  # a Mapping: its keys win
         assert gate.first(None, (SimpleNamespace(meta_info={"global_steps": 3.0}),), {}) == 3
+
+
+def test_an_argument_named_self_or_a_digit_string_is_an_argument_not_the_instance() -> None:
+    from skipweave.policy.gate import compile_gate
+
+    instance = SimpleNamespace(state=SimpleNamespace(global_step=3), meta_info={"validate": True})
+    args = (SimpleNamespace(meta_info={"global_steps": 2}), SimpleNamespace(meta_info={"validate": True,
+                                                                                       "global_steps": 5}))
+
+    def outcome(bypass: BypassConfig, step: StepSourceConfig, compiled: bool) -> Any:
+        gate = compile_gate(bypass, make_bypass(bypass, lambda p: None, {"batch": 0}), own=True, expr=None,
+                            expr_interpreted=None, source=StepSource(step, {"batch": 0}), steps=StepSet(None),
+                            positions={"batch": 0}, defaults={}, compiled=compiled)
+        try:
+            return gate.first(instance, args, {})
+        except StepError:
+            return "StepError"
+
+    for bypass, step in ((BypassConfig(arg="self"), StepSourceConfig()),
+                         (BypassConfig(when=BypassKind.NEVER),
+                          StepSourceConfig(source=StepSourceKind.ARG, arg="self", path="state.global_step")),
+                         (BypassConfig(arg="1"), StepSourceConfig(source=StepSourceKind.ARG, arg=1))):
+        reference = outcome(bypass, step, compiled=False)
+        for _ in range(2):  # before and after the argument classes are judged
+            assert outcome(bypass, step, compiled=True) == reference, (bypass, step)
+
+
+def test_numpy_and_torch_bools_are_not_steps_and_int_subclasses_are_plain_ints() -> None:
+    import enum
+
+    import numpy as np
+    import torch
+
+    class Step(enum.IntEnum):
+        TEN = 10
+
+    source = StepSource(StepSourceConfig(source=StepSourceKind.ARG, arg=0, path=""))
+    for flag in (np.bool_(True), torch.tensor(True)):
+        with pytest.raises(StepError):
+            source.step_for(None, (flag,), {})
+    step = source.step_for(None, (Step.TEN,), {})
+    assert step == 10 and type(step) is int

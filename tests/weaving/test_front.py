@@ -436,3 +436,23 @@ def test_a_handle_to_running_work_is_handed_back_untouched_and_not_recorded(
     assert type(out).__name__ == "FutureBatch"  # not turned into a coroutine (a Ray ObjectRef must stay one)
     assert skipweave.counters()["bytes_written"] == before["bytes_written"]
     assert any("handle to a result still being computed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_call_whose_arguments_raise_when_read_runs_live_with_one_warning(mod: Any, tmp_path: Path,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    class Raising:
+        @property
+        def meta_info(self) -> Any:
+            raise KeyError("meta_info")  # an addict/EasyDict-style object
+
+    for proxy in (None, f"{mod.__name__}:General"):
+        skipweave.unweave()
+        target: Any = f"{mod.__name__}:gen" if proxy is None else {"path": f"{mod.__name__}:gen", "proxy": proxy}
+        skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "targets": {"g": target}}}})
+        calls = len(mod.CALLS)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="skipweave"):
+            with pytest.raises(KeyError):  # the host's own call still reads it and fails as it would unwoven
+                mod.gen(Raising())
+        assert len(mod.CALLS) == calls  # gen itself raised before appending: it was called live, once
+        assert [r for r in caplog.records if "raised KeyError" in r.getMessage()], proxy

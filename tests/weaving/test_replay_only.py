@@ -283,3 +283,95 @@ def test_a_factory_method_stub_returns_a_stand_in_of_its_class_and_bridges_stay_
     with pytest.raises(ConfigError, match="no returns with stand_in"):
         skipweave.weave({"skip": {"rollout": {**plan["skip"]["rollout"], "targets": {
             "gen": gen, "servers": {"path": f"{name}:Servers.create", "stub": {"stand_in": True, "returns": 1}}}}}})
+
+
+def test_every_validation_call_of_a_step_is_recorded_and_served_in_order(mod: Any, tmp_path: Path) -> None:
+    engine = mod.Engine(1)
+    batches = [mod.Batch({"global_steps": 1, "validate": True, "part": i}) for i in range(3)]
+    skipweave.weave(_plan(mod, tmp_path))
+    recorded = [engine.generate(b).meta_info["out"] for b in batches]  # verl validates batch by batch
+    skipweave.unweave()
+    skipweave.weave(_plan(mod, tmp_path, replay_only=True))
+    assert [engine.generate(b).meta_info["out"] for b in batches] == recorded
+    with pytest.raises(ReplayMissing, match="validation call 3"):
+        engine.generate(batches[0])
+
+
+def test_a_replay_only_call_whose_step_cannot_be_told_stops_instead_of_running_live(mod: Any,
+                                                                                    tmp_path: Path) -> None:
+    plan = _plan(mod, tmp_path, replay_only=True)
+    plan["skip"]["rollout"]["step"] = {"source": "arg", "path": "meta_info.step"}
+    skipweave.weave(plan)
+    calls = len(mod.CALLS)
+    with pytest.raises(ReplayMissing, match="cannot tell"):
+        mod.Engine(1).generate(mod.Batch({"global_steps": 1}))
+    assert len(mod.CALLS) == calls
+
+
+def test_a_class_stub_listed_before_a_replayed_method_of_that_class(mod: Any, tmp_path: Path) -> None:
+    targets = {"engine": {"path": f"{mod.__name__}:Engine", "stub": {}}, "gen": f"{mod.__name__}:Engine.generate"}
+    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "replay_only": True,
+                                          "targets": targets}}})
+    with pytest.raises(ReplayMissing, match="target gen"):  # the method is woven on the class itself
+        mod.Engine(1).generate(mod.Batch({"global_steps": 1}))
+
+
+STANDIN_HOST = '''
+class Engine:
+    LIMIT = 4
+
+    def __init__(self):
+        raise RuntimeError("the engine must not start")
+
+    @property
+    def ready(self):
+        raise RuntimeError("real property code ran")
+
+    @classmethod
+    def build(cls):
+        return cls()
+
+    @staticmethod
+    def helper():
+        return "real"
+
+    async def stream(self):
+        yield "real"
+
+
+class Table(dict):
+    def size(self):
+        return len(self)
+
+
+async def tokens():
+    yield "real"
+'''
+
+
+def test_stand_ins_keep_the_class_s_own_code_from_running(host_module: Any, tmp_path: Path) -> None:
+    name, _ = host_module(STANDIN_HOST)
+    mod = sys.modules[name]
+    role = {"enable": True, "dump_dir": str(tmp_path), "replay_only": True, "targets": {
+        "gen": f"{name}:Engine.helper",
+        "engine": {"path": f"{name}:Engine", "stub": {"methods": {"build": "built", "stream": ["a", "b"]},
+                                                       "attrs": {"ready": True}}},
+        "table": {"path": f"{name}:Table", "stub": {"methods": {"size": 0}}},
+        "tokens": {"path": f"{name}:tokens", "stub": {"returns": [1, 2]}}}}
+    skipweave.weave({"skip": {"rollout": role}})
+    engine = mod.Engine()
+    assert engine.ready is True and engine.LIMIT == 4  # a declared attribute over a property; class data stays
+    assert engine.build() == "built" and type(engine).build() == "built"  # a classmethod, from either side
+
+    async def consume(gen: Any) -> list[Any]:
+        return [x async for x in gen]
+
+    assert asyncio.run(consume(engine.stream())) == ["a", "b"]
+    assert asyncio.run(consume(mod.tokens())) == [1, 2]
+    table = mod.Table()
+    assert isinstance(table, dict) and table.size() == 0
+    skipweave.unweave()
+    skipweave.weave({"skip": {"rollout": {**role, "targets": {
+        "gen": f"{name}:Engine.helper", "engine": {"path": f"{name}:Engine", "stub": {}}}}}})
+    with pytest.raises(StubUnforeseen, match=r"Engine\.ready.*stub\.attrs\.ready"):
+        _ = mod.Engine().ready  # an undeclared property: the class's getter never runs
