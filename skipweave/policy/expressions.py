@@ -21,8 +21,9 @@ from __future__ import annotations
 import ast
 import builtins
 import logging
+import symtable
 import threading
-from collections.abc import Callable, Mapping, MutableMapping, MutableSequence, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, MutableSequence, Sequence
 from typing import Any
 
 from skipweave.config.errors import ConfigError
@@ -46,13 +47,15 @@ class Expression:
         text: the Python expression.
         assignable: the expression must name something a value can be assigned to (an attribute
             ``a.b`` or an item ``a[k]``), as ``effects`` and echo destinations do.
+        params: the target's parameter names: one that is also a builtin's name (``type``, ``input``) means the
+            parameter, as it would in the target's own body.
 
     Raises:
         ConfigError: ``text`` is not a string holding one Python expression (naming ``key``), or is not
             assignable when ``assignable`` is set.
     """
 
-    def __init__(self, key: str, text: Any, *, assignable: bool = False) -> None:
+    def __init__(self, key: str, text: Any, *, assignable: bool = False, params: Iterable[str] = ()) -> None:
         if not isinstance(text, str) or not text.strip():
             raise ConfigError(key, text, "a Python expression, e.g. 'self.state.global_step'")
         try:
@@ -65,7 +68,7 @@ class Expression:
         if assignable and not isinstance(body, (ast.Attribute, ast.Subscript)):
             raise ConfigError(key, text, "an attribute or an item to assign to, e.g. 'self.state.tokens_seen' or "
                                          "\"result.meta_info['uid']\"")
-        self.names = _free_names(body)
+        self.names = _free_names(self.text, frozenset(params))
         self._fn = _compile(body, self.names, f"<{key}>")
         self._owner: Callable[..., Any] | None = None
         if assignable:
@@ -216,17 +219,22 @@ def restore_in_place(current: Any, value: Any) -> bool:
     return False
 
 
-def _free_names(body: ast.expr) -> tuple[str, ...]:
-    """The names ``body`` reads from outside: not builtins, not bound inside it (comprehension targets,
-    lambda parameters)."""
-    loaded: set[str] = set()
-    bound: set[str] = set()
-    for node in ast.walk(body):
-        if isinstance(node, ast.Name):
-            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-    return tuple(sorted(n for n in loaded - bound if n in RESERVED or not hasattr(builtins, n)))
+def _free_names(text: str, params: frozenset[str]) -> tuple[str, ...]:
+    """The names ``text`` reads from outside, in any of its scopes (a comprehension's own variables are not;
+    the same name read outside the comprehension is): the reserved ones, the target's ``params``, and any
+    other name that is not a builtin's."""
+    table = symtable.symtable(f"lambda: (\n{text}\n)", "<expression>", "exec")
+    found: set[str] = set()
+
+    def walk(scope: symtable.SymbolTable) -> None:
+        for child in scope.get_children():
+            for sym in child.get_symbols():
+                if sym.is_global() and sym.is_referenced():
+                    found.add(sym.get_name())
+            walk(child)
+
+    walk(table)
+    return tuple(sorted(n for n in found if n in RESERVED or n in params or not hasattr(builtins, n)))
 
 
 def _compile(node: ast.expr, names: Sequence[str], filename: str) -> Callable[..., Any]:

@@ -186,7 +186,7 @@ def compile_step(source: StepSource, positions: Mapping[str, int] | None, defaul
         return lambda instance, args, kwargs: count()
     if kind is StepSourceKind.EXPR:
         assert cfg.expr is not None
-        fast = Expression(source.key + ".expr", cfg.expr).bind(positions, defaults)
+        fast = Expression(source.key + ".expr", cfg.expr, params=tuple(positions or ())).bind(positions, defaults)
 
         def by_expr(instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int:
             try:

@@ -82,7 +82,8 @@ class StepSource:
         self._warned = False
         self._counter = itertools.count(1)
         self._pattern = re.compile(cfg.pattern) if cfg.pattern else None
-        self._expr = Expression(f"{key}.expr", cfg.expr) if cfg.expr is not None else None
+        self._expr = (Expression(f"{key}.expr", cfg.expr, params=tuple(positions or ()))
+                      if cfg.expr is not None else None)
         self.defaults: Mapping[str, Any] = {}  # parameter defaults of the target, for the expression
 
     def next_count(self) -> int:

@@ -76,7 +76,7 @@ class _Decision:
     """
 
     __slots__ = ("step", "call", "shard", "served", "fp", "replace", "no_store", "running", "slot", "wait",
-                 "done", "thread", "concurrent", "instance", "waited", "validation")
+                 "done", "thread", "concurrent", "instance", "waited", "validation", "unserved")
 
     def __init__(self, step: int, call: int, shard: str, served: int | None) -> None:
         self.step, self.call, self.shard, self.served = step, call, shard, served
@@ -92,6 +92,7 @@ class _Decision:
         self.instance: Any = None  # the bound instance (``self`` of expressions: echo, effects)
         self.waited = False  # single flight waited for another call already (never twice)
         self.validation = False  # a validation call (recorded apart: shard val_<shard>, never served to training)
+        self.unserved = ""  # why the entry found for this call was not served (for a replay-only run's message)
 
 
 class ReplayMissing(RuntimeError):
@@ -199,11 +200,14 @@ class SkipProxy:
         self.positions = positions
         self._defaults: Mapping[str, Any] = {}
         key = f"skip.{role.role}"
-        self._bypass_expr = Expression(f"{key}.bypass.expr", role.bypass.expr) if role.bypass.expr else None
-        self._effects = tuple(Expression(f"{key}.effects[{i}]", text, assignable=True)
+        params = tuple(positions or ())
+        self._bypass_expr = (Expression(f"{key}.bypass.expr", role.bypass.expr, params=params)
+                             if role.bypass.expr else None)
+        self._effects = tuple(Expression(f"{key}.effects[{i}]", text, assignable=True, params=params)
                               for i, text in enumerate(role.effects))
-        self._echo = tuple((Expression(f"{key}.echo[{dest!r}]", dest, assignable=True),
-                            Expression(f"{key}.echo[{dest!r}]", source)) for dest, source in role.echo)
+        self._echo = tuple((Expression(f"{key}.echo[{dest!r}]", dest, assignable=True, params=params),
+                            Expression(f"{key}.echo[{dest!r}]", source, params=params))
+                           for dest, source in role.echo)
         self._step_warned = False
         self._counts = report.for_target(role.role, target.name)
         self._own_bypass = bypass  # a subclass that replaces self.bypass gets a gate around its predicate
@@ -592,6 +596,11 @@ class SkipProxy:
         self._give_back(d)
         self._unregister(d)
         what = "validation call" if d.validation else "call"
+        if d.unserved:
+            raise ReplayMissing(
+                f"skipweave: replay-only role {self.role.role} target {self.target.name} ({self.target.path}): the "
+                f"recording of step {d.step} {what} {d.call} (shard {d.shard}) in dump dir {self.store.dump_dir} "
+                f"cannot be served: {d.unserved}")
         raise ReplayMissing(
             f"skipweave: replay-only role {self.role.role} target {self.target.name} ({self.target.path}): no "
             f"recording serves step {d.step} {what} {d.call} (shard {d.shard}) in dump dir {self.store.dump_dir} "
@@ -679,7 +688,7 @@ class SkipProxy:
                 if before is not None:
                     restore_rng_state(before)
                 logger.warning("skipweave: entry %s is not served: %s; running live without recording", key, exc)
-                d.served, d.no_store = None, True
+                d.served, d.no_store, d.unserved = None, True, str(exc)
                 return False, None
         annotate(result, report.HIT, d.step, d.served)
         report.event(
@@ -783,6 +792,7 @@ class SkipProxy:
 
     def _unusable(self, d: _Decision, key: Any, reason: str) -> None:
         """An entry that cannot be served: set it aside (one WARNING from the store) and re-record it live."""
+        d.unserved = reason
         try:
             self.store.discard(key, reason=reason)
             d.replace = True

@@ -144,3 +144,21 @@ def test_a_wrong_step_path_names_the_key_and_what_the_argument_holds(host_module
     (msg,) = [r.getMessage() for r in caplog.records if "skip.rollout.step.path" in r.getMessage()]
     assert "'meta.step' (source arg) gave nothing (path missing)" in msg
     assert "argument 'prompts' is a dict with keys ['text', 'request']" in msg
+
+
+def test_a_parameter_named_like_a_builtin_is_the_parameter_and_comprehension_names_stay_their_own(
+        host_module: Any, tmp_path: Path) -> None:
+    name, _ = host_module('''
+def gen(batch, type="train"):
+    return {"batch": batch, "type": type}
+''')
+    mod = sys.modules[name]
+    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "targets": {"g": f"{name}:gen"},
+                                          "bypass": {"expr": "type == 'eval'"},
+                                          "step": {"expr": "batch + sum(1 for batch in range(0))"}}}})
+    before = skipweave.counters()
+    mod.gen(1, "eval")  # `type` is the parameter, not the builtin: an evaluation call, bypassed
+    mod.gen(2)
+    after = skipweave.counters()
+    assert (after["bypasses"] - before["bypasses"], after["misses"] - before["misses"]) == (1, 1)
+    assert (tmp_path / "default" / "rollout" / "2").is_dir()  # the outer `batch` is the parameter: step 2

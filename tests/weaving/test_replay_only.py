@@ -68,12 +68,12 @@ def mod(host_module: Any) -> Any:
 
 
 def _plan(mod: Any, dump: Path, *, replay_only: bool = False, record_validation: bool = True,
-          stub: dict[str, Any] | None = None, steps: Any = "all") -> dict[str, Any]:
+          stub: dict[str, Any] | None = None, steps: Any = "all", **role: Any) -> dict[str, Any]:
     targets: dict[str, Any] = {"gen": f"{mod.__name__}:Engine.generate", "agen": f"{mod.__name__}:Engine.agenerate"}
     if stub is not None:
         targets["engine"] = {"path": f"{mod.__name__}:Engine", "stub": stub}
     return {"skip": {"rollout": {"enable": True, "dump_dir": str(dump), "steps": steps, "replay_only": replay_only,
-                                 "record_validation": record_validation, "targets": targets}}}
+                                 "record_validation": record_validation, "targets": targets, **role}}}
 
 
 def _status(out: Any) -> str:
@@ -375,3 +375,14 @@ def test_stand_ins_keep_the_class_s_own_code_from_running(host_module: Any, tmp_
         "gen": f"{name}:Engine.helper", "engine": {"path": f"{name}:Engine", "stub": {}}}}}})
     with pytest.raises(StubUnforeseen, match=r"Engine\.ready.*stub\.attrs\.ready"):
         _ = mod.Engine().ready  # an undeclared property: the class's getter never runs
+
+
+def test_a_recording_that_cannot_be_restored_says_why_in_a_replay_only_run(mod: Any, tmp_path: Path) -> None:
+    live = mod.Engine(1)
+    skipweave.weave(_plan(mod, tmp_path, effects=["self.workers"]))
+    live.generate(mod.Batch({"global_steps": 1}))
+    skipweave.unweave()
+    skipweave.weave(_plan(mod, tmp_path, replay_only=True, effects=["self.workers"], stub={}))
+    engine = mod.make_engine()  # a stand-in: `workers` was not declared, so the effect cannot be put back
+    with pytest.raises(ReplayMissing, match="cannot be served: .*self.workers.*StubUnforeseen"):
+        engine.generate(mod.Batch({"global_steps": 1}))
