@@ -251,7 +251,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print(f"wall time: run-1 {wall[0]:.1f}s, run-2 {wall[1]:.1f}s")
     if dump_dir is not None:
-        print(f"store kept in {dump_dir} (look inside: skipweave ls {dump_dir}); runs and logs in {out_dir}")
+        cli = Path(sys.executable).parent / "skipweave"  # the venv's own command: no activation needed
+        print(f"store kept in {dump_dir} (look inside: {cli if cli.exists() else 'skipweave'} ls {dump_dir}); "
+              f"runs and logs in {out_dir}")
     if args.summary_json is not None:
         args.summary_json.parent.mkdir(parents=True, exist_ok=True)
         args.summary_json.write_text(json.dumps(summary, indent=2), encoding="utf-8")
