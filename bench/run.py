@@ -343,15 +343,44 @@ def section_job(opts: argparse.Namespace) -> list[Row]:
     return rows
 
 
+STALL_TARGET_MS = 50.0
+"""The worst event-loop stall while 32 ``async`` calls record 8 MB each (issue 17's goal)."""
+
+
+def section_stall(opts: argparse.Namespace) -> list[Row]:
+    """The event loop's worst stall while concurrent ``async`` calls record (and replay) into the store."""
+    calls, mb = (8, 2.0) if opts.quick else (32, 8.0)
+    data = run_child("bench.stall", ["--calls", str(calls), "--mb", str(mb), "--rounds", "1" if opts.quick else "3"],
+                     timeout=1800)
+    cases = data["cases"]
+    base = median(cases["bare"]["worst_s"]) * 1000
+    rows = []
+    for key, name in (("bare", f"{calls} async calls of {mb:g} MB, unwoven (the floor)"),
+                      ("record", f"{calls} async calls of {mb:g} MB recording"),
+                      ("replay", f"{calls} async calls of {mb:g} MB replaying")):
+        values = [x * 1000 for x in cases[key]["worst_s"]]
+        r = row("stall", name, values, "ms", key=f"stall.{key}",
+                note=f"wall of the gather {median(cases[key]['wall_s']):.2f} s; worst ticker gap (1 ms sleeps)")
+        if key != "bare":
+            r["added"] = median(values) - base
+        if key == "record":
+            r["target"] = f"<= {STALL_TARGET_MS:.0f} ms"
+            r["ok"] = median(values) <= STALL_TARGET_MS
+        rows.append(r)
+    return rows
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
     "calls": section_calls,
     "io": section_io,
+    "stall": section_stall,
     "startup": section_startup,
     "job": section_job,
 }
 TITLES = {
     "calls": "1. cost per call",
     "io": "2. record and replay of a verl-sized rollout batch",
+    "stall": "2b. event-loop stall while async calls record",
     "startup": "3. start-up",
     "job": "4. the main job (examples/tiny_grpo/compare.py)",
 }
@@ -491,7 +520,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes and few repeats (a smoke run)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
-    parser.add_argument("--only", default="calls,io,startup,job", help="comma-separated sections to run")
+    parser.add_argument("--only", default="calls,io,stall,startup,job", help="comma-separated sections to run")
     parser.add_argument("--sizes", default=None, help="batch sizes in MB (default 250,1000; quick 16)")
     parser.add_argument("--caches", default="cold,warm", help="page-cache states for reads: cold, warm")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of the I/O cases taking turns (default 9)")

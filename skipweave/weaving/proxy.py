@@ -410,7 +410,7 @@ class SkipProxy:
             self._give_back(d)
             self._call_ended(d, failed=True)
             raise
-        return self._after_live(result, d, time.perf_counter() - t0)
+        return await self._after_live_off_loop(result, d, time.perf_counter() - t0)
 
     async def _async_path(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                           step: int, instance: Any, maybe_sync: bool = False, validation: bool = False) -> Any:
@@ -427,7 +427,8 @@ class SkipProxy:
             self._give_back(d)
             self._unregister(d)
             raise
-        found, value = self._try_replay(d, args, kwargs)
+        t0 = time.perf_counter()
+        found, value = self._serve(d, await asyncio.to_thread(self._read_entry, d, args, kwargs), args, kwargs, t0)
         if found:
             return value
         if self.role.replay_only:
@@ -438,7 +439,7 @@ class SkipProxy:
             result = wrapped(*args, **kwargs)  # called from this coroutine's frame
             if not maybe_sync or inspect.isawaitable(result):
                 result = await result
-        return self._after_live(result, d, time.perf_counter() - t0)
+        return await self._after_live_off_loop(result, d, time.perf_counter() - t0)
 
     # ------------------------------------------------------------------ hooks for host integrations
     def on_replay(self, result: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
@@ -620,34 +621,45 @@ class SkipProxy:
         return d.fp
 
     def _try_replay(self, d: _Decision, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[bool, Any]:
-        if d.served is None or d.no_store:
-            return False, None
+        """Serve ``d`` from the store if an entry serves it: ``(True, result)``, else ``(False, None)``."""
         t0 = time.perf_counter()
+        return self._serve(d, self._read_entry(d, args, kwargs), args, kwargs, t0)
+
+    def _read_entry(self, d: _Decision, args: tuple[Any, ...],
+                    kwargs: Mapping[str, Any]) -> tuple[Any, Any, Any] | None:
+        """The file I/O of a replay (match the call to an entry, read and decode it): ``(match, key, loaded)``,
+        or ``None`` when nothing is served (``d`` says why). Touches no host object: an ``async`` target runs it
+        in a worker thread, off the event loop."""
+        if d.served is None or d.no_store:
+            return None
         match = self._match(d, args, kwargs)
         if match is None or match.call is None:
             d.served = None
-            return False, None
+            return None
         d.slot = match.call
         key = self.store.key(d.served, self.target.name, d.shard, match.call)
         try:
-            loaded = self.store.load(key)
+            return match, key, self.store.load(key)
         except FileNotFoundError:  # removed since the part was read: a plain miss, recorded at the call's position
             d.served = d.slot = None
-            return False, None
         except UnsafePath as exc:  # a symlink or a file where a folder should be: never touched
             logger.warning("skipweave: entry %s is not served: %s; running live without recording", key, exc)
             d.served, d.no_store = None, True
-            return False, None
         except (EntryInvalid, codec.CodecError) as exc:
             self._unusable(d, key, str(exc))
-            return False, None
         except OSError as exc:
             logger.warning("skipweave: entry %s is unreadable (%s); running live without recording", key, exc)
             d.served, d.no_store = None, True
-            return False, None
         except Exception as exc:  # whatever a crafted or damaged entry provokes: a miss, never the host's error
             self._unusable(d, key, f"{type(exc).__name__}: {exc}")
+        return None
+
+    def _serve(self, d: _Decision, read: tuple[Any, Any, Any] | None, args: tuple[Any, ...],
+               kwargs: Mapping[str, Any], t0: float) -> tuple[bool, Any]:
+        """The rest of a replay, in the host's thread: fingerprint check, RNG state, echo and effects, counters."""
+        if read is None:
             return False, None
+        match, key, loaded = read
         recorded_fp = loaded.manifest.get("input_fingerprint")  # "" for entries imported without their inputs
         if (not match.exact and d.served == d.step and recorded_fp
                 and recorded_fp != self._fingerprint(d, args, kwargs)):
@@ -802,13 +814,29 @@ class SkipProxy:
             d.no_store = True
         d.served = None
 
-    def _after_live(self, result: Any, d: _Decision, seconds: float) -> Any:
+    def _after_live(self, result: Any, d: _Decision, seconds: float,
+                    snapshot: tuple[Any, dict[str, Any] | None] | None = None) -> Any:
         try:
-            return self._record_live(result, d, seconds)
+            return self._record_live(result, d, seconds, snapshot)
         finally:
             self._call_ended(d)
 
-    def _record_live(self, result: Any, d: _Decision, seconds: float) -> Any:
+    def _snapshot(self, d: _Decision) -> tuple[Any, dict[str, Any] | None]:
+        """What a record keeps of the host besides the result, taken right after the real call: the RNG state
+        and the declared effects' values."""
+        rng = capture_rng_state() if self.role.restore_rng else None
+        return rng, (self._effects_after(d) if self._effects else None)
+
+    async def _after_live_off_loop(self, result: Any, d: _Decision, seconds: float) -> Any:
+        """Record an ``async`` target's result without blocking its event loop: the RNG state and the declared
+        effects are taken now, on the loop (what the real call left, before another task moves them); encoding,
+        writing and fsync run in a worker thread while the loop serves other tasks. The caller gets the result
+        once it is recorded, so nothing can change it in between."""
+        snapshot = self._snapshot(d)
+        return await asyncio.to_thread(self._after_live, result, d, seconds, snapshot)
+
+    def _record_live(self, result: Any, d: _Decision, seconds: float,
+                     snapshot: tuple[Any, dict[str, Any] | None] | None = None) -> Any:
         try:
             key: Any = self.store.key(d.step, self.target.name, d.shard, d.call if d.slot is None else d.slot)
         except ValueError as exc:  # a name that cannot be a folder of the dump dir: never fail the call
@@ -830,11 +858,10 @@ class SkipProxy:
             annotate(result, status, d.step, None)
             return result
         try:
-            rng = capture_rng_state() if self.role.restore_rng else None
+            rng, effects = snapshot if snapshot is not None else self._snapshot(d)
             nbytes, committed = self.store.record_own(
                 key, result, target_path=self.target.path, fingerprint=d.fp or "",
-                rng_state=rng, seconds=seconds, replace=d.replace, concurrent=d.concurrent,
-                effects=self._effects_after(d) if self._effects else None,
+                rng_state=rng, seconds=seconds, replace=d.replace, concurrent=d.concurrent, effects=effects,
             )
             self._claim(d.step, d.shard, committed.call)
             slot = committed.call

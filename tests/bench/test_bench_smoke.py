@@ -26,12 +26,13 @@ def test_quick_run_writes_the_documented_table(tmp_path: Path) -> None:
         cwd=tmp_path, capture_output=True, text=True, timeout=290,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    for title in ("1. cost per call", "2. record and replay", "3. start-up", "4. the main job", "targets"):
+    for title in ("1. cost per call", "2. record and replay", "2b. event-loop stall", "3. start-up", "4. the main job",
+                  "targets"):
         assert title in proc.stdout
 
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["schema"] == 1
-    assert data["sections"] == ["calls", "io", "startup", "job"]
+    assert data["sections"] == ["calls", "io", "stall", "startup", "job"]
     assert {"cpus", "python", "torch", "loadavg_start", "loadavg_end"} <= set(data["machine"])
     rows = data["rows"]
     for r in rows:
