@@ -13,18 +13,14 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib
 import logging
 import os
 import shutil
-import sys
-import tempfile
-import textwrap
 import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.common import emit
+from bench.common import emit, write_host
 
 HOST = '''
 import torch
@@ -211,12 +207,8 @@ def measure(repeats: int, loops: int, decisions: int, repeat_steps: int = 10_000
     import skipweave
 
     logging.getLogger("skipweave").setLevel(logging.WARNING)
-    work = tempfile.mkdtemp(prefix="skipweave-bench-calls-")
     name = "skipweave_bench_host"
-    with open(os.path.join(work, f"{name}.py"), "w", encoding="utf-8") as fh:
-        fh.write(textwrap.dedent(HOST))
-    sys.path.insert(0, work)
-    host = importlib.import_module(name)
+    work, host = write_host("skipweave-bench-calls-", name, HOST)
     dump = os.path.join(work, "dump")
     skipweave.weave(_plan(name, dump))
 

@@ -90,6 +90,20 @@ def run_child(module: str, args: Sequence[str], timeout: float = 1800.0, env: di
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def write_host(prefix: str, name: str, source: str) -> tuple[str, Any]:
+    """Write ``source`` as module ``name`` into a fresh temporary folder (``prefix``), import it from there, and
+    return ``(folder, module)``: a host for a benchmark to weave (the caller removes the folder)."""
+    import importlib
+    import tempfile
+    import textwrap
+
+    work = tempfile.mkdtemp(prefix=prefix)
+    with open(os.path.join(work, f"{name}.py"), "w", encoding="utf-8") as fh:
+        fh.write(textwrap.dedent(source))
+    sys.path.insert(0, work)
+    return work, importlib.import_module(name)
+
+
 def emit(data: Any) -> None:
     """Print a child's result as one JSON line (the parent reads the last line)."""
     sys.stdout.write(json.dumps(data) + "\n")

@@ -13,17 +13,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import logging
 import os
 import shutil
-import sys
-import tempfile
-import textwrap
 import time
 from typing import Any
 
-from bench.common import emit
+from bench.common import emit, write_host
 
 HOST = '''
 import asyncio
@@ -67,12 +63,8 @@ def measure(calls: int, mb: float, rounds: int) -> dict[str, Any]:
     import skipweave
 
     logging.getLogger("skipweave").setLevel(logging.WARNING)
-    work = tempfile.mkdtemp(prefix="skipweave-bench-stall-")
     name = "skipweave_bench_stall_host"
-    with open(os.path.join(work, f"{name}.py"), "w", encoding="utf-8") as fh:
-        fh.write(textwrap.dedent(HOST))
-    sys.path.insert(0, work)
-    importlib.import_module(name)
+    work, _ = write_host("skipweave-bench-stall-", name, HOST)
     numel = int(mb * (1 << 20)) // 8
     out: dict[str, dict[str, list[float]]] = {k: {"worst_s": [], "wall_s": []} for k in ("bare", "record", "replay")}
     for r in range(rounds):
