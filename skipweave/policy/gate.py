@@ -101,24 +101,7 @@ def _arg_paths(cfg: BypassConfig, positions: Mapping[str, int] | None) -> CallFn
                 return True
         return False
 
-    index = _position(cfg.arg, positions)
-    if len(readers) != 1 or index < 0:
-        return bypassed
-    (read,) = readers
-    by_number = isinstance(cfg.arg, int)  # a position wins over keywords; a name: a keyword of that name wins
-
-    def bypassed1(instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
-        if len(args) > index and (by_number or not kwargs):
-            value = read(args[index])
-        else:
-            return bypassed(instance, args, kwargs)
-        if value is True:
-            return True
-        if value is None or value is False or value is MISSING:
-            return False
-        return truthy(value)
-
-    return bypassed1
+    return bypassed
 
 
 def _by_expression(expr: Expression, positions: Mapping[str, int] | None, defaults: Mapping[str, Any],
@@ -186,7 +169,8 @@ def compile_step(source: StepSource, positions: Mapping[str, int] | None, defaul
         return lambda instance, args, kwargs: count()
     if kind is StepSourceKind.EXPR:
         assert cfg.expr is not None
-        fast = Expression(source.key + ".expr", cfg.expr, params=tuple(positions or ())).bind(positions, defaults)
+        assert source.expression is not None
+        fast = source.expression.bind(positions, defaults)
 
         def by_expr(instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int:
             try:

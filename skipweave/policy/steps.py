@@ -82,7 +82,7 @@ class StepSource:
         self._warned = False
         self._counter = itertools.count(1)
         self._pattern = re.compile(cfg.pattern) if cfg.pattern else None
-        self._expr = (Expression(f"{key}.expr", cfg.expr, params=tuple(positions or ()))
+        self.expression = (Expression(f"{key}.expr", cfg.expr, params=tuple(positions or ()))
                       if cfg.expr is not None else None)
         self.defaults: Mapping[str, Any] = {}  # parameter defaults of the target, for the expression
 
@@ -104,9 +104,9 @@ class StepSource:
         cfg = self.cfg
         kind = cfg.source
         if kind is StepSourceKind.EXPR:
-            assert self._expr is not None
+            assert self.expression is not None
             try:
-                value = self._expr.evaluate(instance, args, kwargs, self.positions, defaults=self.defaults)
+                value = self.expression.evaluate(instance, args, kwargs, self.positions, defaults=self.defaults)
             except ExpressionFailed as exc:
                 raise StepError(str(exc)) from None
             step = _as_step(value)

@@ -64,6 +64,25 @@ _ACTIVE: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("skipwe
 _CORO_FLAGS = inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
+def wraps_coroutine_function(func: Any) -> bool:
+    """True when ``func`` is a plain function wrapping an ``async def`` (verl's ``auto_await`` shape: it runs the
+    coroutine when called plainly and hands it back to an awaiting caller)."""
+    if inspect.iscoroutinefunction(func):
+        return False
+    seen = 0
+    inner = getattr(func, "__wrapped__", None)
+    while inner is not None and seen < 16:
+        if inspect.iscoroutinefunction(inner):
+            return True
+        inner, seen = getattr(inner, "__wrapped__", None), seen + 1
+    return False
+
+
+def awaited_by_caller(depth: int = 2) -> bool:
+    """The frame ``depth`` levels up is a coroutine's (its call will be awaited), as ``auto_await`` judges."""
+    return bool(sys._getframe(depth).f_code.co_flags & _CORO_FLAGS)
+
+
 class FingerprintMismatch(RuntimeError):
     """A replayed entry was recorded for other inputs and ``fingerprint.on_mismatch`` is ``error``."""
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from skipweave import report
-from skipweave.weaving.proxy import SkipProxy, proxy_of
+from skipweave.weaving.proxy import SkipProxy, awaited_by_caller, proxy_of, wraps_coroutine_function
 
 logger = logging.getLogger(__name__)
 
@@ -45,30 +45,6 @@ def _is_woven(value: Any) -> bool:
     return proxy_of(getattr(value, "_self_wrapper", None)) is not None
 
 
-_CORO_FLAGS = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
-
-
-def _bridge(func: Any) -> bool:
-    """A plain ``def`` around an ``async def`` (verl's ``auto_await``): it runs the coroutine when called
-    plainly and hands it back when awaited, deciding by its caller's frame."""
-    if inspect.iscoroutinefunction(func):
-        return False
-    inner, seen = getattr(func, "__wrapped__", None), 0
-    while inner is not None and seen < 16:
-        if inspect.iscoroutinefunction(inner):
-            return True
-        inner, seen = getattr(inner, "__wrapped__", None), seen + 1
-    return False
-
-
-def awaited_by_caller(depth: int = 2) -> bool:
-    """The frame ``depth`` levels up is a coroutine's (its call will be awaited), as ``auto_await`` judges."""
-    import sys
-
-    frame = sys._getframe(depth)
-    return bool(frame.f_code.co_flags & _CORO_FLAGS)
-
-
 async def ready(value: Any) -> Any:
     """An awaitable of ``value``."""
     return value
@@ -80,7 +56,7 @@ def _kind(func: Any) -> str:
         return "asyncgen"
     if inspect.iscoroutinefunction(func):
         return "async"
-    return "bridge" if _bridge(func) else "sync"
+    return "bridge" if wraps_coroutine_function(func) else "sync"
 
 
 def returning(value: Any, kind: str) -> Callable[..., Any]:

@@ -30,7 +30,7 @@ from skipweave.store import runs
 from skipweave.store.paths import dump_dir_problem
 from skipweave.store.step_store import StepStore
 from skipweave.store.writers import end_run, run_id, run_started
-from skipweave.weaving.proxy import SkipProxy, shard_label
+from skipweave.weaving.proxy import SkipProxy, shard_label, wraps_coroutine_function
 from skipweave.weaving.resolve import ResolvedPath, TargetNotFound, resolve_owner, split_path
 from skipweave.weaving.unpatch import remove_wrapper
 
@@ -224,7 +224,7 @@ class Weaver:
         original = inspect.getattr_static(owner, attr)
         func = original.__func__ if isinstance(original, (classmethod, staticmethod)) else original
         is_async = inspect.iscoroutinefunction(func)
-        bridge = not is_async and _wraps_coroutine_function(func)
+        bridge = not is_async and wraps_coroutine_function(func)
         positions = _positions(original, owner)
         bypass = make_bypass(patch.role.bypass, _resolve_callable, positions)
         proxy_cls = _proxy_class(patch.target)
@@ -294,17 +294,6 @@ def _defaults(original: Any) -> dict[str, Any]:
     except (TypeError, ValueError):
         return {}
     return {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
-
-
-def _wraps_coroutine_function(func: Any) -> bool:
-    """True when ``func`` is a plain function wrapping an ``async def`` (verl's ``auto_await`` shape)."""
-    seen = 0
-    inner = getattr(func, "__wrapped__", None)
-    while inner is not None and seen < 16:
-        if inspect.iscoroutinefunction(inner):
-            return True
-        inner, seen = getattr(inner, "__wrapped__", None), seen + 1
-    return False
 
 
 def _proxy_class(target: TargetSpec) -> type[SkipProxy]:
