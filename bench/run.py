@@ -15,6 +15,11 @@ Sections (see docs/performance.md for what each row means):
                   with each case's peak memory (one process per size, the cases taking turns).
 3. ``startup`` -- ``import skipweave``, weaving 20 targets, and a minimal Hydra app without skipweave, with it
                   installed (no profile) and with ``+skip=rollout_cache``.
+   ``returns`` -- time-to-return of a recorded call (write-behind and write-through) per size, beside a raw
+                  write+fsync of the same bytes, with the copy's peak memory.
+   ``small``   -- per-sample recording: 1 KB entries recorded (amortized, flush included) and replayed.
+   ``compress`` -- bytes on disk, record and replay seconds per ``compress`` setting (verl batch, token ids).
+   ``stall``   -- the worst event-loop stall while 32 ``async`` calls record 8 MB each.
 4. ``job``     -- examples/tiny_grpo/compare.py: run-1 and run-2 rollout seconds and whole-run seconds.
 
 Every number is a median over repeats; cases take turns so that a noisy neighbour hits them alike, and
@@ -370,9 +375,109 @@ def section_stall(opts: argparse.Namespace) -> list[Row]:
     return rows
 
 
+RETURN_RATIO_LIMIT = 0.5
+"""A recorded call returns within this fraction of a raw write+fsync of the same bytes (issue 17)."""
+SMALL_RECORD_MS = 0.3
+SMALL_HIT_US = 150.0
+"""Per-sample entries of 1 KB: amortized record cost and hit cost per entry (issue 17)."""
+
+
+def section_returns(opts: argparse.Namespace) -> list[Row]:
+    """Time-to-return of a recorded call (write-behind and write-through) beside a raw write+fsync."""
+    base = opts.dir or tempfile.gettempdir()
+    rows: list[Row] = []
+    for mb in opts.sizes:
+        label = _size_label(mb)
+        folder = tempfile.mkdtemp(prefix="skipweave-bench-returns-", dir=base)
+        try:
+            rounds = opts.rounds if mb < 1000 else max(1, opts.rounds_large)
+            data = run_child("bench.returns", ["--mb", str(mb), "--rounds", str(min(rounds, 5)), "--dir", folder],
+                             timeout=3 * 3600, env={"MALLOC_MMAP_THRESHOLD_": str(1 << 20)})
+        except Exception as exc:  # noqa: BLE001 - one size failing keeps the others
+            rows.append(error_row("returns", f"{label} batch", f"failed: {exc}"))
+            continue
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        cases, nbytes = data["cases"], data["bytes"]
+        group = f"{label}: {nbytes / 1e6:.0f} MB of payload, {data['rounds']} rounds"
+        raw = cases["raw"]["seconds"]
+        rows.append(row("returns", "raw write + fsync of the same bytes (reference)", raw, "s", group=group,
+                        key=f"returns.{label}.raw"))
+        behind = cases["behind"]
+        r = row("returns", "recorded call returns (write-behind, default write_buffer)", behind["seconds"], "s",
+                group=group, key=f"returns.{label}.behind", ratio=_paired(behind["seconds"], raw), ratio_to="raw",
+                peak_mb=max(behind["peak_extra"]) / 1e6,
+                note=f"then flush() {median(behind['flush_s']):.2f} s (the writing the host did not wait for); "
+                     "peak: the copy")
+        r["target"] = f"<= {RETURN_RATIO_LIMIT}x raw"
+        r["ok"] = r["ratio"] is not None and r["ratio"] <= RETURN_RATIO_LIMIT
+        rows.append(r)
+        through = cases["through"]["seconds"]
+        rows.append(row("returns", "recorded call returns (write-through, write_buffer: 0)", through, "s",
+                        group=group, key=f"returns.{label}.through", ratio=_paired(through, raw), ratio_to="raw"))
+    return rows
+
+
+def section_small(opts: argparse.Namespace) -> list[Row]:
+    """Per-sample recording: many 1 KB entries recorded (amortized, with the final flush) and replayed."""
+    base = opts.dir or tempfile.gettempdir()
+    entries = 400 if opts.quick else 4000
+    folder = tempfile.mkdtemp(prefix="skipweave-bench-small-", dir=base)
+    try:
+        data = run_child("bench.small", ["--entries", str(entries), "--kb", "1", "--rounds",
+                                         "1" if opts.quick else "3", "--dir", folder], timeout=3600)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    cases = data["cases"]
+    group = f"{data['entries']} entries of 1 KB over 4 steps (per-sample recording), {data['rounds']} rounds"
+    ms = {k: [x * 1000 for x in v] for k, v in cases.items()}
+    rec = row("small", "record, amortized (calls + final flush) per entry", ms["record"], "ms", group=group,
+              key="small.record", note="what a host pays per entry once the writer's buffer is full")
+    rec["target"], rec["ok"] = f"<= {SMALL_RECORD_MS} ms", median(ms["record"]) <= SMALL_RECORD_MS
+    hit = row("small", "hit per entry", [x * 1000 for x in ms["hit"]], "us", group=group, key="small.hit")
+    hit["target"], hit["ok"] = f"<= {SMALL_HIT_US:.0f} us", median(ms["hit"]) * 1000 <= SMALL_HIT_US
+    return [
+        rec,
+        row("small", "record, the call's own return per entry", ms["record_return"], "ms", group=group,
+            key="small.return"),
+        row("small", "record, write-through (write_buffer: 0) per entry", ms["through"], "ms", group=group,
+            key="small.through", note="each entry's three files fsynced before its call returns"),
+        hit,
+    ]
+
+
+def section_compress(opts: argparse.Namespace) -> list[Row]:
+    """Bytes on disk, record and warm replay seconds per ``compress`` setting, for a verl batch and token ids."""
+    base = opts.dir or tempfile.gettempdir()
+    mb = 16.0 if opts.quick else 128.0
+    folder = tempfile.mkdtemp(prefix="skipweave-bench-compress-", dir=base)
+    try:
+        data = run_child("bench.compress", ["--mb", str(mb), "--rounds", "1" if opts.quick else "3", "--dir", folder],
+                         timeout=3600)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    rows: list[Row] = []
+    for payload, settings in data["cases"].items():
+        plain = settings["none"]
+        group = f"{payload}, {plain['disk_bytes'] / 1e6:.0f} MB uncompressed, {data['rounds']} rounds"
+        for setting, c in settings.items():
+            ratio = plain["disk_bytes"] / c["disk_bytes"] if c["disk_bytes"] else None
+            load = row("compress", f"compress={setting}: replay (warm cache)", c["load_s"], "s", group=group,
+                       key=f"compress.{payload}.{setting}.load", ratio=_paired(c["load_s"], plain["load_s"]),
+                       ratio_to="none",
+                       note=f"{c['disk_bytes'] / 1e6:.1f} MB on disk ({ratio:.2f}x smaller); record "
+                            f"{median(c['record_s']):.3f} s ({_paired(c['record_s'], plain['record_s']):.2f}x none)")
+            load["disk_mb"], load["shrink"] = c["disk_bytes"] / 1e6, ratio
+            rows.append(load)
+    return rows
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
     "calls": section_calls,
     "io": section_io,
+    "returns": section_returns,
+    "small": section_small,
+    "compress": section_compress,
     "stall": section_stall,
     "startup": section_startup,
     "job": section_job,
@@ -380,7 +485,10 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
 TITLES = {
     "calls": "1. cost per call",
     "io": "2. record and replay of a verl-sized rollout batch",
-    "stall": "2b. event-loop stall while async calls record",
+    "returns": "2b. time-to-return of a recorded call",
+    "small": "2c. many small entries (per-sample recording)",
+    "compress": "2d. compression of entries (skip.<role>.compress)",
+    "stall": "2e. event-loop stall while async calls record",
     "startup": "3. start-up",
     "job": "4. the main job (examples/tiny_grpo/compare.py)",
 }
@@ -398,7 +506,9 @@ def fmt_value(value: float | None, unit: str) -> str:
             return f"{value / 1e3:.1f} µs"
         return f"{value:.0f} ns"
     if unit == "ms":
-        return f"{value:.1f} ms"
+        return f"{value:.1f} ms" if value >= 10 else f"{value:.3f} ms"
+    if unit == "us":
+        return f"{value:.0f} µs"
     if unit == "s":
         return f"{value:.3f} s"
     return f"{value:g} {unit}"
@@ -520,7 +630,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes and few repeats (a smoke run)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
-    parser.add_argument("--only", default="calls,io,stall,startup,job", help="comma-separated sections to run")
+    parser.add_argument("--only", default="calls,io,returns,small,compress,stall,startup,job",
+                        help="comma-separated sections to run")
     parser.add_argument("--sizes", default=None, help="batch sizes in MB (default 250,1000; quick 16)")
     parser.add_argument("--caches", default="cold,warm", help="page-cache states for reads: cold, warm")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of the I/O cases taking turns (default 9)")

@@ -6,6 +6,7 @@ app of the environment — costs no torch or ray import):
 - :func:`weave` / :func:`unweave`: patch the configured targets / restore the originals.
 - :func:`set_step`: tell skipweave the current training step (verl's ``SkipManager`` style).
 - :func:`counters`: hits, misses, bypasses, bytes and seconds saved in this process.
+- :func:`flush`: wait until the recordings still being written in the background are committed.
 - :class:`ConfigError`: a bad ``skip`` value, raised before anything is patched.
 - :class:`TargetNotFound`: a target path that does not resolve (names the failing part).
 - :class:`ReplayMissing`: a replay-only run met a call no recording serves (see ``docs/replay_only.md``).
@@ -21,6 +22,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from skipweave.api import counters, set_step, unweave, weave, woven_plan
     from skipweave.config.errors import ConfigError
+    from skipweave.store.write_behind import flush
     from skipweave.weaving.proxy import ReplayMissing
     from skipweave.weaving.resolve import TargetNotFound
     from skipweave.weaving.stubs import StubUnforeseen
@@ -31,14 +33,15 @@ _LAZY = {
     "woven_plan": "skipweave.api",
     "set_step": "skipweave.api",
     "counters": "skipweave.api",
+    "flush": "skipweave.store.write_behind",
     "ConfigError": "skipweave.config.errors",
     "TargetNotFound": "skipweave.weaving.resolve",
     "ReplayMissing": "skipweave.weaving.proxy",
     "StubUnforeseen": "skipweave.weaving.stubs",
 }
 
-__all__ = ["ConfigError", "ReplayMissing", "StubUnforeseen", "TargetNotFound", "__version__", "counters", "set_step",
-           "unweave", "weave", "woven_plan"]
+__all__ = ["ConfigError", "ReplayMissing", "StubUnforeseen", "TargetNotFound", "__version__", "counters", "flush",
+           "set_step", "unweave", "weave", "woven_plan"]
 
 
 def __getattr__(name: str) -> Any:

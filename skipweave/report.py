@@ -117,9 +117,27 @@ def first_call(role: str, target: str, *, eligible: bool) -> None:
         counts.eligible = True
         kinds.append("eligible")
     expected = _EXPECTED.get((role, target))
-    if expected is not None:
-        for kind in kinds:
-            expected.mark(kind)
+    if expected is not None and kinds:
+        if _loop_running():  # an async target's first call: the mark's file I/O never runs on the event loop
+            threading.Thread(target=_mark, args=(expected, kinds), name="skipweave-mark", daemon=True).start()
+        else:
+            _mark(expected, kinds)
+
+
+def _mark(expected: Expected, kinds: list[str]) -> None:
+    for kind in kinds:
+        expected.mark(kind)
+
+
+def _loop_running() -> bool:
+    asyncio = sys.modules.get("asyncio")  # no event loop without asyncio imported
+    if asyncio is None:
+        return False
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def counters() -> dict[str, Any]:

@@ -220,6 +220,13 @@ class FingerprintConfig:
     ignore: tuple[str, ...] = ("*.non_tensor_batch.uid", "*.meta_info.timing")
 
 
+DEFAULT_COMPRESS = "none"
+"""Default ``skip.<role>.compress`` (chosen from bench/run.py's ``compress`` rows, see docs/performance.md)."""
+
+DEFAULT_WRITE_BUFFER = 2 << 30
+"""Default ``skip.<role>.write_buffer``: 2 GiB of recordings in memory at most, per process and role."""
+
+
 @dataclass(frozen=True)
 class RoleConfig:
     """Validated settings of one role (``skip.<role>``).
@@ -262,6 +269,13 @@ class RoleConfig:
         single_flight: for ``repeat*`` actions, a call that a recording still being made in this process would
             serve waits for it and is then served, instead of generating too (e.g. steps 1-5 started together
             on an empty store: step 1 generates, 2-5 wait and replay it). ``false``: every such call generates.
+        write_buffer: bytes of recordings a process may hold in memory while its background writer commits them
+            (see :mod:`skipweave.store.write_behind`): a recorded call returns once its result is copied, and
+            one that would go over waits for room. An entry larger than the buffer, or ``0``, is written in the
+            caller's thread before the call returns. Given as an integer or with a unit (``512MB``, ``2GiB``).
+        compress: ``none``, or ``zstd`` / ``zstd:<level>`` (1-22, ``zstd`` meaning level 3): new entries' tensor
+            files are compressed with zstandard (token ids shrink several times; replays decompress). Entries
+            of either form are served whatever the setting.
     """
 
     role: str
@@ -285,6 +299,13 @@ class RoleConfig:
     single_flight: bool = True
     replay_only: bool = False
     record_validation: bool = False
+    write_buffer: int = DEFAULT_WRITE_BUFFER
+    compress: str = DEFAULT_COMPRESS
+
+    @property
+    def compress_level(self) -> int | None:
+        """The zstd level of ``compress``, ``None`` for ``none``."""
+        return None if self.compress == "none" else int(self.compress.split(":", 1)[1])
 
     def to_config(self) -> dict[str, Any]:
         """Return the canonical, JSON-serialisable ``skip.<role>`` mapping (re-parses identically)."""
@@ -328,6 +349,8 @@ class RoleConfig:
             "single_flight": self.single_flight,
             "replay_only": self.replay_only,
             "record_validation": self.record_validation,
+            "write_buffer": self.write_buffer,
+            "compress": self.compress,
         }
 
 
@@ -350,7 +373,8 @@ class SkipConfig:
 _ROLE_KEYS = {
     "enable", "action", "steps", "dump_dir", "namespace", "targets", "step", "bypass",
     "fingerprint", "shard", "restore_rng", "allow_pickle", "trusted_classes", "calls_per_step", "record_steps",
-    "single_flight", "echo", "effects", "replay_only", "record_validation",
+    "single_flight", "echo", "effects", "replay_only", "record_validation", "write_buffer",
+    "compress",
 }
 _RANGE_RE = re.compile(r"^\s*(-?\d+)\s*(?:-|\.\.|:)\s*(-?\d+)\s*$")
 _PATH_RE = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$")
@@ -379,6 +403,43 @@ def _int(key: str, value: Any, *, minimum: int | None = None) -> int:
     if minimum is not None and value < minimum:
         raise ConfigError(key, value, f"an integer >= {minimum}")
     return value
+
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def _bytes(key: str, value: Any) -> int:
+    """A size in bytes: an integer >= 0, or a number with a unit (``512MB``, ``1.5GiB``; powers of 1000 or 1024)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ConfigError(key, value, "a size in bytes >= 0 (an integer, or e.g. '512MB', '2GiB')")
+        return value
+    m = _SIZE_RE.match(value) if isinstance(value, str) else None
+    if m is None:
+        raise ConfigError(key, value, "a size in bytes >= 0 (an integer, or e.g. '512MB', '2GiB')")
+    return int(float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()])
+
+
+_COMPRESS_RE = re.compile(r"^zstd(?::(\d+))?$")
+
+
+def _compress(key: str, value: Any) -> str:
+    """``none`` (also false/off/null) or ``zstd:<level>`` (``zstd`` or true: level 3), canonical."""
+    allowed = "none, zstd (level 3) or zstd:<level> with a level from 1 to 22"
+    if value is None or value is False or (isinstance(value, str) and value.strip().lower() in ("none", "off",
+                                                                                                 "false", "")):
+        return "none"
+    if value is True:
+        return "zstd:3"
+    m = _COMPRESS_RE.match(value.strip().lower()) if isinstance(value, str) else None
+    if m is None:
+        raise ConfigError(key, value, allowed)
+    level = int(m.group(1) or 3)
+    if not 1 <= level <= 22:
+        raise ConfigError(key, value, allowed)
+    return f"zstd:{level}"
 
 
 def _arg_ref(key: str, value: Any) -> int | str:
@@ -691,6 +752,8 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
         single_flight=_bool(f"{key}.single_flight", data.get("single_flight", True)),
         replay_only=_bool(f"{key}.replay_only", data.get("replay_only", False)),
         record_validation=_bool(f"{key}.record_validation", data.get("record_validation", False)),
+        write_buffer=_bytes(f"{key}.write_buffer", data.get("write_buffer", DEFAULT_WRITE_BUFFER)),
+        compress=_compress(f"{key}.compress", data.get("compress", DEFAULT_COMPRESS)),
     ), key, explicit_targets=isinstance(data.get("targets"), Mapping))
 
 

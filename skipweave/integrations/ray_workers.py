@@ -369,6 +369,11 @@ def worker_setup() -> None:
     keeps Ray's own behaviour (the worker stops, naming the hook).
     """
     _WORKER.active = True
+    from skipweave.store.write_behind import write_through
+
+    # Ray ends its workers with SIGTERM and, a fraction of a second later, SIGKILL, running no exit handler: a
+    # recording still pending then would be lost, so a worker's records commit before its calls return.
+    write_through("a Ray worker, which Ray ends without running exit handlers")
     try:
         _weave_this_worker()
     except Exception as exc:  # noqa: BLE001 - reported through WorkerWeaveError, never raised here

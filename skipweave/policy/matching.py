@@ -12,7 +12,7 @@ is a miss that records its own entry. Entries a concurrent writer made are never
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 
 from skipweave.store.writers import Recorded, Writer, is_concurrent_other
@@ -41,8 +41,43 @@ def is_shared(recorded: Sequence[Recorded]) -> bool:
     return len(writers) > 1 or any(r.concurrent for r in recorded)
 
 
+@dataclass(frozen=True)
+class PartView:
+    """What matching needs of a part's entries, judged once per version of the part (:func:`view_of`).
+
+    Attributes:
+        shared: the part holds entries of several writers (see :func:`match_call`).
+        others: entries not served because a concurrent writer made them.
+        by_call: the usable entries by call index.
+        by_fingerprint: input fingerprint -> call indices of usable entries recorded with it, ascending.
+    """
+
+    shared: bool
+    others: int
+    by_call: Mapping[int, Recorded]
+    by_fingerprint: Mapping[str, tuple[int, ...]]
+
+
+def view_of(recorded: Sequence[Recorded], *, me: Writer, started: float) -> PartView:
+    """Judge a part's entries once: whose they are, which may serve this process (``me``, started at ``started``,
+    seconds since the epoch), and an index by call and by fingerprint, so a call's match costs O(1) however
+    many entries the part holds (per-sample recording: thousands)."""
+    # Another process of this very run (ended or not) is another writer, however few entries the part holds:
+    # it is matched by inputs only, never by its position (children of one launcher, Ray actors of one job).
+    shared = is_shared(recorded) or any(
+        r.writer is not None and r.writer[0] == me.run and r.writer[1:] != (me.host, me.pid) for r in recorded
+    )
+    usable = [r for r in recorded if not is_concurrent_other(r, me, started)]
+    by_fp: dict[str, list[int]] = {}
+    for r in usable:
+        if r.fingerprint:
+            by_fp.setdefault(r.fingerprint, []).append(r.call)
+    return PartView(shared, len(recorded) - len(usable), {r.call: r for r in usable},
+                    {fp: tuple(sorted(calls)) for fp, calls in by_fp.items()})
+
+
 def match_call(
-    recorded: Sequence[Recorded],
+    recorded: Sequence[Recorded] | PartView,
     position: int,
     fingerprint: Callable[[], str],
     claimed: Container[int],
@@ -54,7 +89,7 @@ def match_call(
     """Choose the entry of a part that serves one call.
 
     Args:
-        recorded: the part's committed entries, sorted by call index.
+        recorded: the part's committed entries, sorted by call index (or their :func:`view_of`).
         position: the call's position among this process's calls of its step (from 0).
         fingerprint: returns the call's input fingerprint; called only when an entry could match by it.
         claimed: call indices this process already served or recorded at this step (never served twice).
@@ -67,25 +102,16 @@ def match_call(
         A :class:`Match`: the exact-input entry with the lowest index when there is one; else, for a part of one
         writer, the entry at ``position``; else no entry.
     """
-    # Another process of this very run (ended or not) is another writer, however few entries the part holds:
-    # it is matched by inputs only, never by its position (children of one launcher, Ray actors of one job).
-    shared = is_shared(recorded) or any(
-        r.writer is not None and r.writer[0] == me.run and r.writer[1:] != (me.host, me.pid) for r in recorded
-    )
-    usable = [r for r in recorded if not is_concurrent_other(r, me, started)]
-    others = len(recorded) - len(usable)
-    if same_step:
-        usable = [r for r in usable if r.call not in claimed]
-        if any(r.fingerprint for r in usable):
-            fp = fingerprint()
-            for r in usable:
-                if fp and r.fingerprint == fp:
-                    return Match(r.call, True, shared, others)
-    if not shared:
-        for r in usable:
-            if r.call == position:
-                return Match(r.call, False, shared, others)
+    view = recorded if isinstance(recorded, PartView) else view_of(recorded, me=me, started=started)
+    shared, others = view.shared, view.others
+    if same_step and view.by_fingerprint:
+        fp = fingerprint()
+        for call in view.by_fingerprint.get(fp, ()) if fp else ():
+            if call not in claimed:
+                return Match(call, True, shared, others)
+    if not shared and position in view.by_call and not (same_step and position in claimed):
+        return Match(position, False, shared, others)
     return Match(None, False, shared, others)
 
 
-__all__ = ["Match", "is_shared", "match_call"]
+__all__ = ["Match", "PartView", "is_shared", "match_call", "view_of"]

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 from skipweave.store.layout import TMP_PREFIX
 
@@ -41,6 +43,50 @@ def fsync_dir(folder: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def sync_files(files: list[tuple[int, str]]) -> None:
+    """Flush several files to disk at once: ``(dir_fd, name)`` pairs, each a file in the folder open as ``dir_fd``.
+
+    On Linux one ``syncfs`` of their file system flushes them all (a few files cost about what one fsync
+    does, where fsyncing each costs one journal commit apiece); elsewhere, or when ``syncfs`` fails, each file
+    is fsynced. ``syncfs`` also flushes what other programs wrote to that file system meanwhile: it is for a
+    background writer, where that wait holds up nobody.
+
+    Raises:
+        OSError: a file could not be opened or flushed.
+    """
+    if not files:
+        return
+    if len(files) > 3:
+        devices: dict[int, int] = {}
+        for dir_fd, _ in files:
+            devices.setdefault(os.fstat(dir_fd).st_dev, dir_fd)
+        if all(_syncfs(fd) for fd in devices.values()):  # one per file system the files are on
+            return
+    for dir_fd, name in files:
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0), dir_fd=dir_fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _syncfs(fd: int) -> bool:
+    """``syncfs(fd)`` where the C library has it; False when it does not or the call failed."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            import ctypes
+
+            _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else False
+        except OSError:
+            _LIBC = False
+    fn = getattr(_LIBC, "syncfs", None) if _LIBC else None
+    return fn is not None and fn(fd) == 0
+
+
+_LIBC: Any = None
 
 
 @contextlib.contextmanager

@@ -25,7 +25,8 @@ MANIFEST_SUFFIX = ".manifest.json"
 PART_SUFFIX = ".part.json"
 _ENTRY_RE = re.compile(r"^(?P<shard>[A-Za-z0-9_][A-Za-z0-9_\-]*)-(?P<call>[0-9]{4,})\.manifest\.json\Z", re.ASCII)
 _PAYLOAD_RE = re.compile(
-    r"^(?P<stem>[A-Za-z0-9_\-]+-[0-9]{4,})\.[A-Za-z0-9]+\.(?P<kind>tree\.json|tensors\.safetensors)\Z", re.ASCII
+    r"^(?P<stem>[A-Za-z0-9_\-]+-[0-9]{4,})\.[A-Za-z0-9]+\.(?P<kind>tree\.json|tensors\.safetensors(?:\.zst)?)\Z",
+    re.ASCII,
 )
 
 
@@ -123,7 +124,8 @@ def key_of_manifest(path: str) -> EntryKey | None:
 
 
 def parse_payload_name(name: str) -> tuple[str, str] | None:
-    """Return ``(stem, kind)`` of a payload file name (kind ``tree.json`` or ``tensors.safetensors``), else ``None``."""
+    """Return ``(stem, kind)`` of a payload file name (kind ``tree.json``, ``tensors.safetensors`` or, compressed,
+    ``tensors.safetensors.zst``), else ``None``."""
     m = _PAYLOAD_RE.match(name)
     return (m.group("stem"), m.group("kind")) if m else None
 

@@ -237,7 +237,8 @@ def check_manifest(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_
 
     Checks, in order: the manifest names this very entry (role, target, step, call index, shard; see
     :func:`check_identity`), its payload is exactly one tree file and one tensor file whose names carry the
-    entry's stem (``r0-0003.<token>.tree.json``, ``r0-0003.<token>.tensors.safetensors``: no other file, no
+    entry's stem (``r0-0003.<token>.tree.json``, ``r0-0003.<token>.tensors.safetensors`` or its compressed form
+    ``...safetensors.zst``: no other file, no
     path), and it holds no pickled data unless ``allow_pickle``. The payload bytes are checked by the reader
     (:func:`verify_payload`, or the store's verified read).
 
@@ -267,8 +268,9 @@ def check_manifest(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_
         if item["bytes"] < 0:
             raise EntryInvalid(f"manifest {path} gives payload {item['name']!r} a negative size")
         items[parsed[1]] = item
-    if set(items) != {"tree.json", "tensors.safetensors"}:
-        raise EntryInvalid(f"manifest {path} lists no tree or tensor file")
+    tensor_kinds = [k for k in items if k.startswith("tensors.")]
+    if set(items) != {"tree.json", *tensor_kinds} or len(tensor_kinds) != 1:
+        raise EntryInvalid(f"manifest {path} lists no tree or tensor file, or two tensor files")
     for field, kinds in _OPTIONAL_TYPES.items():
         value = manifest.get(field)
         if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)
@@ -284,7 +286,7 @@ def check_manifest(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_
             f"entry {path} was recorded with allow_pickle=true; loading it would unpickle data, which can run "
             f"arbitrary code. Set skip.{key.role}.allow_pickle=true if you trust this recording"
         )
-    return Judged(manifest, items["tree.json"], items["tensors.safetensors"])
+    return Judged(manifest, items["tree.json"], items[tensor_kinds[0]])
 
 
 def verify_payload(folder: str, manifest: dict[str, Any], *, checksums: bool = True) -> None:

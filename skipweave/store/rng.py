@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -77,50 +77,79 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
         state: the captured dict.
 
     Raises:
+        ValueError: unknown ``format`` or a malformed section (nothing was restored).
+    """
+    prepare_rng_state(state)()
+
+
+def prepare_rng_state(state: Mapping[str, Any]) -> Callable[[], None]:
+    """Check a captured state whole and return the function that restores it (:func:`restore_rng_state` in two
+    halves): a replay checks the recorded state before it changes anything of the host, and restores it last.
+
+    Raises:
         ValueError: unknown ``format`` or a malformed section.
     """
     fmt = state.get("format", RNG_STATE_FORMAT)
     if fmt != RNG_STATE_FORMAT:
         raise ValueError(f"unknown RNG state format {fmt!r}; expected {RNG_STATE_FORMAT}")
+    steps: list[Callable[[], None]] = []
     try:
         py = state.get("python")
         if py is not None:
             gauss = py.get("gauss_next")
-            random.setstate(
-                (
-                    int(py["version"]),
-                    tuple(int(x) for x in np.asarray(py["state"]).tolist()),
-                    None if gauss is None else float(gauss),
-                )
-            )
+            internal = tuple(np.asarray(py["state"], dtype=np.int64).tolist())  # Python ints
+            py_state = (int(py["version"]), internal, None if gauss is None else float(gauss))
+            _SCRATCH.setstate(py_state)  # a malformed state fails here, on a scratch generator
+            steps.append(lambda: random.setstate(py_state))
         nps = state.get("numpy")
         if nps is not None:
-            np.random.set_state(
-                (
-                    str(nps["bit_generator"]),
-                    np.asarray(nps["key"], dtype=np.uint32),
-                    int(nps["pos"]),
-                    int(nps["has_gauss"]),
-                    float(nps["cached_gaussian"]),
-                )
-            )
-    except (KeyError, TypeError) as exc:
+            np_state = (str(nps["bit_generator"]), np.asarray(nps["key"], dtype=np.uint32), int(nps["pos"]),
+                        int(nps["has_gauss"]), float(nps["cached_gaussian"]))
+            if np_state[0] != "MT19937" or np_state[1].shape != (624,) or not 0 <= np_state[2] <= 624:
+                raise ValueError(f"malformed numpy RNG state ({np_state[0]!r}, key of shape {np_state[1].shape}, "
+                                 f"pos {np_state[2]})")
+            steps.append(lambda: np.random.set_state(np_state))
+    except (KeyError, TypeError, OverflowError) as exc:
         raise ValueError(f"malformed RNG state: {type(exc).__name__}: {exc}") from exc
     cpu = state.get("torch_cpu")
     if cpu is not None:
-        torch.set_rng_state(torch.as_tensor(cpu, dtype=torch.uint8).cpu())
+        cpu_state = torch.as_tensor(cpu, dtype=torch.uint8).cpu()
+        if cpu_state.shape != _torch_state_shape():
+            raise ValueError(f"malformed torch RNG state: shape {tuple(cpu_state.shape)}, expected "
+                             f"{tuple(_torch_state_shape())}")
+        steps.append(lambda: torch.set_rng_state(cpu_state))
     cuda = state.get("torch_cuda")
     if cuda is not None:
-        if not torch.cuda.is_available():
-            logger.debug("RNG state has %d CUDA generator states but CUDA is not available; skipped", len(cuda))
-            return
-        n = torch.cuda.device_count()
-        if n < len(cuda):
-            logger.warning(
-                "RNG state has %d CUDA generator states but only %d devices are visible; restoring %d",
-                len(cuda),
-                n,
-                n,
-            )
-        for i, s in enumerate(list(cuda)[:n]):
-            torch.cuda.set_rng_state(torch.as_tensor(s, dtype=torch.uint8).cpu(), device=i)
+        steps.append(lambda: _restore_cuda(cuda))
+
+    def restore() -> None:
+        for step in steps:
+            step()
+
+    return restore
+
+
+_SCRATCH = random.Random(0)
+_TORCH_STATE_SHAPE: list[torch.Size] = []
+
+
+def _torch_state_shape() -> torch.Size:
+    if not _TORCH_STATE_SHAPE:
+        _TORCH_STATE_SHAPE.append(torch.get_rng_state().shape)
+    return _TORCH_STATE_SHAPE[0]
+
+
+def _restore_cuda(cuda: Any) -> None:
+    if not torch.cuda.is_available():
+        logger.debug("RNG state has %d CUDA generator states but CUDA is not available; skipped", len(cuda))
+        return
+    n = torch.cuda.device_count()
+    if n < len(cuda):
+        logger.warning(
+            "RNG state has %d CUDA generator states but only %d devices are visible; restoring %d",
+            len(cuda),
+            n,
+            n,
+        )
+    for i, s in enumerate(list(cuda)[:n]):
+        torch.cuda.set_rng_state(torch.as_tensor(s, dtype=torch.uint8).cpu(), device=i)

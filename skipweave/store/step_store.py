@@ -23,6 +23,7 @@ Guarantees (each has a test):
 from __future__ import annotations
 
 import bisect
+import concurrent.futures
 import contextlib
 import dataclasses
 import json
@@ -31,13 +32,15 @@ import os
 import threading
 import time
 import uuid
+import weakref
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 import filelock
 import safetensors  # noqa: F401 - its version goes into every manifest (library_versions)
 
-from skipweave.store.atomic import fsync_dir, tmp_name, write_bytes_atomic
+from skipweave.store.atomic import fsync_dir, sync_files, tmp_name, write_bytes_atomic
 from skipweave.store.layout import (
     MANIFEST_SUFFIX,
     PART_SUFFIX,
@@ -88,6 +91,56 @@ class Loaded:
 
 
 @dataclass(frozen=True)
+class Staged:
+    """An entry's payload encoded and ready to write (:meth:`StepStore.stage`).
+
+    Attributes:
+        tree: the codec's JSON tree, serialised.
+        tensors: flat ``name -> tensor`` mapping (contiguous CPU tensors; owned copies when staged with ``copy``).
+        pickled: some value was pickled (``allow_pickle``).
+        nbytes: bytes the entry's payload files take (the tree and the tensor file), about the memory a pending
+            write holds.
+    """
+
+    tree: bytes
+    tensors: dict[str, Any]
+    pickled: bool
+    nbytes: int
+
+    def owned(self) -> Staged:
+        """The same entry owning its tensors (each cloned), so the host may change its result in place right after
+        (a background write still records the result as it was returned). Costs one copy of the tensors."""
+        return dataclasses.replace(self, tensors={k: t.clone() for k, t in self.tensors.items()})
+
+
+@dataclass(frozen=True)
+class EntryMeta:
+    """What an entry's manifest says besides its payload (see :meth:`StepStore.record` for each field)."""
+
+    target_path: str
+    fingerprint: str
+    seconds: float
+    replace: bool = False
+    concurrent: bool = False
+    displace: bool = False
+    """A slot another writer filled is kept and the entry goes to the next free call index (``record_own``)."""
+    background: bool = False
+    """Written by the background writer: no progress bar of its own (``skipweave.flush()`` shows one)."""
+
+
+@dataclass
+class _Written:
+    """An entry written under temporary names, not yet committed."""
+
+    key: EntryKey
+    made: list[str]
+    payload: list[tuple[str, str]]  # (temporary, final) names of the tree and tensor files
+    manifest: tuple[str, str]
+    files: list[PayloadFile]
+    old: dict[str, Any] | None  # the manifest this entry replaces
+
+
+@dataclass(frozen=True)
 class PartInfo:
     """What is committed for one (step, target, shard): call indices and whether it was closed."""
 
@@ -120,6 +173,8 @@ class StepStore:
         calls_per_step: calls one shard makes per step when known (see :class:`RoleConfig`).
         trusted_classes: ``module:qualname`` classes decoding may construct besides those it approves by
             itself (``skip.<role>.trusted_classes``; see :mod:`skipweave.store.codec`).
+        compress: zstd level the tensor file of a new entry is compressed with (``skip.<role>.compress``), or
+            ``None``; entries of either form are read.
 
     Raises:
         ValueError: ``namespace`` or ``role`` is not a single folder name (see
@@ -135,8 +190,10 @@ class StepStore:
         allow_pickle: bool = False,
         calls_per_step: int | None = None,
         trusted_classes: tuple[str, ...] = (),
+        compress: int | None = None,
     ) -> None:
         self.dump_dir = dump_dir
+        self.compress = compress
         self.namespace = check_name("namespace", namespace)
         self.role = check_name("role", role)
         self.allow_pickle = allow_pickle
@@ -148,6 +205,9 @@ class StepStore:
         self._lock = threading.RLock()
         self._writing: set[tuple[int, str, str]] = set()  # parts this process records into
         self._checked: set[tuple[int, str, str]] = set()  # parts checked for interrupted leftovers
+        # Parts that held no committed call when this process first prepared a call of them (or that it set aside):
+        # whatever they hold since was written by this process or alongside it, none of which serves it.
+        self._fresh: set[tuple[int, str, str]] = set()
         # Parts this process recorded into and has not closed; any number may be open at once (async rollouters
         # keep many steps in flight). A part is closed when a call of another step of its (target, shard)
         # is prepared and none of its own calls is still running, else when its last running call ends.
@@ -157,7 +217,8 @@ class StepStore:
         # Parts a real call of which raised (Ctrl-C, a preemption's SystemExit, a host error) with no later call
         # of the part succeeding: never marked closed, so the next run judges them by their calls and sets a
         # short one aside instead of serving it mixed with new calls.
-        self._failed: set[tuple[int, str, str]] = set()
+        self._failed: dict[tuple[int, str, str], int] = {}  # part -> ticket of its latest failed call
+        self._tickets = 0  # real calls started, numbered (call_started): a failure is undone only by a later call
         self._draining = False  # close_all ran: parts still running close when their calls end
         # Parts seen closed -> (inode, mtime in ns) of their folder then, so the repeat actions need not
         # re-read every part file on every call: one stat tells whether anything in the folder was added,
@@ -168,6 +229,42 @@ class StepStore:
         self._entries: dict[tuple[int, str, str], tuple[tuple[int, int] | None, tuple[Recorded, ...],
                                                         dict[str, tuple[int, int, Recorded]]]] = {}
         self._index: dict[tuple[str, str], tuple[tuple[int, int] | None, float, list[int]]] = {}
+        # Entries handed to the background writer and not yet committed: part -> call -> its future (done when
+        # the write ended, committed or not). Such a part counts as recorded here: a call it serves waits.
+        self._pending: dict[tuple[int, str, str], dict[int, concurrent.futures.Future[Any]]] = {}
+        _STORES.add(self)
+
+    def pending_add(self, key: EntryKey, future: concurrent.futures.Future[Any]) -> None:
+        """An entry of this store was handed to the background writer; ``future`` is done when its write ended."""
+        part = (key.step, key.target, key.shard)
+        with self._lock:
+            self._pending.setdefault(part, {})[key.call] = future
+            self._open.add(part)  # now: a call of a later step passes it (and it closes once its writes end)
+
+    def pending_done(self, key: EntryKey) -> None:
+        """The background write of ``key`` ended (committed or failed)."""
+        part = (key.step, key.target, key.shard)
+        with self._lock:
+            calls = self._pending.get(part)
+            if calls is not None:
+                calls.pop(key.call, None)
+                if not calls:
+                    del self._pending[part]
+
+    def wait_pending(self, step: int, target: str, shard: str, *, skip: Collection[int] = ()) -> None:
+        """Wait until this process's background writes into a part have ended, but those of calls in ``skip``
+        (the caller's own recordings, which it never serves to itself): a replay of an entry still being written
+        reads it once committed."""
+        with self._lock:
+            waiting = [f for call, f in self._pending.get((step, target, shard), {}).items() if call not in skip]
+        for future in waiting:
+            with contextlib.suppress(Exception):
+                future.result()
+
+    def _after_fork(self) -> None:
+        """In a forked child: the parent's background writes are the parent's (never waited for here)."""
+        self._lock = threading.RLock()
+        self._pending = {}
 
     def key(self, step: int, target: str, shard: str, call: int) -> EntryKey:
         """Return the :class:`EntryKey` of a call of this role.
@@ -278,7 +375,7 @@ class StepStore:
         """True when a part may be served: closed by its writer, or holding every expected call."""
         part = (step, target, shard)
         with self._lock:
-            if part in self._writing:
+            if part in self._writing or part in self._pending:
                 return True
             seen = self._closed.get(part)
         stamp = folder_stamp(os.path.join(role_dir(self.dump_dir, self.namespace, self.role), str(step), target))
@@ -309,12 +406,13 @@ class StepStore:
         now = time.monotonic()
         with self._lock:
             index = self._index.get((target, shard))
+            pending = [p[0] for p in self._pending if p[1] == target and p[2] == shard] if self._pending else []
             if index is not None and index[0] == stamp and now - index[1] < INDEX_REFRESH_S:
-                return index[2]
+                return sorted({*index[2], *pending}) if pending else index[2]
         steps = [s for s in list_steps(self.dump_dir, self.namespace, self.role) if self.is_complete(s, target, shard)]
         with self._lock:
             self._index[(target, shard)] = (stamp, now, steps)
-        return steps
+        return sorted({*steps, *pending}) if pending else steps
 
     def _index_add(self, step: int, target: str, shard: str) -> None:
         with self._lock:
@@ -392,13 +490,25 @@ class StepStore:
                 return
             self._checked.add(part)
         info = self.part_info(step, target, shard)
-        if info.calls and not self.is_complete(step, target, shard):
+        if not info.calls:
+            with self._lock:
+                self._fresh.add(part)
+        elif not self.is_complete(step, target, shard):
             me, started = this_writer(), started_unix()
             if any(is_concurrent_other(r, me, started) for r in self.part_calls(step, target, shard)):
                 return  # another writer of this run records into it right now: not an interrupted run's leftover
-            self.set_aside(step, target, shard, reason=(
+            if self.set_aside(step, target, shard, reason=(
                 f"{len(info.calls)} of {self.expected_calls(target, shard)} calls committed and never closed"
-            ))
+            )) is not None:
+                with self._lock:
+                    self._fresh.add(part)
+
+    def fresh(self, step: int, target: str, shard: str) -> bool:
+        """True when the part held nothing when this process first prepared a call of it (or was set aside by
+        it): its entries are this process's own recordings or those of writers running alongside it, none of
+        which serves this process, so a call of it need not read the part to know it is a miss."""
+        with self._lock:
+            return (step, target, shard) in self._fresh
 
     def _aside(self, name: str) -> str:
         """Create and return ``{role}/_set_aside/{name}``, refusing a symlinked ``_set_aside``."""
@@ -479,9 +589,8 @@ class StepStore:
                 committed, no temporary file is left).
             OSError: the disk refused a write (no partial entry is left; an older entry is intact).
         """
-        nbytes, _ = self._record(key, result, target_path=target_path, fingerprint=fingerprint,
-                                 rng_state=rng_state, seconds=seconds, replace=replace, concurrent=concurrent,
-                                 effects=effects, displace=False)
+        meta = EntryMeta(target_path, fingerprint, seconds, replace, concurrent)
+        nbytes, _ = self.commit(key, self.stage(result, rng_state=rng_state, effects=effects), meta, displace=False)
         return nbytes
 
     def record_own(
@@ -506,51 +615,158 @@ class StepStore:
         Raises:
             the same as :meth:`record`.
         """
-        return self._record(key, result, target_path=target_path, fingerprint=fingerprint, rng_state=rng_state,
-                            seconds=seconds, replace=replace, concurrent=concurrent, effects=effects,
-                            displace=True)
+        meta = EntryMeta(target_path, fingerprint, seconds, replace, concurrent, displace=True)
+        return self.commit(key, self.stage(result, rng_state=rng_state, effects=effects), meta, displace=True)
 
-    def _record(self, key: EntryKey, result: Any, *, target_path: str, fingerprint: str,
-                rng_state: dict[str, Any] | None, seconds: float, replace: bool, concurrent: bool,
-                effects: dict[str, Any] | None, displace: bool) -> tuple[int, EntryKey]:
+    def stage(self, result: Any, *, rng_state: dict[str, Any] | None,
+              effects: dict[str, Any] | None = None) -> Staged:
+        """Encode a result (with its RNG state and effects) into what :meth:`commit` writes.
+
+        Args:
+            result: the live result.
+            rng_state: RNG state after the real call (:func:`skipweave.store.rng.capture_rng_state`).
+            effects: values of the target's declared side effects after the real call, by expression.
+
+        Returns:
+            The staged entry; its tensors may share memory with ``result`` (see :meth:`Staged.owned`), its tree
+            is serialised already (the codec's tree may hold the host's objects).
+
+        Raises:
+            codec.CodecError: the result cannot be encoded.
+        """
+        from skipweave.store import codec, tensorfile
+
+        payload: dict[str, Any] = {"result": result, "rng": rng_state}
+        if effects is not None:
+            payload["effects"] = effects
+        encoded = codec.encode(payload, allow_pickle=self.allow_pickle, trusted=self.trusted_classes)
+        tree = json.dumps(encoded.tree, separators=(",", ":")).encode()  # now: the tree may hold host objects
+        return Staged(tree, encoded.tensors, encoded.pickled, len(tree) + tensorfile.file_size(encoded.tensors))
+
+    def commit(self, key: EntryKey, staged: Staged, meta: EntryMeta, *, displace: bool) -> tuple[int, EntryKey]:
+        """Write and commit one staged entry (see :meth:`record`; ``displace`` as in :meth:`record_own`).
+
+        Returns:
+            Bytes written (0 when another writer's entry was kept) and the key committed under.
+
+        Raises:
+            the same as :meth:`record`, but for the codec's errors (already raised by :meth:`stage`).
+        """
         self._watch_root()
         folder = self.folder(key.step, key.target, create=True)
         while True:
             with filelock.FileLock(lock_path(folder, f".{key.stem}.lock"), timeout=LOCK_TIMEOUT_S):
                 dir_fd = open_dir(folder)
                 try:
-                    outcome = self._commit(dir_fd, folder, key, result, target_path=target_path,
-                                           fingerprint=fingerprint, rng_state=rng_state, seconds=seconds,
-                                           replace=replace, concurrent=concurrent, effects=effects)
+                    written = self._write(dir_fd, folder, key, staged, meta, sync=True)
+                    outcome = None if written is None else self._publish(dir_fd, folder, written)
                 finally:
                     os.close(dir_fd)
             if outcome is not None or not displace:
                 break
             taken = self.part_info(key.step, key.target, key.shard).calls
             key = dataclasses.replace(key, call=max([key.call, *taken]) + 1)  # the next free slot
-        with self._lock:  # only now: a failed write leaves no part of this process's to close at exit
-            self._writing.add((key.step, key.target, key.shard))
-            self._open.add((key.step, key.target, key.shard))
-        self._index_add(key.step, key.target, key.shard)  # a part this process writes is servable
+        self._committed([key] if outcome is not None else [], [key])
         if outcome is None:
             return 0, key
         nbytes, leftovers = outcome
-        try:
-            self._write_part(key, "open")
-        except OSError as exc:
-            leftovers.append(f"its part state ({type(exc).__name__}: {exc})")
-        if leftovers:
-            logger.warning("skipweave: recorded %s (committed and servable), but could not update %s",
-                           key, "; ".join(leftovers))
+        self._bookkeep([key], {key: leftovers})
         return nbytes, key
 
-    def _commit(self, dir_fd: int, folder: str, key: EntryKey, result: Any, *, target_path: str, fingerprint: str,
-                rng_state: dict[str, Any] | None, seconds: float, replace: bool,
-                concurrent: bool, effects: dict[str, Any] | None = None) -> tuple[int, list[str]] | None:
-        """Write and commit one entry in the folder open as ``dir_fd`` (the caller holds the entry lock).
+    def commit_many(self, items: list[tuple[EntryKey, Staged, EntryMeta]]
+                    ) -> list[tuple[int, EntryKey] | BaseException | None]:
+        """Commit several staged entries with one group sync: every payload and manifest is written unsynced,
+        then flushed to disk at once (:func:`~skipweave.store.atomic.sync_files`), and only then is each
+        manifest renamed into place (each entry's commit). What one entry costs falls from three fsyncs to a
+        share of one; the commit rule is :meth:`commit`'s.
 
-        Returns ``None`` when a valid entry was already committed (and ``replace`` is off), else the bytes
-        written and what bookkeeping after the commit failed (for the caller's WARNING).
+        Keys must name distinct entries. The entry locks are taken in sorted order and held until the commits.
+
+        Returns:
+            Per item, in order: ``(bytes, key)`` as :meth:`commit` returns; the exception that item failed with
+            (nothing of it is left); or ``None`` when its slot holds another writer's entry and the item is to be
+            displaced (:meth:`commit` with ``displace``).
+        """
+        self._watch_root()
+        results: list[tuple[int, EntryKey] | BaseException | None] = [None] * len(items)
+        order = sorted(range(len(items)), key=lambda i: (items[i][0].step, items[i][0].target, items[i][0].stem))
+        committed: list[EntryKey] = []
+        leftovers: dict[EntryKey, list[str]] = {}
+        fds: dict[str, int] = {}
+        with contextlib.ExitStack() as locks:
+            try:
+                written: list[tuple[int, int, str, _Written]] = []
+                for i in order:
+                    key, staged, meta = items[i]
+                    try:
+                        folder = self.folder(key.step, key.target, create=True)
+                        locks.enter_context(filelock.FileLock(lock_path(folder, f".{key.stem}.lock"),
+                                                              timeout=LOCK_TIMEOUT_S))
+                        if folder not in fds:
+                            fds[folder] = open_dir(folder)
+                        w = self._write(fds[folder], folder, key, staged, meta, sync=False)
+                    except Exception as exc:
+                        results[i] = exc
+                        continue
+                    if w is not None:
+                        written.append((i, fds[folder], folder, w))
+                    elif not meta.displace:
+                        results[i] = (0, key)
+                try:
+                    sync_files([(fd, name) for _, fd, _, w in written for name in w.made])
+                except OSError as exc:
+                    for i, fd, _, w in written:
+                        _remove(fd, w.made)
+                        results[i] = exc
+                    written = []
+                for i, fd, folder, w in written:
+                    try:
+                        nbytes, left = self._publish(fd, folder, w)
+                    except Exception as exc:
+                        results[i] = exc
+                        continue
+                    results[i] = (nbytes, w.key)
+                    committed.append(w.key)
+                    leftovers[w.key] = left
+            finally:
+                for fd in fds.values():
+                    os.close(fd)
+        self._committed(committed, [r[1] for r in results if isinstance(r, tuple)])
+        self._bookkeep(committed, leftovers)
+        return results
+
+    def _committed(self, committed: list[EntryKey], kept: list[EntryKey]) -> None:
+        """Count the parts of entries now committed (or kept) as this process's, servable and open."""
+        with self._lock:  # only now: a failed write leaves no part of this process's to close at exit
+            for key in kept:
+                self._writing.add((key.step, key.target, key.shard))
+                self._open.add((key.step, key.target, key.shard))
+        for key in kept:
+            self._index_add(key.step, key.target, key.shard)  # a part this process writes is servable
+
+    def _bookkeep(self, committed: list[EntryKey], leftovers: dict[EntryKey, list[str]]) -> None:
+        """After commits: each part's state once (one role stamp bump each), and a WARNING per entry whose
+        bookkeeping failed (committed and servable all the same)."""
+        parts: dict[tuple[int, str, str], EntryKey] = {}
+        for key in committed:
+            parts.setdefault((key.step, key.target, key.shard), key)
+        for key in parts.values():
+            try:
+                self._write_part(key, "open")
+            except OSError as exc:
+                leftovers.setdefault(key, []).append(f"its part state ({type(exc).__name__}: {exc})")
+        for key, left in leftovers.items():
+            if left:
+                logger.warning("skipweave: recorded %s (committed and servable), but could not update %s",
+                               key, "; ".join(left))
+
+    def _write(self, dir_fd: int, folder: str, key: EntryKey, staged: Staged, meta: EntryMeta, *,
+               sync: bool) -> _Written | None:
+        """Write one entry's payload and manifest under temporary names in the folder open as ``dir_fd`` (the
+        caller holds the entry lock); each file is fsynced when ``sync``, else the caller syncs them.
+
+        Returns ``None`` when a valid entry is already committed there (and ``meta.replace`` is off). A failure
+        removes every file it made.
         """
         final_manifest = manifest_path(self.dump_dir, key)
         manifest_name = os.path.basename(final_manifest)
@@ -558,74 +774,85 @@ class StepStore:
         if os.path.lexists(final_manifest):
             try:
                 old = read_manifest(final_manifest)
-                if not replace:
+                if not meta.replace:
                     check_manifest(old, final_manifest, key, allow_pickle=True)
                     verify_payload(folder, old, checksums=False)
                     return None
             except (EntryInvalid, FileNotFoundError):
                 old = None
-        from skipweave.store import codec, tensorfile
+        from skipweave.store import tensorfile
 
-        payload: dict[str, Any] = {"result": result, "rng": rng_state}
-        if effects is not None:
-            payload["effects"] = effects
-        encoded = codec.encode(payload, allow_pickle=self.allow_pickle,
-                               trusted=self.trusted_classes)
         token = uuid.uuid4().hex[:8]
         tree_name = f"{key.stem}.{token}.tree.json"
-        tensor_name = f"{key.stem}.{token}.tensors.safetensors"
-        tree_bytes = json.dumps(encoded.tree, separators=(",", ":")).encode()
+        tensor_name = f"{key.stem}.{token}.tensors.safetensors" + (
+            "" if self.compress is None else tensorfile.COMPRESSED_SUFFIX)
         made: list[str] = []  # names in the folder this write created, removed if it does not commit
         try:
             tmp_tree = _tmp_in(folder, tree_name)
             made.append(tmp_tree)
-            _write_new(dir_fd, tmp_tree, tree_bytes)
+            _write_new(dir_fd, tmp_tree, staged.tree, sync=sync)
             tmp_tensors = _tmp_in(folder, tensor_name)
             made.append(tmp_tensors)
-            # safetensors bytes streamed from the tensors' memory, checksummed on that memory, fsynced
+            # safetensors bytes streamed from the tensors' memory, checksummed on that memory
             tensor_bytes, tensor_sum = tensorfile.write(
-                tmp_tensors, encoded.tensors, desc=f"skipweave: recording {self.role} step {key.step}",
-                dir_fd=dir_fd,
+                tmp_tensors, staged.tensors,
+                desc=None if meta.background else f"skipweave: recording {self.role} step {key.step}",
+                dir_fd=dir_fd, sync=sync, compress=self.compress,
             )
             files = [
-                PayloadFile(tree_name, len(tree_bytes), bytes_checksum(tree_bytes)),
+                PayloadFile(tree_name, len(staged.tree), bytes_checksum(staged.tree)),
                 PayloadFile(tensor_name, tensor_bytes, tensor_sum),
             ]
-            for tmp, final in ((tmp_tree, tree_name), (tmp_tensors, tensor_name)):
-                os.replace(tmp, final, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-                made[made.index(tmp)] = final
             manifest = build_manifest(
-                role=self.role, target=key.target, target_path=target_path, step=key.step, call=key.call,
-                shard=key.shard, fingerprint=fingerprint, files=files, pickled=encoded.pickled,
-                seconds=seconds, concurrent=concurrent,
+                role=self.role, target=key.target, target_path=meta.target_path, step=key.step, call=key.call,
+                shard=key.shard, fingerprint=meta.fingerprint, files=files, pickled=staged.pickled,
+                seconds=meta.seconds, concurrent=meta.concurrent,
             )
             tmp_manifest = _tmp_in(folder, manifest_name)
             made.append(tmp_manifest)
-            _write_new(dir_fd, tmp_manifest, json.dumps(manifest, indent=1).encode())
+            _write_new(dir_fd, tmp_manifest, json.dumps(manifest, indent=1).encode(), sync=sync)
+        except BaseException:
+            _remove(dir_fd, made)
+            raise
+        return _Written(key, made, [(tmp_tree, tree_name), (tmp_tensors, tensor_name)], (tmp_manifest, manifest_name),
+                        files, old)
+
+    def _publish(self, dir_fd: int, folder: str, w: _Written) -> tuple[int, list[str]]:
+        """Rename a written entry's payload, then its manifest (the commit), into place; fsync the folder and
+        remove a replaced entry's payload. Returns the bytes written and what bookkeeping failed.
+
+        Raises:
+            StoreMoved: the folder was moved or removed meanwhile (every file made is removed).
+            OSError: a rename failed (every file made is removed).
+        """
+        made = list(w.made)
+        try:
+            for tmp, final in w.payload:
+                os.replace(tmp, final, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                made[made.index(tmp)] = final
             if not same_folder(folder, dir_fd):
                 raise StoreMoved(
-                    f"{folder} was moved or removed while {key} was being written; nothing was recorded "
+                    f"{folder} was moved or removed while {w.key} was being written; nothing was recorded "
                     "and no temporary file was left"
                 )
-            os.replace(tmp_manifest, manifest_name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # the commit
+            os.replace(*w.manifest, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # the commit
         except BaseException:
-            for name in made:
-                with contextlib.suppress(OSError):
-                    os.unlink(name, dir_fd=dir_fd)
+            _remove(dir_fd, made)
             raise
         leftovers: list[str] = []
         try:
             os.fsync(dir_fd)
         except OSError as exc:
             leftovers.append(f"the folder's fsync ({type(exc).__name__}: {exc})")
-        if old is not None:  # the replaced entry's payload is no longer referenced
-            for item in old.get("payload", []):
+        if w.old is not None:  # the replaced entry's payload is no longer referenced
+            names = {final for _, final in w.payload}
+            for item in w.old.get("payload", []):
                 old_name = item.get("name") if isinstance(item, dict) else None
                 parsed = parse_payload_name(old_name) if isinstance(old_name, str) else None
-                if parsed is not None and parsed[0] == key.stem and old_name not in (tree_name, tensor_name):
+                if parsed is not None and parsed[0] == w.key.stem and old_name not in names:
                     with contextlib.suppress(OSError):
                         os.unlink(str(old_name), dir_fd=dir_fd)
-        return sum(f.bytes for f in files), leftovers
+        return sum(f.bytes for f in w.files), leftovers
 
     def _watch_root(self) -> None:
         """Make the dump dir when missing; WARN when it vanished or was replaced since this store last saw it."""
@@ -667,25 +894,31 @@ class StepStore:
         logger.warning("skipweave: entry %s not served (%s); moved to %s, running live and recording it afresh",
                        key, reason, dest)
 
-    def call_started(self, step: int, target: str, shard: str) -> None:
-        """A real call that will be recorded into this part began (keeps the part open while it runs)."""
+    def call_started(self, step: int, target: str, shard: str) -> int:
+        """A real call that will be recorded into this part began (keeps the part open while it runs, and while
+        its entry is written in the background). Returns its ticket, for :meth:`call_ended`."""
         part = (step, target, shard)
         with self._lock:
             self._running[part] = self._running.get(part, 0) + 1
+            self._tickets += 1
+            return self._tickets
 
-    def call_ended(self, step: int, target: str, shard: str, *, failed: bool = False) -> None:
-        """That call ended; the part closes now if a later call (or :meth:`close_all`) passed it meanwhile.
+    def call_ended(self, step: int, target: str, shard: str, *, failed: bool = False, ticket: int = 0) -> None:
+        """That call ended (its entry committed, when written in the background); the part closes now if a later
+        call (or :meth:`close_all`) passed it meanwhile.
 
         Args:
             failed: the real call raised (anything, ``KeyboardInterrupt`` and ``SystemExit`` included): the
-                part is not marked closed until a later call of it succeeds.
+                part is not marked closed until a call of it that started later succeeds (an earlier call whose
+                entry is committed after the failure does not count).
+            ticket: what :meth:`call_started` returned for the call (0: unknown, counted as the latest).
         """
         part = (step, target, shard)
         with self._lock:
             if failed:
-                self._failed.add(part)
-            else:
-                self._failed.discard(part)
+                self._failed[part] = max(self._failed.get(part, 0), ticket or self._tickets)
+            elif not ticket or ticket > self._failed.get(part, 0):
+                self._failed.pop(part, None)
             left = self._running.get(part, 0) - 1
             if left > 0:
                 self._running[part] = left
@@ -737,6 +970,17 @@ class StepStore:
         self._touch()
 
 
+_STORES: weakref.WeakSet[StepStore] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_STORES):
+        store._after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _identity(path: str) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
@@ -750,15 +994,24 @@ def _tmp_in(folder: str, final_name: str) -> str:
     return os.path.basename(tmp_name(folder, final_name))
 
 
-def _write_new(dir_fd: int, name: str, data: bytes) -> None:
-    """Create ``name`` in the folder open as ``dir_fd`` (never an existing file or a symlink), write, fsync."""
+def _remove(dir_fd: int, names: list[str]) -> None:
+    """Remove files this write made in the folder open as ``dir_fd`` (those already gone are skipped)."""
+    for name in names:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+
+
+def _write_new(dir_fd: int, name: str, data: bytes, *, sync: bool = True) -> None:
+    """Create ``name`` in the folder open as ``dir_fd`` (never an existing file or a symlink), write, fsync
+    (unless ``sync`` is off: the caller syncs it)."""
     fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
                  | getattr(os, "O_CLOEXEC", 0), 0o644, dir_fd=dir_fd)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -782,4 +1035,4 @@ def _read_verified(path: str, item: dict[str, Any]) -> bytes:
     return data
 
 
-__all__ = ["EntryInvalid", "Loaded", "MANIFEST_SUFFIX", "PartInfo", "StepStore", "StoreMoved"]
+__all__ = ["EntryInvalid", "EntryMeta", "Loaded", "Staged", "MANIFEST_SUFFIX", "PartInfo", "StepStore", "StoreMoved"]

@@ -37,6 +37,9 @@ CHUNK = 1 << 20
 """Bytes per ``write``/``readinto`` call, each hashed right after it is copied (while it is still in the
 CPU cache: hashing 16 MiB chunks instead costs about twice as much memory traffic), and the unit of progress."""
 
+COMPRESSED_SUFFIX = ".zst"
+"""Ending of a tensor file written with ``compress`` (``r0-0003.<token>.tensors.safetensors.zst``)."""
+
 PROGRESS_MIN = 256 << 20
 """Payloads larger than this show a progress bar (see :func:`progress_enabled`)."""
 
@@ -82,8 +85,12 @@ def progress_enabled(total: int) -> bool:
     Only above :data:`PROGRESS_MIN`; ``SKIPWEAVE_PROGRESS=0`` turns bars off, ``=1`` on even when stderr
     is not a terminal; unset, bars show when stderr is a terminal.
     """
-    if total <= PROGRESS_MIN:
-        return False
+    return total > PROGRESS_MIN and bars_enabled()
+
+
+def bars_enabled() -> bool:
+    """Whether progress bars show on stderr at all: ``SKIPWEAVE_PROGRESS=0`` off, ``=1`` on even when stderr is
+    not a terminal; unset, when stderr is a terminal."""
     env = os.environ.get("SKIPWEAVE_PROGRESS", "").strip().lower()
     if env in ("0", "false", "no", "off"):
         return False
@@ -124,11 +131,16 @@ def _chunks(view: memoryview) -> list[memoryview]:
 
 def _layout(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None) -> tuple[bytes, list[memoryview]]:
     """The 8-byte length and header of the file, and the tensors' bytes in file order."""
+    prefix, order = _prefix(tensors, metadata)
+    return prefix, [_byte_view(t) for _, t in order]
+
+
+def _prefix(tensors: Mapping[str, torch.Tensor],
+            metadata: Mapping[str, str] | None) -> tuple[bytes, list[tuple[str, torch.Tensor]]]:
     order = sorted(tensors.items(), key=lambda kv: (-kv[1].element_size(), kv[0]))
     header: dict[str, Any] = {}
     if metadata:
         header["__metadata__"] = dict(metadata)
-    views: list[memoryview] = []
     offset = 0
     for name, t in order:
         code = _CODES.get(t.dtype)
@@ -138,11 +150,20 @@ def _layout(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | N
             raise ValueError(f"tensor {name!r} must be a contiguous CPU tensor")
         nbytes = t.numel() * t.element_size()
         header[name] = {"dtype": code, "shape": list(t.shape), "data_offsets": [offset, offset + nbytes]}
-        views.append(_byte_view(t))
         offset += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
-    return struct.pack("<Q", len(raw)) + raw, views
+    return struct.pack("<Q", len(raw)) + raw, order
+
+
+def file_size(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None) -> int:
+    """Bytes :func:`write` writes for ``tensors`` (header included).
+
+    Raises:
+        ValueError: a tensor cannot be stored.
+    """
+    prefix, order = _prefix(tensors, metadata)
+    return len(prefix) + sum(t.numel() * t.element_size() for _, t in order)
 
 
 def write(
@@ -152,8 +173,10 @@ def write(
     metadata: Mapping[str, str] | None = None,
     desc: str | None = None,
     dir_fd: int | None = None,
+    sync: bool = True,
+    compress: int | None = None,
 ) -> tuple[int, str]:
-    """Write ``tensors`` to ``path`` as safetensors and fsync it.
+    """Write ``tensors`` to ``path`` as safetensors and fsync it (unless ``sync`` is off: the caller syncs it).
 
     The checksum of the file's bytes is computed on the tensors' memory, chunk by chunk as it is written.
 
@@ -164,6 +187,8 @@ def write(
         desc: label of the progress bar shown for large payloads (none when ``None``).
         dir_fd: open folder ``path`` is relative to (``os.open``'s ``dir_fd``); the file is then created new
             (``O_EXCL``) and never through a symlink.
+        compress: a zstd level (1-22): the safetensors bytes are written as one zstd frame (``zstandard``), the
+            checksum and size being the compressed file's; ``None`` writes them plain.
 
     Returns:
         ``(bytes written, checksum)`` with the checksum in the manifest's ``xxh3_128:<hex>`` form.
@@ -179,16 +204,36 @@ def write(
     flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
     flags |= os.O_TRUNC if dir_fd is None else os.O_EXCL
     fd = os.open(path, flags, 0o644, dir_fd=dir_fd)
+    written = 0
     try:
-        for piece in [memoryview(prefix)] + [c for v in views if len(v) for c in _chunks(v)]:
-            _write_all(fd, piece)
-            hasher.update(piece)  # the chunk just copied is still in the CPU cache
-            bar.update(len(piece))
-        os.fsync(fd)
+        pieces = [memoryview(prefix)] + [c for v in views if len(v) for c in _chunks(v)]
+        if compress is None:
+            for piece in pieces:
+                _write_all(fd, piece)
+                hasher.update(piece)  # the chunk just copied is still in the CPU cache
+                bar.update(len(piece))
+            written = total
+        else:
+            import zstandard
+
+            chunker = zstandard.ZstdCompressor(level=compress, write_content_size=False).chunker(
+                size=total, chunk_size=CHUNK)
+            for piece in pieces:
+                for out in chunker.compress(piece):
+                    _write_all(fd, memoryview(out))
+                    hasher.update(out)
+                    written += len(out)
+                bar.update(len(piece))
+            for out in chunker.finish():
+                _write_all(fd, memoryview(out))
+                hasher.update(out)
+                written += len(out)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
         bar.close()
-    return total, checksum_digest(hasher)
+    return written, checksum_digest(hasher)
 
 
 def _readinto_exact(fh: Any, view: memoryview, path: str) -> None:
@@ -226,6 +271,7 @@ def read(path: str, *, size: int, checksum: str, desc: str | None = None) -> dic
         raise EntryInvalid(f"payload {path} is missing") from None
     bar: _Progress = _NoProgress()
     hasher = new_hasher()
+    compressed = path.endswith(COMPRESSED_SUFFIX)
     try:
         actual = os.fstat(fh.fileno()).st_size
         if actual != size:
@@ -235,24 +281,41 @@ def read(path: str, *, size: int, checksum: str, desc: str | None = None) -> dic
                 os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
             except OSError:
                 pass
+        source: Any = fh
+        if compressed:  # the checksum is the file's: hashed as the decompressor reads it
+            import zstandard
+
+            source = zstandard.ZstdDecompressor().stream_reader(_Hashing(fh, hasher),  # type: ignore[arg-type]
+                                                                read_size=CHUNK)
         prefix = bytearray(8)
-        _readinto_exact(fh, memoryview(prefix), path)
+        _readinto_exact(source, memoryview(prefix), path)
         (n,) = struct.unpack("<Q", prefix)
-        if n > _MAX_HEADER or 8 + n > size:
+        if n > _MAX_HEADER or (not compressed and 8 + n > size):
             raise EntryInvalid(f"payload {path} is not a valid safetensors file: header length {n} does not fit")
         header = bytearray(n)
-        _readinto_exact(fh, memoryview(header), path)
-        hasher.update(prefix)
-        hasher.update(header)
-        tensors = _allocate(header, size - 8 - n, path)
+        _readinto_exact(source, memoryview(header), path)
+        if not compressed:
+            hasher.update(prefix)
+            hasher.update(header)
+        tensors = _allocate(header, None if compressed else size - 8 - n, path)
         bar = _progress(size, desc)
         for t in tensors.values():
             for chunk in _chunks(_byte_view(t)) if t.numel() else ():
-                _readinto_exact(fh, chunk, path)
-                hasher.update(chunk)  # while the kernel's read-ahead fetches the next chunk
+                _readinto_exact(source, chunk, path)
+                if not compressed:
+                    hasher.update(chunk)  # while the kernel's read-ahead fetches the next chunk
                 bar.update(len(chunk))
+        if compressed:
+            if source.read(1):
+                raise EntryInvalid(f"payload {path} holds more than its tensors")
+            while block := fh.read(CHUNK):  # anything after the frame is hashed too
+                hasher.update(block)
     except OSError as exc:
         raise EntryInvalid(f"payload {path} is unreadable: {exc}") from exc
+    except Exception as exc:  # zstandard.ZstdError: a damaged frame
+        if isinstance(exc, EntryInvalid):
+            raise
+        raise EntryInvalid(f"payload {path} is not a valid compressed file: {type(exc).__name__}: {exc}") from exc
     finally:
         fh.close()
         bar.close()
@@ -261,11 +324,25 @@ def read(path: str, *, size: int, checksum: str, desc: str | None = None) -> dic
     return tensors
 
 
-def _allocate(header_bytes: bytes | bytearray, data_size: int, path: str) -> dict[str, torch.Tensor]:
+class _Hashing:
+    """A raw file whose bytes are hashed as they are read (what the decompressor reads of it)."""
+
+    def __init__(self, fh: Any, hasher: Any) -> None:
+        self.fh, self.hasher = fh, hasher
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.fh.read(n)
+        self.hasher.update(data)
+        return bytes(data)
+
+
+def _allocate(header_bytes: bytes | bytearray, data_size: int | None, path: str) -> dict[str, torch.Tensor]:
     """Parse a safetensors header and allocate (uninitialised) the tensors it lists, in file order.
 
     The tensors' byte ranges must tile the data section exactly, as safetensors requires; the file is
-    then read into them in this order.
+    then read into them in this order. ``data_size`` is ``None`` for a compressed file, whose size does not
+    bound what it decompresses to: the tensors may then take at most the machine's memory
+    (:func:`_memory_bytes`), so a few crafted bytes cannot make the replay allocate without end.
     """
     try:
         header = json.loads(bytes(header_bytes))
@@ -294,11 +371,22 @@ def _allocate(header_bytes: bytes | bytearray, data_size: int, path: str) -> dic
             if lo != covered:
                 raise ValueError("the tensors' bytes do not tile the data section")
             covered = hi
-        if covered != data_size:
+        if data_size is None:
+            if covered > _memory_bytes():
+                raise ValueError(f"the tensors would take {covered} bytes, more than this machine's memory")
+        elif covered != data_size:
             raise ValueError(f"the tensors' bytes end at {covered}, the data section at {data_size}")
     except (ValueError, KeyError, TypeError) as exc:
         raise EntryInvalid(f"payload {path} is not a valid safetensors file: {exc}") from exc
     return {name: torch.empty(shape, dtype=dtype) for _lo, _hi, name, dtype, shape in spans}
 
 
-__all__ = ["CHUNK", "PROGRESS_MIN", "progress_enabled", "read", "write"]
+def _memory_bytes() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 1 << 40
+
+
+__all__ = ["CHUNK", "COMPRESSED_SUFFIX", "PROGRESS_MIN", "bars_enabled", "file_size", "progress_enabled", "read",
+           "write"]

@@ -46,14 +46,15 @@ from skipweave.config.schema import Action, OnMismatch, RoleConfig, ShardKind, T
 from skipweave.policy.actions import choose_step
 from skipweave.policy.expressions import Expression, ExpressionFailed
 from skipweave.policy.gate import BYPASS, Gate, compile_gate
-from skipweave.policy.matching import Match, match_call
+from skipweave.policy.matching import Match, PartView, match_call, view_of
 from skipweave.policy.steps import StepError, StepSource
 from skipweave.store import codec
 from skipweave.store.fingerprint import fingerprint
 from skipweave.store.manifest import EntryInvalid, seconds_of
 from skipweave.store.paths import UnsafePath
-from skipweave.store.rng import capture_rng_state, restore_rng_state
-from skipweave.store.step_store import StepStore
+from skipweave.store.rng import capture_rng_state, prepare_rng_state
+from skipweave.store.step_store import EntryMeta, StepStore
+from skipweave.store.write_behind import WRITER
 from skipweave.store.writers import is_concurrent_other, started_unix, this_writer
 
 logger = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ class _Decision:
         self.fp: str | None = None
         self.replace = False
         self.no_store = False
-        self.running = False  # the store counts this call as running in its part (call_started)
+        self.running = 0  # the store counts this call as running in its part: call_started's ticket, else 0
         self.slot: int | None = None
         self.wait: _Decision | None = None  # single flight: the running call whose recording will serve this one
         self.done: concurrent.futures.Future[None] | None = None  # set when this real call and its record end
@@ -118,6 +119,9 @@ class ReplayMissing(RuntimeError):
     """A replay-only role (``skip.<role>.replay_only``) met a call no recording serves: the run stops here
     instead of generating. The message names the role, target, step, call index and dump dir."""
 
+
+VIEW_TTL_S = 1.0
+"""Seconds a part's judged entries (:class:`~skipweave.policy.matching.PartView`) are reused while it is unchanged."""
 
 VALIDATION_SHARD = "val_"
 """Prefix of the shard label validation calls are recorded under (``val_r0``): apart from training calls."""
@@ -240,6 +244,7 @@ class SkipProxy:
         # (step, shard) -> this process's real calls of that step now running (single flight, thread overlap)
         self._inflight: dict[tuple[int, str], list[_Decision]] = {}
         self._shared_warned = False
+        self._views: dict[tuple[int, str], tuple[tuple[Any, ...], PartView, float]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -433,21 +438,25 @@ class SkipProxy:
 
     async def _async_path(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                           step: int, instance: Any, maybe_sync: bool = False, validation: bool = False) -> Any:
-        d = self._decide(step, args, kwargs, validation)
+        d = self._decide(step, args, kwargs, validation, choose=False)
         d.instance = instance
-        try:
+        t0 = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        try:  # the serving step's choice (stats, the part's files) off the loop, in the order the calls came
+            await loop.run_in_executor(_chooser(), self._choose_first, d)
             if d.wait is not None:  # single flight (see _sync_path); awaiting yields: any thread's call may end
                 other, d.wait = d.wait, None
                 if other.done is not None:
                     await asyncio.wrap_future(other.done)
                     d.waited = True
-                    self._choose(d)
-        except BaseException:  # cancelled while waiting: its call index goes back, nothing ran
+                    await loop.run_in_executor(_chooser(), self._choose, d)
+            t0 = time.perf_counter()
+            read = await asyncio.to_thread(self._read_entry, d, args, kwargs)  # reads run side by side
+        except BaseException:  # cancelled while choosing or waiting: its call index goes back, nothing ran
             self._give_back(d)
             self._unregister(d)
             raise
-        t0 = time.perf_counter()
-        found, value = self._serve(d, await asyncio.to_thread(self._read_entry, d, args, kwargs), args, kwargs, t0)
+        found, value = self._serve(d, read, args, kwargs, t0)
         if found:
             return value
         if self.role.replay_only:
@@ -459,6 +468,14 @@ class SkipProxy:
             if not maybe_sync or inspect.isawaitable(result):
                 result = await result
         return await self._after_live_off_loop(result, d, time.perf_counter() - t0)
+
+    def _choose_first(self, d: _Decision) -> None:
+        """An ``async`` call's first store work, in the chooser thread (:func:`_chooser`): its first-call mark and
+        the serving step's choice, made in the order the calls came (single flight: the first call of a batch
+        of steps generates, the later ones wait for it)."""
+        if not self._counts.eligible:
+            report.first_call(self.role.role, self.target.name, eligible=True)
+        self._choose(d)
 
     # ------------------------------------------------------------------ hooks for host integrations
     def on_replay(self, result: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
@@ -472,7 +489,9 @@ class SkipProxy:
 
     # ------------------------------------------------------------------ decision and store
     def _decide(self, step: int, args: tuple[Any, ...], kwargs: Mapping[str, Any],
-                validation: bool = False) -> _Decision:
+                validation: bool = False, choose: bool = True) -> _Decision:
+        """Give a call its step's next call index and shard; with ``choose``, also note its first eligible call
+        and choose the serving step (both touch the dump dir: an ``async`` call does them in a thread)."""
         fp = None
         if self.role.shard is ShardKind.FINGERPRINT:
             fp = fingerprint(args, kwargs, ignore=self.role.fingerprint.ignore)
@@ -497,9 +516,10 @@ class SkipProxy:
                 self._calls[(step, shard)] = call + 1
         decision = _Decision(step, call, shard, None)
         decision.fp, decision.validation = fp, validation
-        if not self._counts.eligible:  # now, not at its hit or miss: a call that raises was still called
-            report.first_call(self.role.role, self.target.name, eligible=True)
-        self._choose(decision)
+        if choose:
+            if not self._counts.eligible:  # now, not at its hit or miss: a call that raises was still called
+                report.first_call(self.role.role, self.target.name, eligible=True)
+            self._choose(decision)
         return decision
 
     def _choose(self, d: _Decision) -> None:
@@ -569,8 +589,7 @@ class SkipProxy:
             self._running[0] += 1
             self._register(d)  # a call that became a miss only when its entry could not be served
         if not d.no_store:
-            self.store.call_started(d.step, self.target.name, d.shard)
-            d.running = True
+            d.running = self.store.call_started(d.step, self.target.name, d.shard)
         try:
             yield
         except BaseException:
@@ -584,9 +603,9 @@ class SkipProxy:
 
     def _call_ended(self, d: _Decision, failed: bool = False) -> None:
         if d.running:
-            d.running = False
+            ticket, d.running = d.running, 0
             try:
-                self.store.call_ended(d.step, self.target.name, d.shard, failed=failed)
+                self.store.call_ended(d.step, self.target.name, d.shard, failed=failed, ticket=ticket)
             finally:
                 self._unregister(d)
 
@@ -701,26 +720,22 @@ class SkipProxy:
                 "recording anyway (fingerprint.on_mismatch=warn)",
                 where, loaded.manifest.get("input_fingerprint"), d.fp,
             )
-        before = None
-        try:
-            if self.role.restore_rng and loaded.rng_state:
-                before = capture_rng_state()
-                restore_rng_state(loaded.rng_state)
+        try:  # the recorded RNG state is checked now and restored last: a replay that fails changes nothing
+            restore_rng = (prepare_rng_state(loaded.rng_state) if self.role.restore_rng and loaded.rng_state
+                           else None)
             result = self.on_replay(loaded.result, args, kwargs)
         except Exception as exc:  # a malformed RNG state, or a result the echo hook cannot use
-            if before is not None:
-                restore_rng_state(before)
             self._unusable(d, key, f"it cannot be replayed here ({type(exc).__name__}: {exc})")
             return False, None
         if self._echo or self._effects:
             try:
                 self._restore(d, loaded, result, args, kwargs)
             except ExpressionFailed as exc:  # the config does not fit this call: run it live, keep the entry
-                if before is not None:
-                    restore_rng_state(before)
                 logger.warning("skipweave: entry %s is not served: %s; running live without recording", key, exc)
                 d.served, d.no_store, d.unserved = None, True, str(exc)
                 return False, None
+        if restore_rng is not None:
+            restore_rng()
         annotate(result, report.HIT, d.step, d.served)
         report.event(
             report.HIT, role=self.role.role, target=self.target.name, step=d.step, served=d.served,
@@ -733,7 +748,15 @@ class SkipProxy:
         """The entry of the serving step's part that serves ``d`` (see :mod:`skipweave.policy.matching`);
         ``None`` when the part cannot be read (the call runs live without recording)."""
         assert d.served is not None
+        same = d.served == d.step
+        if same and self.store.fresh(d.step, self.target.name, d.shard):
+            return Match(None, False, False, 0)  # recorded afresh by this run: nothing in it serves this call
+        with self._lock:
+            claimed = set(self._claimed.get((d.step, d.shard), ())) if same else set()
         try:
+            # an entry this process still writes in the background is read once committed (not this proxy's own
+            # recordings of the step: never served to it)
+            self.store.wait_pending(d.served, self.target.name, d.shard, skip=claimed)
             entries = self.store.part_calls(d.served, self.target.name, d.shard)
         except Exception as exc:  # a symlinked or unreadable folder: never fail the training call
             logger.warning("skipweave: role %s target %s step %d: the recordings of step %d are unreadable "
@@ -741,11 +764,8 @@ class SkipProxy:
                            d.step, d.served, type(exc).__name__, exc)
             d.no_store = True
             return None
-        same = d.served == d.step
-        with self._lock:
-            claimed = set(self._claimed.get((d.step, d.shard), ())) if same else set()
-        match = match_call(entries, d.call, lambda: self._fingerprint(d, args, kwargs), claimed, same_step=same,
-                           me=this_writer(), started=started_unix())
+        match = match_call(self._view(d.served, d.shard, entries), d.call, lambda: self._fingerprint(d, args, kwargs),
+                           claimed, same_step=same, me=this_writer(), started=started_unix())
         if match.call is None and (match.shared or match.others):
             if not same and match.shared:
                 what = (f"holds recordings of several writers, so step {d.served} cannot serve step {d.step} "
@@ -758,6 +778,21 @@ class SkipProxy:
         elif match.call is not None and same:
             self._claim(d.step, d.shard, match.call)
         return match
+
+    def _view(self, step: int, shard: str, entries: tuple[Any, ...]) -> PartView:
+        """The part's :class:`PartView`, judged again when its entries changed (``part_calls`` hands back the same
+        tuple while the folder is unchanged) or after :data:`VIEW_TTL_S` (a concurrent writer may have ended)."""
+        now = time.monotonic()
+        with self._lock:
+            seen = self._views.get((step, shard))
+        if seen is not None and seen[0] is entries and now - seen[2] < VIEW_TTL_S:
+            return seen[1]
+        view = view_of(entries, me=this_writer(), started=started_unix())
+        with self._lock:
+            if len(self._views) > 4096:  # bounded: a long run does not keep every step's view
+                self._views.clear()
+            self._views[(step, shard)] = (entries, view, now)
+        return view
 
     def _taken_by_concurrent(self, key: Any) -> bool:
         """The slot ``key`` names holds an entry a concurrent writer made (so the record moved to another)."""
@@ -835,10 +870,13 @@ class SkipProxy:
 
     def _after_live(self, result: Any, d: _Decision, seconds: float,
                     snapshot: tuple[Any, dict[str, Any] | None] | None = None) -> Any:
+        handed_over = False
         try:
-            return self._record_live(result, d, seconds, snapshot)
+            result, handed_over = self._record_live(result, d, seconds, snapshot)
+            return result
         finally:
-            self._call_ended(d)
+            if not handed_over:
+                self._call_ended(d)
 
     def _snapshot(self, d: _Decision) -> tuple[Any, dict[str, Any] | None]:
         """What a record keeps of the host besides the result, taken right after the real call: the RNG state
@@ -848,14 +886,18 @@ class SkipProxy:
 
     async def _after_live_off_loop(self, result: Any, d: _Decision, seconds: float) -> Any:
         """Record an ``async`` target's result without blocking its event loop: the RNG state and the declared
-        effects are taken now, on the loop (what the real call left, before another task moves them); encoding,
-        writing and fsync run in a worker thread while the loop serves other tasks. The caller gets the result
-        once it is recorded, so nothing can change it in between."""
+        effects are taken now, on the loop (what the real call left, before another task moves them); encoding
+        and the copy handed to the background writer (or, writing through, the whole write) run in a worker
+        thread while the loop serves other tasks. The caller gets the result once it is staged, so nothing it
+        does to it afterwards reaches the recording."""
         snapshot = self._snapshot(d)
         return await asyncio.to_thread(self._after_live, result, d, seconds, snapshot)
 
     def _record_live(self, result: Any, d: _Decision, seconds: float,
-                     snapshot: tuple[Any, dict[str, Any] | None] | None = None) -> Any:
+                     snapshot: tuple[Any, dict[str, Any] | None] | None = None) -> tuple[Any, bool]:
+        """Record a live result: staged (encoded, tensors copied) and handed to the background writer, or
+        written here (write-through, or an entry larger than ``write_buffer``). Returns the result and whether
+        the writer took it (it then ends the call in the store once committed, see :meth:`_written`)."""
         try:
             key: Any = self.store.key(d.step, self.target.name, d.shard, d.call if d.slot is None else d.slot)
         except ValueError as exc:  # a name that cannot be a folder of the dump dir: never fail the call
@@ -875,30 +917,73 @@ class SkipProxy:
             report.event(status, role=self.role.role, target=self.target.name, step=d.step,
                          nbytes=0, seconds=seconds, call=d.call)
             annotate(result, status, d.step, None)
-            return result
+            return result, False
+        handed_over = False
         try:
             rng, effects = snapshot if snapshot is not None else self._snapshot(d)
-            nbytes, committed = self.store.record_own(
-                key, result, target_path=self.target.path, fingerprint=d.fp or "",
-                rng_state=rng, seconds=seconds, replace=d.replace, concurrent=d.concurrent, effects=effects,
-            )
-            self._claim(d.step, d.shard, committed.call)
-            slot = committed.call
-            if committed.call != key.call and self._taken_by_concurrent(key):
-                self._warn_shared(d, f"already held call {key.call} from another writer of this run")
+            staged = self.store.stage(result, rng_state=rng, effects=effects)
+            meta = EntryMeta(self.target.path, d.fp or "", seconds, d.replace, d.concurrent, displace=True,
+                             background=True)
+            budget = self.role.write_buffer
+            if WRITER.through is None and 0 < staged.nbytes <= budget:
+                staged = staged.owned()  # the host may change its result in place as soon as it has it
+                self._claim(d.step, d.shard, key.call)  # never served to this process's own later calls
+                self._unregister(d)  # ran: a later call of the step is not concurrent with it; waiters wait on
+                WRITER.submit(self.store, key, staged, meta, budget=budget,  # the pending entry instead
+                              on_done=lambda outcome: self._written(d, key, outcome))
+                handed_over = True
+                nbytes = staged.nbytes
+            else:
+                nbytes, committed = self.store.commit(key, staged, meta, displace=True)
+                self._written(d, key, (nbytes, committed), end=False)
+                slot = committed.call
         except codec.PickleRefused as exc:
             report.record_failed(self.role.role, self.target.name)
             logger.warning("skipweave: not recording %s: %s", key, exc)
         except Exception as exc:  # a failed record never fails the training call
-            report.record_failed(self.role.role, self.target.name)
-            logger.warning(
-                "skipweave: recording %s under %s failed (%s: %s); the live result is returned and nothing "
-                "partial was left", key, self.store.dump_dir, type(exc).__name__, exc,
-            )
+            self._written(d, key, exc, end=False)
         report.event(status, role=self.role.role, target=self.target.name, step=d.step,
                      nbytes=nbytes, seconds=seconds, call=slot)
         annotate(result, status, d.step, None)
-        return result
+        return result, handed_over
+
+    def _written(self, d: _Decision, key: Any, outcome: Any, *, end: bool = True) -> None:
+        """A record of ``d`` ended (in the background writer's thread when ``end``: the call then ends in the
+        store, so its part closes only once its entries are committed)."""
+        try:
+            if isinstance(outcome, BaseException):
+                report.record_failed(self.role.role, self.target.name)
+                logger.warning(
+                    "skipweave: recording %s under %s failed (%s: %s); the live result %s and nothing partial "
+                    "was left", key, self.store.dump_dir, type(outcome).__name__, outcome,
+                    "was returned" if end else "is returned",
+                )
+                return
+            committed = outcome[1]
+            self._claim(d.step, d.shard, committed.call)
+            if committed.call != key.call and self._taken_by_concurrent(key):
+                self._warn_shared(d, f"already held call {key.call} from another writer of this run")
+        finally:
+            if end and d.running:
+                ticket, d.running = d.running, 0
+                self.store.call_ended(d.step, self.target.name, d.shard, ticket=ticket)
+
+
+_CHOOSERS: list[concurrent.futures.ThreadPoolExecutor] = []
+_CHOOSER_LOCK = threading.Lock()
+
+
+def _chooser() -> concurrent.futures.ThreadPoolExecutor:
+    """The one thread that chooses the serving step of ``async`` calls (file stats, off every event loop), one
+    call after another in the order they came: a single worker keeps the order the loop's own choice had."""
+    if not _CHOOSERS:
+        with _CHOOSER_LOCK:
+            if not _CHOOSERS:
+                _CHOOSERS.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skipweave-choose"))
+    return _CHOOSERS[0]
+
+
+os.register_at_fork(after_in_child=_CHOOSERS.clear)  # the parent's thread does not exist in a forked child
 
 
 def _loop_running() -> bool:

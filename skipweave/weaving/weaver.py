@@ -29,6 +29,7 @@ from skipweave.policy.bypass import make_bypass
 from skipweave.store import runs
 from skipweave.store.paths import dump_dir_problem
 from skipweave.store.step_store import StepStore
+from skipweave.store.write_behind import flush
 from skipweave.store.writers import end_run, run_id, run_started
 from skipweave.weaving.proxy import SkipProxy, shard_label, wraps_coroutine_function
 from skipweave.weaving.resolve import ResolvedPath, TargetNotFound, resolve_owner, split_path
@@ -215,7 +216,8 @@ class Weaver:
         store = self._state.stores.get(key)
         if store is None:
             store = StepStore(role.dump_dir, role.namespace, role.role, allow_pickle=role.allow_pickle,
-                              calls_per_step=role.calls_per_step, trusted_classes=role.trusted_classes)
+                              calls_per_step=role.calls_per_step, trusted_classes=role.trusted_classes,
+                              compress=role.compress_level)
             self._state.stores[key] = store
         return store
 
@@ -260,7 +262,9 @@ class Weaver:
             self._state = _State(generation=self._state.generation + 1)
 
     def close_parts(self) -> None:
-        """Mark every part this process recorded as complete (at unweave and interpreter exit)."""
+        """Finish the pending background writes, then mark every part this process recorded as complete (at
+        unweave and interpreter exit)."""
+        flush()
         for store in list(self._state.stores.values()):
             try:
                 store.close_all()

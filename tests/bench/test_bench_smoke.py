@@ -26,13 +26,14 @@ def test_quick_run_writes_the_documented_table(tmp_path: Path) -> None:
         cwd=tmp_path, capture_output=True, text=True, timeout=290,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    for title in ("1. cost per call", "2. record and replay", "2b. event-loop stall", "3. start-up", "4. the main job",
-                  "targets"):
+    for title in ("1. cost per call", "2. record and replay", "2b. time-to-return", "2c. many small entries",
+                  "2d. compression", "2e. event-loop stall", "3. start-up", "4. the main job", "targets"):
         assert title in proc.stdout
 
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["schema"] == 1
-    assert data["sections"] == ["calls", "io", "stall", "startup", "job"]
+    assert data["sections"] == ["calls", "io", "returns", "small", "compress", "stall", "startup",
+                                "job"]
     assert {"cpus", "python", "torch", "loadavg_start", "loadavg_end"} <= set(data["machine"])
     rows = data["rows"]
     for r in rows:
@@ -61,6 +62,21 @@ def test_quick_run_writes_the_documented_table(tmp_path: Path) -> None:
         assert r["peak_mb"] is not None and r["payload_mb"] > 0
     assert all(isinstance(r["ok"], bool) for r in io if "skipweave" in r["key"])
 
+    # 2b/2c. time-to-return per size beside raw write+fsync; per-sample record and hit costs, with targets
+    for case in ("raw", "behind", "through"):
+        r = by_key[f"returns.16 MB.{case}"]
+        assert r["unit"] == "s" and r["median"] > 0, r
+    assert by_key["returns.16 MB.behind"]["ratio"] > 0 and isinstance(by_key["returns.16 MB.behind"]["ok"], bool)
+    assert by_key["returns.16 MB.behind"]["peak_mb"] is not None
+    for key in ("small.record", "small.hit"):
+        assert by_key[key]["median"] > 0 and isinstance(by_key[key]["ok"], bool), by_key[key]
+    assert by_key["small.return"]["median"] > 0 and by_key["small.through"]["median"] > 0
+    # 2e. bytes on disk and replay seconds per compress setting
+    for payload in ("verl batch", "token ids"):
+        for setting in ("none", "zstd:1", "zstd:3"):
+            r = by_key[f"compress.{payload}.{setting}.load"]
+            assert r["median"] > 0 and r["disk_mb"] > 0 and r["shrink"] >= (1.5 if setting != "none" else 1.0), r
+
     # 3. start-up: import, weave of 20 targets, and the three Hydra variants
     for key in ("startup.import", "startup.first_weave", "startup.weave20", "startup.unweave20",
                 "startup.hydra.without", "startup.hydra.installed", "startup.hydra.profile"):
@@ -75,4 +91,5 @@ def test_quick_run_writes_the_documented_table(tmp_path: Path) -> None:
 
     targets = data["targets"]
     assert targets and all(t["ok"] in (True, False) for t in targets)
-    assert {t["key"] for t in targets} >= {"calls.bypass_step_not_eligible", "startup.hydra.installed"}
+    assert {t["key"] for t in targets} >= {"calls.bypass_step_not_eligible", "startup.hydra.installed",
+                                           "returns.16 MB.behind", "small.record", "small.hit"}

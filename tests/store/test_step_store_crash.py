@@ -156,6 +156,7 @@ def test_corrupt_payload_is_never_served_and_is_regenerated(tmp_path: Path, host
     }
     skipweave.weave(cfg)
     live = mod.Gen().generate(mod.Batch(step=1))
+    skipweave.flush()  # committed; then damaged on disk
     tensors = next(tmp_path.rglob("*.safetensors"))
     data = bytearray(tensors.read_bytes())
     data[-3] ^= 0xFF
@@ -166,6 +167,7 @@ def test_corrupt_payload_is_never_served_and_is_regenerated(tmp_path: Path, host
     skipweave.unweave()
     skipweave.weave(cfg)
     again = mod.Gen().generate(mod.Batch(step=1))
+    skipweave.flush()
     assert again.meta_info["skipweave"]["status"] == "miss" and len(mod.CALLS) == 2
     assert not torch.equal(again.batch["y"], live.batch["y"])
     assert store.load(store.key(1, "g", "r0", 0)).result.batch["y"].equal(again.batch["y"])
@@ -204,6 +206,7 @@ def gen(step, mb):
     mod.gen(1, 0.1)  # fits
     with caplog.at_level(logging.WARNING):
         big = mod.gen(2, 1.0)  # 1 MiB does not fit in 512 KiB
+        skipweave.flush()  # (written in the background: the failure is logged there)
     assert big.numel() == 262144 and "recording" in caplog.text and "failed" in caplog.text
     assert not list(small_disk.rglob(".tmp-*"))
     assert not (small_disk / "default" / "r" / "2" / "g" / "r0-0000.manifest.json").exists()
@@ -212,6 +215,7 @@ def gen(step, mb):
     skipweave.weave({"skip": {"r": {**role, "fingerprint": {"on_mismatch": "regenerate"}}}})
     with caplog.at_level(logging.WARNING):
         out = mod.gen(1, 1.0)
+        skipweave.flush()
     assert out.numel() == 262144
     store = StepStore(str(small_disk), "default", "r")
     assert store.load(store.key(1, "g", "r0", 0)).result.numel() == 26214

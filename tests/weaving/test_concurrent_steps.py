@@ -110,6 +110,7 @@ for step in range(1, 11):
     skipweave.set_step(step)
     for _ in range(int(sys.argv[3]) if step == 10 else 2):
         host.gen(step)
+skipweave.flush()  # every call's entry committed (a kill loses what is still pending)
 os.kill(os.getpid(), 9)  # right after step 10's calls: nothing is closed at exit
 '''
 

@@ -161,4 +161,5 @@ def gen(batch, type="train"):
     mod.gen(2)
     after = skipweave.counters()
     assert (after["bypasses"] - before["bypasses"], after["misses"] - before["misses"]) == (1, 1)
+    skipweave.flush()  # the background writer's entries on disk
     assert (tmp_path / "default" / "rollout" / "2").is_dir()  # the outer `batch` is the parameter: step 2

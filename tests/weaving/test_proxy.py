@@ -49,6 +49,7 @@ def test_cache_records_each_step_and_replays_it(mod: Any, tmp_path: Path) -> Non
     live = _run(mod, [1, 2, 3, 4], cfg, validate_at=3)
     assert len(mod.CALLS) == 5
     assert [o.meta_info["skipweave"]["status"] for o in live] == ["miss", "bypass", "miss", "miss"]
+    skipweave.flush()  # the background writer's entries on disk
     assert sorted(p.name for p in (tmp_path / "default" / "rollout").iterdir()) == ["1", "3", "4"]
     again = _run(mod, [1, 2, 3, 4], cfg, validate_at=3)
     assert len(mod.CALLS) == 5 + 2  # step 2 (not eligible) and the validation call ran live
@@ -88,6 +89,7 @@ def test_bypassed_call_advances_no_counter(mod: Any, tmp_path: Path) -> None:
     g.generate(mod.Batch())
     g.generate(mod.Batch(validate=True))
     g.generate(mod.Batch())
+    skipweave.flush()  # the background writer's entries on disk
     assert sorted(p.name for p in (tmp_path / "default" / "rollout").iterdir()) == ["1", "2"]
 
 
@@ -178,6 +180,7 @@ def sample(sample_id):
     m.gen("p", step=4)
     m.sample("sample_0_12")
     root = tmp_path / "default"
+    skipweave.flush()  # the background writer's entries on disk
     assert [p.name for p in (root / "a").iterdir()] == ["7"]
     assert [p.name for p in (root / "b").iterdir()] == ["4"]
     assert [p.name for p in (root / "c").iterdir()] == ["12"]

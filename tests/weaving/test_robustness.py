@@ -106,6 +106,7 @@ def test_step_argument_named_but_passed_positionally(host_module: Any, tmp_path:
     skipweave.weave(_role(tmp_path, {"g": f"{name}.R.generate"}, step={"source": "arg", "arg": "step", "path": ""}))
     m.R().generate("p", 10)
     m.R().generate("p", step=20)
+    skipweave.flush()  # the background writer's entries on disk
     assert sorted(p.name for p in (tmp_path / "default" / "rollout").iterdir()) == ["10", "20"]
 
 

@@ -307,40 +307,37 @@ def test_dump_dir_removed_between_steps_is_reported(host: Any, tmp_path: Path, c
     skipweave.weave(_cfg(dump, f"{host.__name__}.gen"))
     skipweave.set_step(1)
     host.gen(1)
+    skipweave.flush()  # step 1 committed; then the folder goes
     shutil.rmtree(dump)
     caplog.set_level(logging.WARNING, logger="skipweave")
     skipweave.set_step(2)
     host.gen(2)
+    skipweave.flush()  # step 2's record (in the background writer) finds the folder gone
     assert f"the dump dir {dump} was removed" in caplog.text
 
 
-def test_folder_moved_mid_write_leaves_no_temporary_file(host_module: Any, tmp_path: Path, caplog: Any) -> None:
-    """The target folder is renamed while the entry is being encoded: nothing committed, nothing left."""
-    name, _ = host_module('''
-import collections
-import os
+@pytest.mark.parametrize("write_buffer", [0, 1 << 20])
+def test_folder_moved_mid_write_leaves_no_temporary_file(host_module: Any, tmp_path: Path, caplog: Any,
+                                                         monkeypatch: pytest.MonkeyPatch, write_buffer: int) -> None:
+    """The dump dir is renamed while the entry's payload is written (in the caller's thread, or the background
+    writer's), as another process might: nothing committed, nothing left."""
+    from skipweave.store import tensorfile
 
-MOVE = {}
-
-
-class Moving(collections.namedtuple("Moving", "a")):
-    @property
-    def a(self):  # read by the encoder: the dump dir is renamed right then, as another process might
-        if MOVE:
-            os.rename(MOVE["src"], MOVE["dst"])
-            MOVE.clear()
-        return 1
-
-
-def gen(n):
-    return Moving(0)
-''')
+    name, _ = host_module("def gen(n):\n    return {'n': n}\n")
     m = sys.modules[name]
     dump = tmp_path / "dump"
     (dump / "default" / "rollout" / "1" / "gen").mkdir(parents=True)
-    m.MOVE.update(src=str(dump), dst=str(tmp_path / "moved"))
+    real = tensorfile.write
+
+    def moving(*args: Any, **kwargs: Any) -> Any:
+        if dump.exists():
+            os.rename(dump, tmp_path / "moved")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tensorfile, "write", moving)
     caplog.set_level(logging.WARNING, logger="skipweave")
-    _run(_cfg(dump, f"{name}.gen"), m, "gen", [1])
+    _run({"skip": {"rollout": {**_cfg(dump, f"{name}.gen")["skip"]["rollout"], "write_buffer": write_buffer}}},
+         m, "gen", [1])
     moved = tmp_path / "moved" / "default" / "rollout" / "1" / "gen"
     assert moved.is_dir()
     leftovers = [p.name for p in moved.iterdir() if not p.name.startswith(".") or p.name.startswith(".tmp-")]

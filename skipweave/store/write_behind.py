@@ -1,0 +1,303 @@
+"""Recording off the host's critical path: one background writer per process commits staged entries.
+
+A recorded call hands its result over as a :class:`~skipweave.store.step_store.Staged` entry -- encoded, its
+tree serialised and every tensor copied, so the host may change the result in place the moment it has it --
+and returns. The writer thread commits entries with the store's own commit (temporary names, the manifest's
+rename last), so a process killed at any instant leaves whole entries or none: what it loses is the entries
+not yet committed.
+
+- **Bounded memory.** Each store (role) may hold at most ``skip.<role>.write_buffer`` bytes of pending
+  entries; a recording that would go over waits until enough were written (logged at DEBUG). An entry larger
+  than the whole buffer is not copied: the proxy records it in the caller's thread, as before.
+- **Small entries in groups.** Whatever is queued when the writer wakes is committed together (up to
+  :data:`BATCH_ENTRIES` entries, :data:`BATCH_BYTES` bytes) with one group sync
+  (:meth:`~skipweave.store.step_store.StepStore.commit_many`), so thousands of per-sample entries do not pay
+  three fsyncs each.
+- **Flushed at the end.** :func:`flush` (``skipweave.flush()``) waits for every pending entry, with a progress
+  bar when that takes over :data:`BAR_AFTER_S`; it runs at unweave (so at Hydra's job end), at interpreter
+  exit and at a ``multiprocessing`` child's exit. A replay in this process of an entry still pending waits for
+  it (:meth:`~skipweave.store.step_store.StepStore.wait_pending`).
+- **Where exit handlers do not run** (a Ray worker: Ray ends it with SIGTERM and then SIGKILL within a fraction
+  of a second, running no ``atexit``), :func:`write_through` turns write-behind off for the process: every record
+  commits before its call returns, so no recording is lost at shutdown.
+- **fork.** A forked child starts with an empty writer: the parent's pending entries are the parent's.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import concurrent.futures
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from skipweave.store.layout import EntryKey
+from skipweave.store.step_store import EntryMeta, Staged, StepStore
+
+logger = logging.getLogger(__name__)
+
+BATCH_ENTRIES = 256
+"""Most entries the writer commits with one group sync."""
+
+BATCH_BYTES = 64 << 20
+"""Most bytes of entries the writer commits in one group (a larger entry goes alone)."""
+
+BAR_AFTER_S = 1.0
+"""Seconds :func:`flush` waits before it shows a progress bar (where bars show, see ``SKIPWEAVE_PROGRESS``)."""
+
+Outcome = tuple[int, EntryKey] | BaseException
+"""What a background write ended with: ``(bytes written, key committed under)``, or the exception it failed with."""
+
+
+@dataclass
+class _Pending:
+    store: StepStore
+    key: EntryKey
+    staged: Staged
+    meta: EntryMeta
+    on_done: Callable[[Outcome], None]
+    future: concurrent.futures.Future[Outcome]
+
+
+class WriteBehind:
+    """The process's background writer. Use the module-level :data:`WRITER` and :func:`flush`."""
+
+    def __init__(self) -> None:
+        self._reset()
+        self._through: str | None = None  # why this process writes through (a Ray worker), else None
+        self._exit_hooked = False
+
+    def _reset(self) -> None:
+        self._cond = threading.Condition()
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._busy: list[_Pending] = []
+        self._held: dict[int, int] = {}  # id(store) -> bytes of its entries queued or being written
+        self._thread: threading.Thread | None = None
+        self._written = 0  # bytes of entries finished since the writer started (for flush's bar)
+
+    @property
+    def through(self) -> str | None:
+        """Why this process records in the caller's thread (:func:`write_through`), or ``None``."""
+        return self._through
+
+    def submit(self, store: StepStore, key: EntryKey, staged: Staged, meta: EntryMeta, *, budget: int,
+               on_done: Callable[[Outcome], None]) -> concurrent.futures.Future[Outcome]:
+        """Queue a staged entry for the writer thread; waits first while ``store`` holds more than ``budget``
+        bytes of pending entries with this one (an entry alone over ``budget`` is queued once the others are
+        written).
+
+        Args:
+            store: the entry's store.
+            key: the entry.
+            staged: its payload, owning its tensors (:meth:`Staged.owned`).
+            meta: its manifest fields.
+            budget: ``skip.<role>.write_buffer``, bytes.
+            on_done: called in the writer thread with the :data:`Outcome` once the write ended, before the future
+                is resolved and before a replay waiting for the entry reads it; its exceptions are logged.
+
+        Returns:
+            A future resolved with the :data:`Outcome`.
+        """
+        future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
+        item = _Pending(store, key, staged, meta, on_done, future)
+        sid = id(store)
+        with self._cond:
+            held = self._held.get(sid, 0)
+            if held and held + staged.nbytes > budget:
+                t0 = time.perf_counter()
+                logger.debug("skipweave: role %s: write buffer full (%d bytes pending, %d more for %s, "
+                             "write_buffer=%d); waiting for the writer", store.role, held, staged.nbytes, key, budget)
+                while self._held.get(sid, 0) and self._held.get(sid, 0) + staged.nbytes > budget:
+                    self._cond.wait()
+                logger.debug("skipweave: role %s: waited %.3f s for write buffer room for %s", store.role,
+                             time.perf_counter() - t0, key)
+            self._held[sid] = self._held.get(sid, 0) + staged.nbytes
+            store.pending_add(key, future)
+            self._queue.append(item)
+            self._start_locked()
+            self._cond.notify_all()
+        return future
+
+    def pending(self) -> tuple[int, int]:
+        """``(entries, bytes)`` queued or being written now."""
+        with self._cond:
+            items = [*self._queue, *self._busy]
+        return len(items), sum(p.staged.nbytes for p in items)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every entry handed over so far is written (see :func:`flush`); True when none is left."""
+        if self._thread is threading.current_thread():
+            return False  # the writer cannot wait for itself (an on_done hook that flushes)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        t0 = time.monotonic()
+        bar: Any = None
+        with self._cond:
+            target = self._written + sum(p.staged.nbytes for p in [*self._queue, *self._busy])
+            start = self._written
+            try:
+                while self._queue or self._busy:
+                    if self._thread is None or not self._thread.is_alive():
+                        self._start_locked()
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._cond.wait(0.2 if left is None else min(0.2, left))
+                    if bar is None and time.monotonic() - t0 > BAR_AFTER_S:
+                        bar = _bar(target - start, len(self._queue) + len(self._busy))
+                    if bar is not None:
+                        bar.update(min(self._written, target) - start - bar.n)
+            finally:
+                if bar is not None:
+                    bar.close()
+        if bar is not None:
+            logger.info("skipweave: finished %d bytes of pending recordings in %.1f s", target - start,
+                        time.monotonic() - t0)
+        return True
+
+    def _start_locked(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._thread = threading.Thread(target=self._run, name="skipweave-writer", daemon=True)
+        self._thread.start()
+        if not self._exit_hooked:
+            self._exit_hooked = True
+            atexit.register(flush)
+        _hook_multiprocessing_exit()
+
+    def _take_locked(self) -> list[_Pending]:
+        """The next group: queued entries of the first one's store, distinct entries, within the batch limits."""
+        first = self._queue[0]
+        batch: list[_Pending] = []
+        seen: set[str] = set()
+        size = 0
+        rest: collections.deque[_Pending] = collections.deque()
+        while self._queue:
+            item = self._queue.popleft()
+            name = str(item.key)
+            fits = not batch or (len(batch) < BATCH_ENTRIES and size + item.staged.nbytes <= BATCH_BYTES)
+            if item.store is first.store and name not in seen and fits:
+                batch.append(item)
+                seen.add(name)
+                size += item.staged.nbytes
+            else:
+                rest.append(item)
+                if not fits:
+                    break
+        rest.extend(self._queue)
+        self._queue = rest
+        return batch
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue:
+                    self._cond.wait()
+                batch = self._take_locked()
+                self._busy = batch
+            for item, outcome in zip(batch, _write(batch), strict=True):
+                try:
+                    item.on_done(outcome)
+                except Exception:  # noqa: BLE001 - a hook's bug must not stop the writer
+                    logger.exception("skipweave: after recording %s", item.key)
+                item.store.pending_done(item.key)
+                item.future.set_result(outcome)
+            with self._cond:
+                for item in batch:
+                    sid = id(item.store)
+                    self._held[sid] = self._held.get(sid, 0) - item.staged.nbytes
+                    if self._held[sid] <= 0:
+                        del self._held[sid]
+                    self._written += item.staged.nbytes
+                self._busy = []
+                self._cond.notify_all()
+
+    def _after_fork(self) -> None:
+        self._reset()
+
+
+def _write(batch: list[_Pending]) -> list[Outcome]:
+    """Commit a group of one store's entries; an entry whose slot another writer took is committed alone (to
+    the next free slot)."""
+    store = batch[0].store
+    try:
+        if len(batch) == 1:
+            results: list[Any] = [None]
+        else:
+            results = list(store.commit_many([(p.key, p.staged, p.meta) for p in batch]))
+    except Exception as exc:  # noqa: BLE001 - e.g. the dump dir cannot be made: every entry failed
+        return [exc] * len(batch)
+    out: list[Outcome] = []
+    for item, result in zip(batch, results, strict=True):
+        if result is None:
+            try:
+                result = store.commit(item.key, item.staged, item.meta, displace=item.meta.displace)
+            except Exception as exc:  # noqa: BLE001 - reported by the item's on_done
+                result = exc
+        out.append(result)
+    return out
+
+
+def _bar(total: int, entries: int) -> Any:
+    from skipweave.store.tensorfile import bars_enabled
+
+    if not bars_enabled():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=f"skipweave: finishing {entries} pending recording(s)", unit="B",
+                unit_scale=True, unit_divisor=1024, file=sys.stderr, leave=False, dynamic_ncols=True)
+
+
+_MP_HOOKED_PID: int | None = None
+
+
+def _hook_multiprocessing_exit() -> None:
+    """A ``multiprocessing`` child ends with ``os._exit`` (no ``atexit``) after running its finalizers: flush there.
+
+    The registry of finalizers is the child's own (cleared when it starts), so this runs once per process."""
+    global _MP_HOOKED_PID
+    if _MP_HOOKED_PID == os.getpid():
+        return
+    _MP_HOOKED_PID = os.getpid()
+    from multiprocessing import util
+
+    util.Finalize(None, flush, exitpriority=100)
+
+
+WRITER = WriteBehind()
+"""The process's background writer."""
+
+os.register_at_fork(after_in_child=WRITER._after_fork)
+
+
+def flush(timeout: float | None = None) -> bool:
+    """Wait until every recording handed to the background writer so far is committed (or failed, with its
+    WARNING); a progress bar shows when that takes over :data:`BAR_AFTER_S` seconds.
+
+    Runs by itself at unweave, at Hydra's job end and at interpreter exit; call it where a program needs its
+    recordings on disk sooner (before copying the dump dir elsewhere, before ``os._exit``).
+
+    Args:
+        timeout: seconds to wait at most; ``None`` waits as long as it takes.
+
+    Returns:
+        True when nothing is pending any more; False when ``timeout`` passed first (or when called from the
+        writer thread itself).
+    """
+    return WRITER.flush(timeout)
+
+
+def write_through(reason: str) -> None:
+    """Record in the caller's thread in this process from now on (each record commits before its call returns),
+    because ``reason`` (e.g. "a Ray worker, which Ray ends without running exit handlers")."""
+    WRITER._through = reason
+
+
+__all__ = ["BAR_AFTER_S", "BATCH_BYTES", "BATCH_ENTRIES", "Outcome", "WRITER", "WriteBehind", "flush",
+           "write_through"]
