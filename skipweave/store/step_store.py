@@ -721,13 +721,20 @@ class StepStore:
                     written = []
                 for i, fd, folder, w in written:
                     try:
-                        nbytes, left = self._publish(fd, folder, w)
+                        nbytes, left = self._publish(fd, folder, w, sync=False)
                     except Exception as exc:
                         results[i] = exc
                         continue
                     results[i] = (nbytes, w.key)
                     committed.append(w.key)
                     leftovers[w.key] = left
+                for folder, fd in fds.items():  # the renames of every entry of the folder, flushed at once
+                    try:
+                        os.fsync(fd)
+                    except OSError as exc:
+                        for key in committed:
+                            if self.folder(key.step, key.target) == folder:
+                                leftovers[key].append(f"the folder's fsync ({type(exc).__name__}: {exc})")
             finally:
                 for fd in fds.values():
                     os.close(fd)
@@ -817,9 +824,10 @@ class StepStore:
         return _Written(key, made, [(tmp_tree, tree_name), (tmp_tensors, tensor_name)], (tmp_manifest, manifest_name),
                         files, old)
 
-    def _publish(self, dir_fd: int, folder: str, w: _Written) -> tuple[int, list[str]]:
-        """Rename a written entry's payload, then its manifest (the commit), into place; fsync the folder and
-        remove a replaced entry's payload. Returns the bytes written and what bookkeeping failed.
+    def _publish(self, dir_fd: int, folder: str, w: _Written, *, sync: bool = True) -> tuple[int, list[str]]:
+        """Rename a written entry's payload, then its manifest (the commit), into place; fsync the folder (unless
+        ``sync`` is off: the caller fsyncs it once for several entries) and remove a replaced entry's payload.
+        Returns the bytes written and what bookkeeping failed.
 
         Raises:
             StoreMoved: the folder was moved or removed meanwhile (every file made is removed).
@@ -840,10 +848,11 @@ class StepStore:
             _remove(dir_fd, made)
             raise
         leftovers: list[str] = []
-        try:
-            os.fsync(dir_fd)
-        except OSError as exc:
-            leftovers.append(f"the folder's fsync ({type(exc).__name__}: {exc})")
+        if sync:
+            try:
+                os.fsync(dir_fd)
+            except OSError as exc:
+                leftovers.append(f"the folder's fsync ({type(exc).__name__}: {exc})")
         if w.old is not None:  # the replaced entry's payload is no longer referenced
             names = {final for _, final in w.payload}
             for item in w.old.get("payload", []):
