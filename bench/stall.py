@@ -4,9 +4,9 @@
 
 Prints one JSON line. An ``async def`` target returning ``--mb`` MB of int64 tokens is called ``--calls`` times
 at once (``asyncio.gather``) into an empty store, while a ticker task sleeping 1 ms at a time notes the longest
-gap between its wake-ups: how long the event loop was kept from every other task. The same is measured for
-the target unwoven (the floor: the loop's own scheduling and the tensor fills) and for the replay of those
-recordings.
+gap between its wake-ups: how long the event loop was kept from every other task. The tensors are made before
+the measurement, so the host itself blocks nothing. The same is measured for the target unwoven (the floor: the
+loop's own scheduling) and for the replay of those recordings.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ from bench.common import emit, write_host
 
 HOST = '''
 import asyncio
-import torch
+
+TOKENS = {}  # step -> its tokens, made before the measurement: the loop's stalls are skipweave's, not the fills'
 
 
 async def generate(step, numel):
     await asyncio.sleep(0)
-    return {"step": step, "tokens": torch.full((numel,), step, dtype=torch.int64)}
+    return {"step": step, "tokens": TOKENS[step]}
 '''
 
 
@@ -64,8 +65,11 @@ def measure(calls: int, mb: float, rounds: int) -> dict[str, Any]:
 
     logging.getLogger("skipweave").setLevel(logging.WARNING)
     name = "skipweave_bench_stall_host"
-    work, _ = write_host("skipweave-bench-stall-", name, HOST)
+    work, host = write_host("skipweave-bench-stall-", name, HOST)
     numel = int(mb * (1 << 20)) // 8
+    import torch
+
+    host.TOKENS.update({1 + i: torch.full((numel,), 1 + i, dtype=torch.int64) for i in range(calls)})
     out: dict[str, dict[str, list[float]]] = {k: {"worst_s": [], "wall_s": []} for k in ("bare", "record", "replay")}
     for r in range(rounds):
         dump = os.path.join(work, f"dump{r}")

@@ -273,9 +273,9 @@ class RoleConfig:
             (see :mod:`skipweave.store.write_behind`): a recorded call returns once its result is copied, and
             one that would go over waits for room. An entry larger than the buffer, or ``0``, is written in the
             caller's thread before the call returns. Given as an integer or with a unit (``512MB``, ``2GiB``).
-        compress: ``none``, or ``zstd`` / ``zstd:<level>`` (1-22, ``zstd`` meaning level 3): new entries' tensor
-            files are compressed with zstandard (token ids shrink several times; replays decompress). Entries
-            of either form are served whatever the setting.
+        compress: ``none``, or ``zstd`` / ``zstd:<level>`` (1-22, ``zstd`` meaning level 1): new entries' tensor
+            files are compressed with zstandard (a verl batch shrinks about 3x; a warm replay takes about 2.5x
+            as long, see docs/performance.md). Entries of either form are served whatever the setting.
     """
 
     role: str
@@ -426,17 +426,17 @@ _COMPRESS_RE = re.compile(r"^zstd(?::(\d+))?$")
 
 
 def _compress(key: str, value: Any) -> str:
-    """``none`` (also false/off/null) or ``zstd:<level>`` (``zstd`` or true: level 3), canonical."""
-    allowed = "none, zstd (level 3) or zstd:<level> with a level from 1 to 22"
+    """``none`` (also false/off/null) or ``zstd:<level>`` (``zstd`` or true: level 1), canonical."""
+    allowed = "none, zstd (level 1) or zstd:<level> with a level from 1 to 22"
     if value is None or value is False or (isinstance(value, str) and value.strip().lower() in ("none", "off",
                                                                                                  "false", "")):
         return "none"
     if value is True:
-        return "zstd:3"
+        return "zstd:1"
     m = _COMPRESS_RE.match(value.strip().lower()) if isinstance(value, str) else None
     if m is None:
         raise ConfigError(key, value, allowed)
-    level = int(m.group(1) or 3)
+    level = int(m.group(1) or 1)  # level 1: nearly level 3's size at about half its cost (bench: compress)
     if not 1 <= level <= 22:
         raise ConfigError(key, value, allowed)
     return f"zstd:{level}"
