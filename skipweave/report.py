@@ -216,10 +216,16 @@ def event(
         )
 
 
-def record_failed(role: str | None = None, target: str | None = None) -> None:
-    """Count a record that failed (the warning itself is logged by the proxy), for its role when given."""
+def record_failed(role: str | None = None, target: str | None = None, *, uncounted: int = 0) -> None:
+    """Count a record that failed (the warning itself is logged by the proxy), for its role when given.
+
+    Args:
+        uncounted: bytes its miss event counted as written (a background write counts them when handed over),
+            taken back from ``bytes_written``.
+    """
     with _lock:
         COUNTERS.record_failures += 1
+        COUNTERS.bytes_written -= uncounted
     if role is not None and target is not None:
         counts = for_target(role, target)  # outside the lock: it takes the lock itself for a new pair
         with _lock:

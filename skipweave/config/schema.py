@@ -417,9 +417,10 @@ def _bytes(key: str, value: Any) -> int:
             raise ConfigError(key, value, "a size in bytes >= 0 (an integer, or e.g. '512MB', '2GiB')")
         return value
     m = _SIZE_RE.match(value) if isinstance(value, str) else None
-    if m is None:
+    size = float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()] if m is not None else -1.0
+    if size < 0 or size != int(size):  # '0.5B' is no number of bytes
         raise ConfigError(key, value, "a size in bytes >= 0 (an integer, or e.g. '512MB', '2GiB')")
-    return int(float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()])
+    return int(size)
 
 
 _COMPRESS_RE = re.compile(r"^zstd(?::(\d+))?$")

@@ -791,21 +791,25 @@ class StepStore:
 
         token = uuid.uuid4().hex[:8]
         tree_name = f"{key.stem}.{token}.tree.json"
-        tensor_name = f"{key.stem}.{token}.tensors.safetensors" + (
-            "" if self.compress is None else tensorfile.COMPRESSED_SUFFIX)
+        plain_name = f"{key.stem}.{token}.tensors.safetensors"
         made: list[str] = []  # names in the folder this write created, removed if it does not commit
         try:
             tmp_tree = _tmp_in(folder, tree_name)
             made.append(tmp_tree)
             _write_new(dir_fd, tmp_tree, staged.tree, sync=sync)
-            tmp_tensors = _tmp_in(folder, tensor_name)
-            made.append(tmp_tensors)
-            # safetensors bytes streamed from the tensors' memory, checksummed on that memory
-            tensor_bytes, tensor_sum = tensorfile.write(
-                tmp_tensors, staged.tensors,
-                desc=None if meta.background else f"skipweave: recording {self.role} step {key.step}",
-                dir_fd=dir_fd, sync=sync, compress=self.compress,
-            )
+            desc = None if meta.background else f"skipweave: recording {self.role} step {key.step}"
+            compress = self.compress
+            while True:  # safetensors bytes streamed from the tensors' memory, checksummed on that memory
+                tensor_name = plain_name + ("" if compress is None else tensorfile.COMPRESSED_SUFFIX)
+                tmp_tensors = _tmp_in(folder, tensor_name)
+                made.append(tmp_tensors)
+                try:
+                    tensor_bytes, tensor_sum = tensorfile.write(tmp_tensors, staged.tensors, desc=desc, dir_fd=dir_fd,
+                                                                sync=sync, compress=compress)
+                    break
+                except tensorfile.TooCompressible:  # (all zeros, say) a reader would refuse it: plainly instead
+                    _remove(dir_fd, [made.pop()])
+                    compress = None
             files = [
                 PayloadFile(tree_name, len(staged.tree), bytes_checksum(staged.tree)),
                 PayloadFile(tensor_name, tensor_bytes, tensor_sum),

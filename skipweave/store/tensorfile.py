@@ -37,6 +37,13 @@ CHUNK = 1 << 20
 """Bytes per ``write``/``readinto`` call, each hashed right after it is copied (while it is still in the
 CPU cache: hashing 16 MiB chunks instead costs about twice as much memory traffic), and the unit of progress."""
 
+MAX_RATIO = 1024
+"""A compressed tensor file decompresses to at most this many times its own size (plus :data:`RATIO_SLACK`): the
+writer stores an entry that would shrink more plainly (:class:`TooCompressible`), and a reader refuses a file whose
+header claims more, so a crafted file of a few KB cannot make a replay allocate gigabytes."""
+
+RATIO_SLACK = 1 << 20
+
 COMPRESSED_SUFFIX = ".zst"
 """Ending of a tensor file written with ``compress`` (``r0-0003.<token>.tensors.safetensors.zst``)."""
 
@@ -119,6 +126,10 @@ def _byte_view(t: torch.Tensor) -> memoryview:
     return t.reshape(-1).view(torch.uint8).numpy().data.cast("B")
 
 
+class TooCompressible(ValueError):
+    """The tensors compress more than :data:`MAX_RATIO` times (e.g. all zeros): written plainly instead."""
+
+
 def _write_all(fd: int, view: memoryview) -> None:
     while view:
         n = os.write(fd, view)
@@ -195,6 +206,8 @@ def write(
 
     Raises:
         ValueError: a tensor cannot be stored.
+        TooCompressible: with ``compress``, the file would be more than :data:`MAX_RATIO` times smaller than its
+            tensors (the file is left for the caller to remove and write plainly).
         OSError: the write or the fsync failed (the partial file is left for the caller to remove).
     """
     prefix, views = _layout(tensors, metadata)
@@ -228,6 +241,8 @@ def write(
                 _write_all(fd, memoryview(out))
                 hasher.update(out)
                 written += len(out)
+            if total > written * MAX_RATIO + RATIO_SLACK:
+                raise TooCompressible(f"{total} bytes compress to {written}: more than {MAX_RATIO}x")
         if sync:
             os.fsync(fd)
     finally:
@@ -297,7 +312,7 @@ def read(path: str, *, size: int, checksum: str, desc: str | None = None) -> dic
         if not compressed:
             hasher.update(prefix)
             hasher.update(header)
-        tensors = _allocate(header, None if compressed else size - 8 - n, path)
+        tensors = _allocate(header, -(size * MAX_RATIO + RATIO_SLACK) if compressed else size - 8 - n, path)
         bar = _progress(size, desc)
         for t in tensors.values():
             for chunk in _chunks(_byte_view(t)) if t.numel() else ():
@@ -336,13 +351,12 @@ class _Hashing:
         return bytes(data)
 
 
-def _allocate(header_bytes: bytes | bytearray, data_size: int | None, path: str) -> dict[str, torch.Tensor]:
+def _allocate(header_bytes: bytes | bytearray, data_size: int, path: str) -> dict[str, torch.Tensor]:
     """Parse a safetensors header and allocate (uninitialised) the tensors it lists, in file order.
 
     The tensors' byte ranges must tile the data section exactly, as safetensors requires; the file is
-    then read into them in this order. ``data_size`` is ``None`` for a compressed file, whose size does not
-    bound what it decompresses to: the tensors may then take at most the machine's memory
-    (:func:`_memory_bytes`), so a few crafted bytes cannot make the replay allocate without end.
+    then read into them in this order. A negative ``data_size`` is the most a compressed file may hold
+    (:data:`MAX_RATIO` times its size): its size does not tell its data section's.
     """
     try:
         header = json.loads(bytes(header_bytes))
@@ -371,9 +385,10 @@ def _allocate(header_bytes: bytes | bytearray, data_size: int | None, path: str)
             if lo != covered:
                 raise ValueError("the tensors' bytes do not tile the data section")
             covered = hi
-        if data_size is None:
-            if covered > _memory_bytes():
-                raise ValueError(f"the tensors would take {covered} bytes, more than this machine's memory")
+        if data_size < 0:
+            if covered > -data_size:
+                raise ValueError(f"the tensors would take {covered} bytes, more than {MAX_RATIO}x the compressed "
+                                 "file (skipweave never writes such a file)")
         elif covered != data_size:
             raise ValueError(f"the tensors' bytes end at {covered}, the data section at {data_size}")
     except (ValueError, KeyError, TypeError) as exc:
@@ -381,12 +396,5 @@ def _allocate(header_bytes: bytes | bytearray, data_size: int | None, path: str)
     return {name: torch.empty(shape, dtype=dtype) for _lo, _hi, name, dtype, shape in spans}
 
 
-def _memory_bytes() -> int:
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return 1 << 40
-
-
-__all__ = ["CHUNK", "COMPRESSED_SUFFIX", "PROGRESS_MIN", "bars_enabled", "file_size", "progress_enabled", "read",
-           "write"]
+__all__ = ["CHUNK", "COMPRESSED_SUFFIX", "MAX_RATIO", "PROGRESS_MIN", "TooCompressible", "bars_enabled", "file_size",
+           "progress_enabled", "read", "write"]

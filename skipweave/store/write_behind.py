@@ -107,19 +107,26 @@ class WriteBehind:
         future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
         item = _Pending(store, key, staged, meta, on_done, future)
         sid = id(store)
+        store.pending_add(key, future)  # first: a replay of it waits from now on, also while this call waits
+        try:
+            with self._cond:
+                held = self._held.get(sid, 0)
+                if held and held + staged.nbytes > budget:
+                    t0 = time.perf_counter()
+                    logger.debug("skipweave: role %s: write buffer full (%d bytes pending, %d more for %s, "
+                                 "write_buffer=%d); waiting for the writer", store.role, held, staged.nbytes, key,
+                                 budget)
+                    while self._held.get(sid, 0) and self._held.get(sid, 0) + staged.nbytes > budget:
+                        self._cond.wait()
+                    logger.debug("skipweave: role %s: waited %.3f s for write buffer room for %s", store.role,
+                                 time.perf_counter() - t0, key)
+                self._held[sid] = self._held.get(sid, 0) + staged.nbytes
+                self._queue.append(item)
+        except BaseException as exc:  # interrupted while waiting (Ctrl-C): not queued, nothing waits for it
+            store.pending_done(key)
+            future.set_result(exc)
+            raise
         with self._cond:
-            held = self._held.get(sid, 0)
-            if held and held + staged.nbytes > budget:
-                t0 = time.perf_counter()
-                logger.debug("skipweave: role %s: write buffer full (%d bytes pending, %d more for %s, "
-                             "write_buffer=%d); waiting for the writer", store.role, held, staged.nbytes, key, budget)
-                while self._held.get(sid, 0) and self._held.get(sid, 0) + staged.nbytes > budget:
-                    self._cond.wait()
-                logger.debug("skipweave: role %s: waited %.3f s for write buffer room for %s", store.role,
-                             time.perf_counter() - t0, key)
-            self._held[sid] = self._held.get(sid, 0) + staged.nbytes
-            store.pending_add(key, future)
-            self._queue.append(item)
             self._start_locked()
             self._cond.notify_all()
         return future

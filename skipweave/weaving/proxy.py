@@ -928,11 +928,13 @@ class SkipProxy:
             if WRITER.through is None and 0 < staged.nbytes <= budget:
                 staged = staged.owned()  # the host may change its result in place as soon as it has it
                 self._claim(d.step, d.shard, key.call)  # never served to this process's own later calls
-                self._unregister(d)  # ran: a later call of the step is not concurrent with it; waiters wait on
-                WRITER.submit(self.store, key, staged, meta, budget=budget,  # the pending entry instead
-                              on_done=lambda outcome: self._written(d, key, outcome))
+                WRITER.submit(self.store, key, staged, meta, budget=budget,
+                              on_done=lambda outcome: self._written(d, key, outcome, counted=staged.nbytes))
                 handed_over = True
                 nbytes = staged.nbytes
+                # Only now, the entry pending: a later call of the step is not concurrent with this one, and
+                # single-flight waiters choose again and wait for the pending entry.
+                self._unregister(d)
             else:
                 nbytes, committed = self.store.commit(key, staged, meta, displace=True)
                 self._written(d, key, (nbytes, committed), end=False)
@@ -947,12 +949,13 @@ class SkipProxy:
         annotate(result, status, d.step, None)
         return result, handed_over
 
-    def _written(self, d: _Decision, key: Any, outcome: Any, *, end: bool = True) -> None:
+    def _written(self, d: _Decision, key: Any, outcome: Any, *, end: bool = True, counted: int = 0) -> None:
         """A record of ``d`` ended (in the background writer's thread when ``end``: the call then ends in the
-        store, so its part closes only once its entries are committed)."""
+        store, so its part closes only once its entries are committed). ``counted``: bytes already counted as
+        written when the entry was handed over (taken back if it failed)."""
         try:
             if isinstance(outcome, BaseException):
-                report.record_failed(self.role.role, self.target.name)
+                report.record_failed(self.role.role, self.target.name, uncounted=counted)
                 logger.warning(
                     "skipweave: recording %s under %s failed (%s: %s); the live result %s and nothing partial "
                     "was left", key, self.store.dump_dir, type(outcome).__name__, outcome,

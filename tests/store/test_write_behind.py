@@ -304,7 +304,7 @@ def test_write_buffer_is_checked_and_named_in_errors() -> None:
     role = {"enable": True, "targets": {"g": "m:f"}}
     assert parse_skip({"rollout": {**role, "write_buffer": "512MiB"}}).roles["rollout"].write_buffer == 512 << 20
     assert parse_skip({"rollout": {**role, "write_buffer": "1.5GB"}}).roles["rollout"].write_buffer == 1_500_000_000
-    for bad in (-1, "lots", True, [1]):
+    for bad in (-1, "lots", True, [1], "0.5B", "1.7"):
         with pytest.raises(ConfigError, match=r"skip\.rollout\.write_buffer"):
             parse_skip({"rollout": {**role, "write_buffer": bad}})
 
@@ -318,3 +318,19 @@ def test_torch_tensors_staged_for_the_writer_own_their_memory(tmp_path: Path) ->
     assert any(t.data_ptr() == x.data_ptr() for t in staged.tensors.values())  # staged alone shares the host's
     assert all(t.data_ptr() != x.data_ptr() for t in owned.tensors.values())
     assert sorted(t.tolist() for t in owned.tensors.values()) == [list(range(8))]
+
+
+def test_a_flush_that_takes_over_a_second_shows_a_progress_bar(host_module: Any, tmp_path: Path,
+                                                               gate: threading.Event,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    name, _ = host_module(HOST)
+    m = sys.modules[name]
+    monkeypatch.setenv("SKIPWEAVE_PROGRESS", "1")
+    skipweave.weave(_plan(tmp_path, name))
+    m.gen(1, n=1 << 16)
+    threading.Timer(1.6, gate.set).start()  # the writer is held for longer than BAR_AFTER_S
+    assert skipweave.flush() is True
+    err = capsys.readouterr().err
+    assert "finishing 1 pending recording" in err, err
+    assert len(_manifests(tmp_path)) == 1
