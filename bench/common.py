@@ -104,6 +104,19 @@ def write_host(prefix: str, name: str, source: str) -> tuple[str, Any]:
     return work, importlib.import_module(name)
 
 
+def sized_main(doc: str | None, measure: Any, mb: float) -> None:
+    """The command line of a child measuring one batch size: ``--mb`` (default ``mb``), ``--rounds``, ``--dir``;
+    prints ``measure(mb, rounds, dir)`` as the child's JSON line."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    parser.add_argument("--mb", type=float, default=mb)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dir", required=True)
+    args = parser.parse_args()
+    emit(measure(args.mb, args.rounds, args.dir))
+
+
 def emit(data: Any) -> None:
     """Print a child's result as one JSON line (the parent reads the last line)."""
     sys.stdout.write(json.dumps(data) + "\n")

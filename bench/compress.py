@@ -10,14 +10,13 @@ back with ``StepStore.load`` from a warm page cache (decompress, verify, decode)
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import shutil
 import time
 from typing import Any
 
-from bench.common import emit
+from bench.common import sized_main
 from bench.payload import make_batch, sequences_for
 
 SETTINGS = ("none", "zstd:1", "zstd:3")
@@ -63,14 +62,5 @@ def measure(mb: float, rounds: int, folder: str) -> dict[str, Any]:
     return {"cases": out, "mb": mb, "rounds": rounds, "settings": list(SETTINGS)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mb", type=float, default=64.0)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--dir", required=True)
-    args = parser.parse_args()
-    emit(measure(args.mb, args.rounds, args.dir))
-
-
 if __name__ == "__main__":
-    main()
+    sized_main(__doc__, measure, mb=64.0)

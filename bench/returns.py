@@ -15,7 +15,6 @@ host's own work is nil and what the call costs is skipweave's. Per round, back t
 
 from __future__ import annotations
 
-import argparse
 import gc
 import logging
 import os
@@ -23,7 +22,7 @@ import shutil
 import time
 from typing import Any
 
-from bench.common import emit, peak_bytes, reset_peak, rss_bytes, write_host
+from bench.common import peak_bytes, reset_peak, rss_bytes, sized_main, write_host
 from bench.io_cases import raw_buffers, raw_write
 from bench.payload import make_batch, sequences_for
 
@@ -87,14 +86,5 @@ def measure(mb: float, rounds: int, folder: str) -> dict[str, Any]:
     return {"cases": out, "bytes": nbytes, "mb": mb, "rounds": rounds}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mb", type=float, default=250.0)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--dir", required=True)
-    args = parser.parse_args()
-    emit(measure(args.mb, args.rounds, args.dir))
-
-
 if __name__ == "__main__":
-    main()
+    sized_main(__doc__, measure, mb=250.0)

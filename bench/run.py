@@ -421,11 +421,11 @@ def section_returns(opts: argparse.Namespace) -> list[Row]:
 def section_small(opts: argparse.Namespace) -> list[Row]:
     """Per-sample recording: many 1 KB entries recorded (amortized, with the final flush) and replayed."""
     base = opts.dir or tempfile.gettempdir()
-    entries = 400 if opts.quick else 4000
+    entries = 100 if opts.quick else 2000
     folder = tempfile.mkdtemp(prefix="skipweave-bench-small-", dir=base)
     try:
         data = run_child("bench.small", ["--entries", str(entries), "--kb", "1", "--rounds",
-                                         "1" if opts.quick else "3", "--dir", folder], timeout=3600)
+                                         "1" if opts.quick else "2", "--dir", folder], timeout=3600)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     cases = data["cases"]
@@ -449,7 +449,7 @@ def section_small(opts: argparse.Namespace) -> list[Row]:
 def section_compress(opts: argparse.Namespace) -> list[Row]:
     """Bytes on disk, record and warm replay seconds per ``compress`` setting, for a verl batch and token ids."""
     base = opts.dir or tempfile.gettempdir()
-    mb = 16.0 if opts.quick else 128.0
+    mb = 4.0 if opts.quick else 128.0
     folder = tempfile.mkdtemp(prefix="skipweave-bench-compress-", dir=base)
     try:
         data = run_child("bench.compress", ["--mb", str(mb), "--rounds", "1" if opts.quick else "3", "--dir", folder],
