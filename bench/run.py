@@ -404,7 +404,7 @@ def section_returns(opts: argparse.Namespace) -> list[Row]:
         rows.append(row("returns", "raw write + fsync of the same bytes (reference)", raw, "s", group=group,
                         key=f"returns.{label}.raw"))
         behind = cases["behind"]
-        r = row("returns", "recorded call returns (write-behind, default write_buffer)", behind["seconds"], "s",
+        r = row("returns", "call returns, write-behind (default write_buffer)", behind["seconds"], "s",
                 group=group, key=f"returns.{label}.behind", ratio=_paired(behind["seconds"], raw), ratio_to="raw",
                 peak_mb=max(behind["peak_extra"]) / 1e6,
                 note=f"then flush() {median(behind['flush_s']):.2f} s (the writing the host did not wait for); "
@@ -413,7 +413,7 @@ def section_returns(opts: argparse.Namespace) -> list[Row]:
         r["ok"] = r["ratio"] is not None and r["ratio"] <= RETURN_RATIO_LIMIT
         rows.append(r)
         through = cases["through"]["seconds"]
-        rows.append(row("returns", "recorded call returns (write-through, write_buffer: 0)", through, "s",
+        rows.append(row("returns", "call returns, write-through (write_buffer: 0)", through, "s",
                         group=group, key=f"returns.{label}.through", ratio=_paired(through, raw), ratio_to="raw"))
     return rows
 
