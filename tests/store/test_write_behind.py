@@ -287,11 +287,16 @@ def test_a_forked_child_does_not_wait_for_the_parents_pending_writes(host_module
         finally:
             os._exit(0)
     os.close(write)
-    t0 = time.monotonic()
-    _, status = os.waitpid(pid, 0)
+    deadline = time.monotonic() + 60
+    while (ended := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if ended[0] == 0:  # never hang the suite: the child is stuck (waiting for the parent's entry)
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child did not end within 60 s")
     answer = os.read(read, 1024)
     os.close(read)
-    assert status == 0 and json.loads(answer) == {"ok": True} and time.monotonic() - t0 < 30
+    assert ended[1] == 0 and json.loads(answer) == {"ok": True}
     gate.set()
     skipweave.unweave()
     assert len(_manifests(tmp_path)) >= 1
@@ -329,7 +334,7 @@ def test_a_flush_that_takes_over_a_second_shows_a_progress_bar(host_module: Any,
     monkeypatch.setenv("SKIPWEAVE_PROGRESS", "1")
     skipweave.weave(_plan(tmp_path, name))
     m.gen(1, n=1 << 16)
-    threading.Timer(1.6, gate.set).start()  # the writer is held for longer than BAR_AFTER_S
+    threading.Timer(2.5, gate.set).start()  # the writer is held for longer than BAR_AFTER_S
     assert skipweave.flush() is True
     err = capsys.readouterr().err
     assert "finishing 1 pending recording" in err, err
