@@ -118,7 +118,7 @@ def first_call(role: str, target: str, *, eligible: bool) -> None:
         kinds.append("eligible")
     expected = _EXPECTED.get((role, target))
     if expected is not None and kinds:
-        if _loop_running():  # an async target's first call: the mark's file I/O never runs on the event loop
+        if loop_running():  # an async target's first call: the mark's file I/O never runs on the event loop
             threading.Thread(target=_mark, args=(expected, kinds), name="skipweave-mark", daemon=True).start()
         else:
             _mark(expected, kinds)
@@ -129,7 +129,8 @@ def _mark(expected: Expected, kinds: list[str]) -> None:
         expected.mark(kind)
 
 
-def _loop_running() -> bool:
+def loop_running() -> bool:
+    """An event loop runs in this thread (without importing asyncio: none runs before it is imported)."""
     asyncio = sys.modules.get("asyncio")  # no event loop without asyncio imported
     if asyncio is None:
         return False

@@ -96,7 +96,7 @@ class Staged:
 
     Attributes:
         tree: the codec's JSON tree, serialised.
-        tensors: flat ``name -> tensor`` mapping (contiguous CPU tensors; owned copies when staged with ``copy``).
+        tensors: flat ``name -> tensor`` mapping (contiguous CPU tensors; owned copies after :meth:`owned`).
         pickled: some value was pickled (``allow_pickle``).
         nbytes: bytes the entry's payload files take (the tree and the tensor file), about the memory a pending
             write holds.
@@ -590,7 +590,7 @@ class StepStore:
             OSError: the disk refused a write (no partial entry is left; an older entry is intact).
         """
         meta = EntryMeta(target_path, fingerprint, seconds, replace, concurrent)
-        nbytes, _ = self.commit(key, self.stage(result, rng_state=rng_state, effects=effects), meta, displace=False)
+        nbytes, _ = self.commit(key, self.stage(result, rng_state=rng_state, effects=effects), meta)
         return nbytes
 
     def record_own(
@@ -616,7 +616,7 @@ class StepStore:
             the same as :meth:`record`.
         """
         meta = EntryMeta(target_path, fingerprint, seconds, replace, concurrent, displace=True)
-        return self.commit(key, self.stage(result, rng_state=rng_state, effects=effects), meta, displace=True)
+        return self.commit(key, self.stage(result, rng_state=rng_state, effects=effects), meta)
 
     def stage(self, result: Any, *, rng_state: dict[str, Any] | None,
               effects: dict[str, Any] | None = None) -> Staged:
@@ -643,8 +643,8 @@ class StepStore:
         tree = json.dumps(encoded.tree, separators=(",", ":")).encode()  # now: the tree may hold host objects
         return Staged(tree, encoded.tensors, encoded.pickled, len(tree) + tensorfile.file_size(encoded.tensors))
 
-    def commit(self, key: EntryKey, staged: Staged, meta: EntryMeta, *, displace: bool) -> tuple[int, EntryKey]:
-        """Write and commit one staged entry (see :meth:`record`; ``displace`` as in :meth:`record_own`).
+    def commit(self, key: EntryKey, staged: Staged, meta: EntryMeta) -> tuple[int, EntryKey]:
+        """Write and commit one staged entry (see :meth:`record`; ``meta.displace`` as in :meth:`record_own`).
 
         Returns:
             Bytes written (0 when another writer's entry was kept) and the key committed under.
@@ -662,11 +662,11 @@ class StepStore:
                     outcome = None if written is None else self._publish(dir_fd, folder, written)
                 finally:
                     os.close(dir_fd)
-            if outcome is not None or not displace:
+            if outcome is not None or not meta.displace:
                 break
             taken = self.part_info(key.step, key.target, key.shard).calls
             key = dataclasses.replace(key, call=max([key.call, *taken]) + 1)  # the next free slot
-        self._committed([key] if outcome is not None else [], [key])
+        self._committed([key])
         if outcome is None:
             return 0, key
         nbytes, leftovers = outcome
@@ -693,13 +693,16 @@ class StepStore:
         committed: list[EntryKey] = []
         leftovers: dict[EntryKey, list[str]] = {}
         fds: dict[str, int] = {}
+        folders: dict[tuple[int, str], str] = {}  # (step, target) -> its checked folder, once per group
         with contextlib.ExitStack() as locks:
             try:
                 written: list[tuple[int, int, str, _Written]] = []
                 for i in order:
                     key, staged, meta = items[i]
                     try:
-                        folder = self.folder(key.step, key.target, create=True)
+                        folder = folders.get((key.step, key.target)) or self.folder(key.step, key.target,
+                                                                                     create=True)
+                        folders[(key.step, key.target)] = folder
                         locks.enter_context(filelock.FileLock(lock_path(folder, f".{key.stem}.lock"),
                                                               timeout=LOCK_TIMEOUT_S))
                         if folder not in fds:
@@ -733,17 +736,18 @@ class StepStore:
                         os.fsync(fd)
                     except OSError as exc:
                         for key in committed:
-                            if self.folder(key.step, key.target) == folder:
+                            if folders[(key.step, key.target)] == folder:
                                 leftovers[key].append(f"the folder's fsync ({type(exc).__name__}: {exc})")
             finally:
                 for fd in fds.values():
                     os.close(fd)
-        self._committed(committed, [r[1] for r in results if isinstance(r, tuple)])
+        self._committed([r[1] for r in results if isinstance(r, tuple)])
         self._bookkeep(committed, leftovers)
         return results
 
-    def _committed(self, committed: list[EntryKey], kept: list[EntryKey]) -> None:
-        """Count the parts of entries now committed (or kept) as this process's, servable and open."""
+    def _committed(self, kept: list[EntryKey]) -> None:
+        """Count the parts of entries now committed (or another writer's kept) as this process's, servable and
+        open."""
         with self._lock:  # only now: a failed write leaves no part of this process's to close at exit
             for key in kept:
                 self._writing.add((key.step, key.target, key.shard))

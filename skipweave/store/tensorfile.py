@@ -112,11 +112,16 @@ def bars_enabled() -> bool:
 def _progress(total: int, desc: str | None) -> _Progress:
     if not desc or not progress_enabled(total):
         return _NoProgress()
+    bar: _Progress = byte_bar(total, desc)
+    return bar
+
+
+def byte_bar(total: int, desc: str) -> Any:
+    """A tqdm bar on stderr counting ``total`` bytes (the caller decides whether bars show: :func:`bars_enabled`)."""
     from tqdm import tqdm
 
-    bar: _Progress = tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr,
-                          leave=False, dynamic_ncols=True)
-    return bar
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, leave=False,
+                dynamic_ncols=True)
 
 
 def _byte_view(t: torch.Tensor) -> memoryview:
@@ -396,5 +401,5 @@ def _allocate(header_bytes: bytes | bytearray, data_size: int, path: str) -> dic
     return {name: torch.empty(shape, dtype=dtype) for _lo, _hi, name, dtype, shape in spans}
 
 
-__all__ = ["CHUNK", "COMPRESSED_SUFFIX", "MAX_RATIO", "PROGRESS_MIN", "TooCompressible", "bars_enabled", "file_size",
-           "progress_enabled", "read", "write"]
+__all__ = ["CHUNK", "COMPRESSED_SUFFIX", "MAX_RATIO", "PROGRESS_MIN", "TooCompressible", "bars_enabled", "byte_bar",
+           "file_size", "progress_enabled", "read", "write"]

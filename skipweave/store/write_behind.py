@@ -30,7 +30,6 @@ import collections
 import concurrent.futures
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -243,7 +242,7 @@ def _write(batch: list[_Pending]) -> list[Outcome]:
     for item, result in zip(batch, results, strict=True):
         if result is None:
             try:
-                result = store.commit(item.key, item.staged, item.meta, displace=item.meta.displace)
+                result = store.commit(item.key, item.staged, item.meta)
             except Exception as exc:  # noqa: BLE001 - reported by the item's on_done
                 result = exc
         out.append(result)
@@ -251,14 +250,9 @@ def _write(batch: list[_Pending]) -> list[Outcome]:
 
 
 def _bar(total: int, entries: int) -> Any:
-    from skipweave.store.tensorfile import bars_enabled
+    from skipweave.store.tensorfile import bars_enabled, byte_bar
 
-    if not bars_enabled():
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=f"skipweave: finishing {entries} pending recording(s)", unit="B",
-                unit_scale=True, unit_divisor=1024, file=sys.stderr, leave=False, dynamic_ncols=True)
+    return byte_bar(total, f"skipweave: finishing {entries} pending recording(s)") if bars_enabled() else None
 
 
 _MP_HOOKED_PID: int | None = None

@@ -408,7 +408,7 @@ class SkipProxy:
                    d: _Decision) -> Any:
         if d.wait is not None:  # single flight: wait for the running call that will serve this one
             other, d.wait = d.wait, None
-            if other.done is not None and other.thread != threading.get_ident() and not _loop_running():
+            if other.done is not None and other.thread != threading.get_ident() and not report.loop_running():
                 # (in a thread that runs that call or an event loop, waiting here could never end: run live)
                 other.done.result()
                 d.waited = True  # waits once: if that call recorded nothing, this one runs live, not in a queue
@@ -936,7 +936,7 @@ class SkipProxy:
                 # single-flight waiters choose again and wait for the pending entry.
                 self._unregister(d)
             else:
-                nbytes, committed = self.store.commit(key, staged, meta, displace=True)
+                nbytes, committed = self.store.commit(key, staged, meta)
                 self._written(d, key, (nbytes, committed), end=False)
                 slot = committed.call
         except codec.PickleRefused as exc:
@@ -987,15 +987,6 @@ def _chooser() -> concurrent.futures.ThreadPoolExecutor:
 
 
 os.register_at_fork(after_in_child=_CHOOSERS.clear)  # the parent's thread does not exist in a forked child
-
-
-def _loop_running() -> bool:
-    """An event loop runs in this thread (blocking it would stop the very calls it waits for)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 def plain_copy(value: Any) -> Any:
