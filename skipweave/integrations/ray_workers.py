@@ -47,6 +47,7 @@ import os
 import sys
 import threading
 import types
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -369,11 +370,12 @@ def worker_setup() -> None:
     keeps Ray's own behaviour (the worker stops, naming the hook).
     """
     _WORKER.active = True
-    from skipweave.store.write_behind import write_through
+    from skipweave.store import write_behind
 
     # Ray ends its workers with SIGTERM and, a fraction of a second later, SIGKILL, running no exit handler: a
-    # recording still pending then would be lost, so a worker's records commit before its calls return.
-    write_through("a Ray worker, which Ray ends without running exit handlers")
+    # recording still pending then would be lost. So a worker writes behind only within a task or actor method,
+    # which returns once its recordings are committed (_patch_executors), and writes through elsewhere.
+    write_behind.write_through("a Ray worker, which Ray ends without running exit handlers")
     try:
         _weave_this_worker()
     except Exception as exc:  # noqa: BLE001 - reported through WorkerWeaveError, never raised here
@@ -507,11 +509,58 @@ def _patch_actor_class_loaders() -> None:
     for name in _LOADERS:
         if name not in missing:
             wrapt.wrap_function_wrapper(manager, name, _after_class_load)
+    _patch_executors(manager)
     if missing:
         logger.warning(
             "skipweave: this Ray version has no FunctionActorManager.%s; targets that are actor methods are "
             "not woven in its workers (tasks of module functions still are)", "/".join(missing),
         )
+
+
+def _patch_executors(manager: Any) -> None:
+    """Run every Ray task and actor method of this worker within a write-behind scope
+    (:func:`skipweave.store.write_behind.scoped`): what it records is written behind it, and it returns to its
+    caller once that is committed. Ray makes each actor method's executor in ``_make_actor_method_executor``
+    (when it loads the class) and hands a task's function out of ``get_execution_info``."""
+    hooks = {"_make_actor_method_executor": _scoped_method_executor, "get_execution_info": _scoped_task}
+    absent = [name for name in hooks if not hasattr(manager, name)]
+    for name, hook in hooks.items():
+        if name not in absent:
+            wrapt.wrap_function_wrapper(manager, name, hook)
+    if absent:
+        logger.info("skipweave: this Ray version has no FunctionActorManager.%s; recordings of its tasks or actor "
+                    "methods are written before each call returns", "/".join(absent))
+
+
+def _scoped_method_executor(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def bind(method_name: str, method: Any) -> tuple[str, Any]:
+        return method_name, method
+
+    from skipweave.store import write_behind
+
+    method_name, method = bind(*args, **kwargs)
+    if not method_name.startswith("__ray"):  # Ray's own methods (__ray_ready__, __ray_terminate__, ...)
+        method = write_behind.scoped(method)
+    return wrapped(method_name, method)
+
+
+_SCOPED_TASKS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _scoped_task(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    from skipweave.store import write_behind
+
+    info = wrapped(*args, **kwargs)
+    function = getattr(info, "function", None)
+    if function is None or hasattr(function, "method"):  # an actor method's executor: scoped when it was made
+        return info
+    try:
+        scoped = _SCOPED_TASKS.get(function)
+        if scoped is None:
+            scoped = _SCOPED_TASKS[function] = write_behind.scoped(function)
+    except TypeError:  # not weak-referenceable
+        scoped = write_behind.scoped(function)
+    return info._replace(function=scoped)
 
 
 def _after_class_load(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -18,21 +18,28 @@ not yet committed.
   exit and at a ``multiprocessing`` child's exit. A replay in this process of an entry still pending waits for
   it (:meth:`~skipweave.store.step_store.StepStore.wait_pending`).
 - **Where exit handlers do not run** (a Ray worker: Ray ends it with SIGTERM and then SIGKILL within a fraction
-  of a second, running no ``atexit``), :func:`write_through` turns write-behind off for the process: every record
-  commits before its call returns, so no recording is lost at shutdown.
+  of a second, running no ``atexit``), :func:`write_through` turns write-behind off for the process, except
+  within a :func:`scope`: a Ray task or actor method runs in one (``skipweave.integrations.ray_workers``), its
+  recordings are written behind it, and it returns to its caller only once they are committed. So a TaskRunner's
+  ``run()`` writes behind for a whole training, and no recording is lost when Ray ends the worker.
 - **fork.** A forked child starts with an empty writer: the parent's pending entries are the parent's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import collections
 import concurrent.futures
+import contextvars
+import functools
+import inspect
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +92,14 @@ class WriteBehind:
         """Why this process records in the caller's thread (:func:`write_through`), or ``None``."""
         return self._through
 
+    def behind(self) -> bool:
+        """Whether a recording made here and now may be handed to the writer: always, unless this process writes
+        through (:func:`write_through`) and the caller is not within an open :func:`scope`."""
+        if self._through is None:
+            return True
+        current = _SCOPE.get()
+        return current is not None and current.open
+
     def submit(self, store: StepStore, key: EntryKey, staged: Staged, meta: EntryMeta, *, budget: int,
                on_done: Callable[[Outcome], None]) -> concurrent.futures.Future[Outcome]:
         """Queue a staged entry for the writer thread; waits first while ``store`` holds more than ``budget``
@@ -106,6 +121,9 @@ class WriteBehind:
         future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
         item = _Pending(store, key, staged, meta, on_done, future)
         sid = id(store)
+        current = _SCOPE.get()
+        if current is not None:
+            current.add(future)
         store.pending_add(key, future)  # first: a replay of it waits from now on, also while this call waits
         try:
             with self._cond:
@@ -294,11 +312,101 @@ def flush(timeout: float | None = None) -> bool:
     return WRITER.flush(timeout)
 
 
+class Scope:
+    """The recordings handed to the writer within one unit of the host's work (a Ray task or actor method), so
+    that unit can end only once they are committed. See :func:`scope`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._futures: list[concurrent.futures.Future[Outcome]] = []
+        self.open = True
+
+    def add(self, future: concurrent.futures.Future[Outcome]) -> None:
+        """Count a recording handed over in this scope (one handed over after :meth:`close` is not waited for:
+        a task the unit started and left running)."""
+        with self._lock:
+            if self.open:
+                self._futures.append(future)
+
+    def close(self) -> list[concurrent.futures.Future[Outcome]]:
+        """End the scope: later recordings of its context write through; returns the ones to wait for."""
+        with self._lock:
+            self.open = False
+            futures, self._futures = self._futures, []
+        return futures
+
+
+_SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("skipweave_write_scope", default=None)
+
+
+def _enter() -> tuple[Scope, contextvars.Token[Scope | None]] | None:
+    if _SCOPE.get() is not None:
+        return None  # within another scope: the outermost waits
+    current = Scope()
+    return current, _SCOPE.set(current)
+
+
+def _leave(entered: tuple[Scope, contextvars.Token[Scope | None]] | None) -> list[concurrent.futures.Future[Outcome]]:
+    if entered is None:
+        return []
+    current, token = entered
+    _SCOPE.reset(token)
+    return current.close()
+
+
+@contextmanager
+def scope() -> Iterator[Scope | None]:
+    """Within this block (this thread, and the asyncio tasks and ``to_thread`` calls it starts, which copy the
+    context), recordings are written behind even where the process writes through; leaving it waits until they
+    are committed, so what the block recorded is on disk once it is left (a failed write was logged at WARNING
+    and does not raise here).
+
+    A block within another one adds nothing: the outermost waits. Yields the new :class:`Scope`, or ``None``
+    when nested.
+    """
+    entered = _enter()
+    try:
+        yield None if entered is None else entered[0]
+    finally:
+        concurrent.futures.wait(_leave(entered))
+
+
+def scoped(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run within a :func:`scope`: the returned function returns once what ``fn`` recorded is committed. For a
+    coroutine function it is an ``async def`` one, whose wait runs in a worker thread while the event loop goes on.
+
+    Returned unchanged: generator functions (a streaming Ray method, ended by its consumer) and bound methods
+    (a classmethod: Ray tells those apart by their ``__self__``). Their recordings stay written through where the
+    process writes through.
+    """
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn) or hasattr(fn, "__self__"):
+        return fn
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def run_async(*args: Any, **kwargs: Any) -> Any:
+            entered = _enter()
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                futures = _leave(entered)
+                if futures:
+                    await asyncio.to_thread(concurrent.futures.wait, futures)
+
+        return run_async
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with scope():
+            return fn(*args, **kwargs)
+
+    return run
+
+
 def write_through(reason: str) -> None:
     """Record in the caller's thread in this process from now on (each record commits before its call returns),
     because ``reason`` (e.g. "a Ray worker, which Ray ends without running exit handlers")."""
     WRITER._through = reason
 
 
-__all__ = ["BAR_AFTER_S", "BATCH_BYTES", "BATCH_ENTRIES", "Outcome", "WRITER", "WriteBehind", "flush",
-           "write_through"]
+__all__ = ["BAR_AFTER_S", "BATCH_BYTES", "BATCH_ENTRIES", "Outcome", "Scope", "WRITER", "WriteBehind", "flush",
+           "scope", "scoped", "write_through"]

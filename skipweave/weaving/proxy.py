@@ -925,7 +925,7 @@ class SkipProxy:
             meta = EntryMeta(self.target.path, d.fp or "", seconds, d.replace, d.concurrent, displace=True,
                              background=True)
             budget = self.role.write_buffer
-            if WRITER.through is None and 0 < staged.nbytes <= budget:
+            if WRITER.behind() and 0 < staged.nbytes <= budget:
                 staged = staged.owned()  # the host may change its result in place as soon as it has it
                 self._claim(d.step, d.shard, key.call)  # never served to this process's own later calls
                 WRITER.submit(self.store, key, staged, meta, budget=budget,

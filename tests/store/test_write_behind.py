@@ -339,3 +339,72 @@ def test_a_flush_that_takes_over_a_second_shows_a_progress_bar(host_module: Any,
     err = capsys.readouterr().err
     assert "finishing 1 pending recording" in err, err
     assert len(_manifests(tmp_path)) == 1
+
+
+def test_a_write_through_process_writes_behind_within_a_scope_and_leaving_it_waits(
+        host_module: Any, tmp_path: Path, gate: threading.Event, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a Ray worker does (skipweave.integrations.ray_workers wraps each task and actor method in scoped())."""
+    import asyncio
+
+    from skipweave.store import write_behind
+
+    name, _ = host_module(HOST)
+    m = sys.modules[name]
+    monkeypatch.setattr(WRITER, "_through", "a test")
+    skipweave.weave(_plan(tmp_path, name))
+    m.gen(1)  # outside a scope: committed before it returns, though the writer is held
+    assert len(_manifests(tmp_path)) == 1 and WRITER.pending()[0] == 0
+
+    seen: dict[str, Any] = {}
+
+    def method() -> None:  # a sync actor method calling the target twice, and once from a thread it starts
+        with write_behind.scope() as inner:
+            assert inner is None  # nested: the outermost waits
+            m.gen(2)
+        m.gen(3)
+        seen["pending"] = WRITER.pending()[0]
+        thread = threading.Thread(target=m.gen, args=(4,))
+        thread.start()
+        thread.join()
+        seen["after_thread"] = WRITER.pending()[0]
+
+    done = threading.Event()
+    runner = threading.Thread(target=lambda: (write_behind.scoped(method)(), done.set()))
+    runner.start()
+    assert not done.wait(0.5)  # leaving the scope waits for the held writer
+    assert seen == {"pending": 2, "after_thread": 2}  # steps 2, 3 behind; step 4 (the thread) written through
+    gate.set()
+    assert done.wait(30)
+    runner.join()
+    assert len(_manifests(tmp_path)) == 4
+
+    async def coroutine_method() -> int:  # an async actor method
+        m.gen(5)
+        await asyncio.sleep(0)
+        return WRITER.pending()[0]
+
+    assert asyncio.iscoroutinefunction(write_behind.scoped(coroutine_method))
+    gate.clear()
+
+    async def drive() -> tuple[int, int]:
+        ticks = 0
+        task = asyncio.ensure_future(write_behind.scoped(coroutine_method)())
+        while not task.done():  # the loop goes on while the method waits for its entry
+            await asyncio.sleep(0.01)
+            ticks += 1
+            if ticks == 20:
+                gate.set()
+        return await task, ticks
+
+    pending, ticks = asyncio.run(drive())
+    assert pending == 1 and ticks >= 20 and len(_manifests(tmp_path)) == 5
+    skipweave.unweave()
+
+    def gen_fn() -> Iterator[int]:
+        yield 1
+
+    class Actor:
+        @classmethod
+        def build(cls) -> None: ...
+
+    assert write_behind.scoped(gen_fn) is gen_fn and write_behind.scoped(Actor.build) == Actor.build

@@ -119,6 +119,20 @@ def test_worker_entries_land_in_one_store_one_copy_per_entry_shards_apart(runs: 
     assert "helper" not in os.listdir(dump / "1")  # the driver-only target never ran in a worker
 
 
+def test_targets_called_within_an_actor_method_write_behind_and_are_committed_when_it_returns(
+    runs: dict[str, Any],
+) -> None:
+    loop = runs["record"]["loop"]
+    assert loop["thread"] == 0  # a thread the method started is outside its scope: written through
+    assert all(n >= 1 for n in loop["method"]), loop  # the writer (slowed) still had them after the call
+    assert all(n >= 1 for n in loop["async"]), loop  # also on an async actor's event loop
+    one = ["r0-0000.manifest.json"]
+    assert loop["on_disk"] == [one] * 3 and loop["async_on_disk"] == [one] * 2, loop  # before ray.shutdown
+    replay = runs["replay"]["loop"]
+    assert replay["thread"] == 0 and replay["method"] == [0, 0] and replay["async"] == [0, 0]  # hits
+    assert not [m for m in runs["replay"]["live_calls"] if m.startswith("inner-")]
+
+
 def test_the_apps_runtime_env_is_preserved_and_its_setup_hook_chained(runs: dict[str, Any]) -> None:
     common = {"APP_VAR": "kept", "has_plan": True, "working_dir_marker": "wd-ok"}
     assert runs["record"]["env"] == {**common, "APP_HOOK_RAN": "dotted"}  # hook given as a dotted path

@@ -55,6 +55,7 @@ def plan(dump_dir: str) -> dict[str, Any]:
             "async_gen": "rayapp.workers:AsyncBase.generate",  # inherited by the actor's class
             "main": "__main__:MainWorker.generate",
             "task": "rayapp.workers:rollout_task",
+            "inner": "rayapp.workers:inner_rollout",
             "helper": "driver_only_mod:Helper.run",
         },
     }}}
@@ -67,6 +68,16 @@ def jsonable(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return value.tolist()
     return value
+
+
+def on_disk(role_dir: str, steps: list[int]) -> list[list[str]]:
+    """The manifests of target ``inner`` per step, right now."""
+    out = []
+    for step in steps:
+        folder = os.path.join(role_dir, str(step), "inner")
+        out.append(sorted(n for n in os.listdir(folder) if n.endswith(".manifest.json"))
+                   if os.path.isdir(folder) else [])
+    return out
 
 
 def main() -> None:
@@ -124,6 +135,12 @@ def main() -> None:
         stats = {name: ray.get(a.stats.remote()) for name, a in actors.items()}
         env = ray.get(actors["plain0"].env.remote())
         t_calls = time.perf_counter()
+        # Targets called within actor methods: written behind the calls, committed before the methods return.
+        inner_dir = os.path.join(dump_dir, "ray", "rollout")
+        loop = ray.get(actors["plain0"].loop.remote([11, 12, 13], count_dir))
+        loop["on_disk"] = on_disk(inner_dir, [11, 12, 13])
+        loop["async"] = ray.get(actors["async"].loop_async.remote([21, 22], count_dir))
+        loop["async_on_disk"] = on_disk(inner_dir, [21, 22])
 
         failure: dict[str, Any] = {"raised": None}
         if phase == "record":  # a worker whose weave fails: the driver-only folder is not on its path
@@ -138,7 +155,7 @@ def main() -> None:
     finally:
         ray.shutdown()
     report = {
-        "results": results, "stats": stats, "env": env, "failure": failure,
+        "results": results, "stats": stats, "env": env, "failure": failure, "loop": loop,
         "seconds": {"init": t_init - t0, "actors": t_actors - t_init, "calls": t_calls - t_actors,
                     "total": time.perf_counter() - t0},
     }

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
+import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import ray
@@ -32,6 +36,41 @@ def sample(who: str, batch: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def inner_rollout(batch: dict[str, Any], count_dir: str) -> dict[str, Any]:
+    """A target called inside an actor method (as a TaskRunner's ``run()`` calls its rollouts)."""
+    mark_live_call(count_dir, "inner", batch)
+    return sample("inner", batch)
+
+
+@contextmanager
+def slow_writer(seconds: float) -> Iterator[None]:
+    """Every commit of this worker's background writer takes ``seconds`` longer, so a recording is still
+    pending right after its call returns."""
+    from skipweave.store.step_store import StepStore
+
+    saved = StepStore.commit, StepStore.commit_many
+
+    def commit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(seconds)
+        return saved[0](self, *args, **kwargs)
+
+    def commit_many(self: Any, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(seconds)
+        return saved[1](self, *args, **kwargs)
+
+    StepStore.commit, StepStore.commit_many = commit, commit_many  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        StepStore.commit, StepStore.commit_many = saved  # type: ignore[method-assign]
+
+
+def _pending() -> int:
+    from skipweave.store.write_behind import WRITER
+
+    return WRITER.pending()[0]
+
+
 class Plain:
     """A plain class in a module, made an actor at run time with ``ray.remote(Plain)``."""
 
@@ -46,6 +85,20 @@ class Plain:
         import skipweave
 
         return {"counters": skipweave.counters(), "pid": os.getpid()}
+
+    def loop(self, steps: list[int], count_dir: str) -> dict[str, Any]:
+        """Call ``inner_rollout`` once from a thread this method starts, then once per step here; report the
+        writer's pending entries after each call (the writer is slowed)."""
+        with slow_writer(0.3):
+            thread = threading.Thread(target=inner_rollout, args=({"meta_info": {"global_steps": steps[0]}},
+                                                                  count_dir))
+            thread.start()
+            thread.join()
+            out = {"thread": _pending(), "method": []}
+            for step in steps[1:]:
+                inner_rollout({"meta_info": {"global_steps": step}}, count_dir)
+                out["method"].append(_pending())
+        return out
 
     def env(self) -> dict[str, Any]:
         marker = "wd_marker.txt"
@@ -76,6 +129,16 @@ class AsyncBase(Plain):
 
     async def stats(self) -> dict[str, Any]:  # type: ignore[override]
         return Plain.stats(self)
+
+    async def loop_async(self, steps: list[int], count_dir: str) -> list[int]:
+        """Call ``inner_rollout`` once per step on the actor's event loop; the writer's pending entries after each."""
+        out = []
+        with slow_writer(0.3):
+            for step in steps:
+                await asyncio.sleep(0)
+                inner_rollout({"meta_info": {"global_steps": step}}, count_dir)
+                out.append(_pending())
+        return out
 
 
 class AsyncWorker(AsyncBase):
