@@ -61,8 +61,8 @@ from skipweave.store.manifest import (
     seconds_of,
     verify_payload,
 )
-from skipweave.store.paths import is_real_dir, is_step_name, lock_path, name_problem, remove_tree
-from skipweave.store.step_store import StepStore
+from skipweave.store.paths import is_real_dir, is_step_name, name_problem, remove_tree
+from skipweave.store.step_store import StepStore, part_lock
 
 __all__ = [
     "DumpScan",
@@ -764,13 +764,12 @@ def _unlink_stem(folder: str, stem: str) -> None:
 
 
 def _entry_lock(folder: str, stem: str) -> filelock.FileLock:
-    # The lock StepStore.record and StepStore.discard take for one entry.
-    return filelock.FileLock(lock_path(folder, f".{stem}.lock"), timeout=LOCK_WAIT_S)
+    # The lock of the entry's part, which every writer of the part holds (StepStore's part_lock).
+    return part_lock(folder, stem.rsplit("-", 1)[0], timeout=LOCK_WAIT_S)
 
 
 def _part_lock(folder: str, shard: str) -> filelock.FileLock:
-    # The lock StepStore.set_aside takes for one part.
-    return filelock.FileLock(lock_path(folder, f".{shard}.part.lock"), timeout=LOCK_WAIT_S)
+    return part_lock(folder, shard, timeout=LOCK_WAIT_S)
 
 
 def _remove_corrupt_entry(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
@@ -823,9 +822,8 @@ def _remove_incomplete_part(result: DumpScan, action: GcAction, min_age: float, 
                      + [_stat(part.part_file or "")[1]])
         if now - newest < min_age:
             return "a writer added to it meanwhile"
-        for stem in stems:
-            with _entry_lock(part.folder, stem):
-                _unlink_stem(part.folder, stem)
+        for stem in stems:  # under the part's lock, which every writer of the part takes
+            _unlink_stem(part.folder, stem)
         for path in action.files:  # orphans of removed entries; the part file last
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)

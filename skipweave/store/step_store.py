@@ -7,7 +7,8 @@ Guarantees (each has a test):
   entry never touches the files an older manifest points at.
 - An entry whose size or checksum does not match its manifest is never served.
 - Concurrent writers of one entry (threads or processes) end with exactly one committed copy:
-  writers serialise on a file lock (``filelock``) and the later one keeps the committed entry.
+  writers of a part serialise on its file lock (``filelock``, :func:`part_lock`) and the later one keeps the
+  committed entry.
 - A step left incomplete by an interrupted run (fewer calls committed than the step makes, and
   never closed) is moved to ``_set_aside/`` before anything is recorded for it again, so old and
   new data never mix.
@@ -526,7 +527,7 @@ class StepStore:
         self._index_drop(target, shard)
         folder = self.folder(step, target)
         stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{uuid.uuid4().hex[:6]}"
-        with filelock.FileLock(lock_path(folder, f".{shard}.part.lock"), timeout=LOCK_TIMEOUT_S):
+        with part_lock(folder, shard):
             try:
                 names = [n for n in os.listdir(folder) if n.startswith(shard + "-") or n == shard + PART_SUFFIX]
             except FileNotFoundError:
@@ -655,7 +656,7 @@ class StepStore:
         self._watch_root()
         folder = self.folder(key.step, key.target, create=True)
         while True:
-            with filelock.FileLock(lock_path(folder, f".{key.stem}.lock"), timeout=LOCK_TIMEOUT_S):
+            with part_lock(folder, key.shard):
                 dir_fd = open_dir(folder)
                 try:
                     written = self._write(dir_fd, folder, key, staged, meta, sync=True)
@@ -680,7 +681,7 @@ class StepStore:
         manifest renamed into place (each entry's commit). What one entry costs falls from three fsyncs to a
         share of one; the commit rule is :meth:`commit`'s.
 
-        Keys must name distinct entries. The entry locks are taken in sorted order and held until the commits.
+        Keys must name distinct entries. The parts' locks are taken in sorted order and held until the commits.
 
         Returns:
             Per item, in order: ``(bytes, key)`` as :meth:`commit` returns; the exception that item failed with
@@ -694,6 +695,7 @@ class StepStore:
         leftovers: dict[EntryKey, list[str]] = {}
         fds: dict[str, int] = {}
         folders: dict[tuple[int, str], str] = {}  # (step, target) -> its checked folder, once per group
+        held: set[tuple[str, str]] = set()  # (folder, shard) of the part locks taken
         with contextlib.ExitStack() as locks:
             try:
                 written: list[tuple[int, int, str, _Written]] = []
@@ -703,8 +705,9 @@ class StepStore:
                         folder = folders.get((key.step, key.target)) or self.folder(key.step, key.target,
                                                                                      create=True)
                         folders[(key.step, key.target)] = folder
-                        locks.enter_context(filelock.FileLock(lock_path(folder, f".{key.stem}.lock"),
-                                                              timeout=LOCK_TIMEOUT_S))
+                        if (folder, key.shard) not in held:  # each part's lock once, in sorted order
+                            locks.enter_context(part_lock(folder, key.shard))
+                            held.add((folder, key.shard))
                         if folder not in fds:
                             fds[folder] = open_dir(folder)
                         w = self._write(fds[folder], folder, key, staged, meta, sync=False)
@@ -901,7 +904,7 @@ class StepStore:
             self._closed.pop((key.step, key.target, key.shard), None)
         self._index_drop(key.target, key.shard)
         folder = self.folder(key.step, key.target)
-        with filelock.FileLock(lock_path(folder, f".{key.stem}.lock"), timeout=LOCK_TIMEOUT_S):
+        with part_lock(folder, key.shard):
             dest = self._aside(f"{key.step}-{key.target}-{key.stem}-unusable-{uuid.uuid4().hex[:6]}")
             for n in os.listdir(folder):
                 if n.startswith(key.stem + ".") and not n.startswith(TMP_PREFIX):
@@ -996,6 +999,20 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def part_lock(folder: str, shard: str, *, timeout: float = LOCK_TIMEOUT_S) -> filelock.FileLock:
+    """The file lock (``.{shard}.part.lock`` in the part's folder, kept) every writer of a part holds while it commits
+    an entry of the part, sets the part aside or removes anything of it: the store's writers, ``record`` and the
+    background writer alike, and ``skipweave gc``. One lock per part, not per entry: a group commit of many small
+    entries takes one lock, and creates no lock file per entry.
+
+    Args:
+        folder: the part's folder (its step and target).
+        shard: the part's shard, e.g. ``r0``.
+        timeout: seconds to wait for it before ``filelock.Timeout``.
+    """
+    return filelock.FileLock(lock_path(folder, f".{shard}.part.lock"), timeout=timeout)
 
 
 def _identity(path: str) -> tuple[int, int] | None:

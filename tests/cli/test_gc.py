@@ -83,7 +83,7 @@ def test_gc_yes_removes_broken_items_and_never_a_valid_entry(tmp_path: Path, cap
         assert not manifest.exists() and not list(manifest.parent.glob(manifest.name[:7] + ".*"))
     assert not list(s.incomplete.glob("r0*"))  # entry, payload and part file of the incomplete step
     assert not s.tmp_file.exists() and not any(p.exists() for p in s.orphans) and not s.set_aside.exists()
-    assert list(s.target(4).glob(".r0-0001.lock"))  # lock files stay: removing one could let two writers in
+    assert list(s.target(4).glob(".r0.part.lock"))  # lock files stay: removing one could let two writers in
 
     status, out, _ = cli(capsys, "verify", str(s.dump))
     assert status == 0, out
@@ -128,7 +128,7 @@ def test_gc_rechecks_under_the_writer_lock(tmp_path: Path, monkeypatch: pytest.M
     # A writer holds the entry's lock: gc leaves it alone rather than wait.
     monkeypatch.setattr(inspect, "LOCK_WAIT_S", 0.05)
     busy = actions[("corrupt_entry", str(s.corrupt["garbage"]))]
-    holder = filelock.FileLock(str(s.target(7) / ".r0-0000.lock"))  # another open file: flock conflicts
+    holder = filelock.FileLock(str(s.target(7) / ".r0.part.lock"))  # another open file: flock conflicts
     with holder:
         inspect.apply_gc(result, busy, min_age=0, dry_run=False)
     assert busy.outcome == "skipped" and busy.detail == "a writer holds its lock" and s.corrupt["garbage"].exists()

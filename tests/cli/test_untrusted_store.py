@@ -158,7 +158,7 @@ def test_a_symlink_inside_set_aside_is_never_walked(tmp_path: Path, capsys: Any)
 def test_anything_planted_at_a_lock_name_does_not_block_healing(tmp_path: Path, capsys: Any, kind: str) -> None:
     s = make_store(tmp_path / "dump", damage=False)
     s.manifest(2, 1).write_text("{ garbage")
-    lock = s.target(2) / ".r0-0001.lock"
+    lock = s.target(2) / ".r0.part.lock"
     lock.unlink()  # the writer's own lock file, replaced by something else
     if kind == "folder":
         lock.mkdir()
@@ -184,7 +184,7 @@ def test_crafted_times_and_writer_fields_do_not_break_ls_or_show(tmp_path: Path,
 def test_a_very_deep_folder_at_a_lock_name_does_not_stop_gc(tmp_path: Path, capsys: Any) -> None:
     s = make_store(tmp_path / "dump", damage=False)
     s.manifest(2, 1).write_text("{ garbage")
-    lock = s.target(2) / ".r0-0001.lock"
+    lock = s.target(2) / ".r0.part.lock"
     lock.unlink()
     lock.mkdir()
     fd = os.open(lock, os.O_RDONLY)

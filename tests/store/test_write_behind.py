@@ -174,6 +174,8 @@ def test_many_small_entries_are_committed_in_groups(host_module: Any, tmp_path: 
 
     assert cli(["verify", str(tmp_path)]) == 0  # each entry whole, judged as every run judges it
     assert len(_manifests(tmp_path)) == 40
+    folder = _manifests(tmp_path)[0].parent
+    assert sorted(p.name for p in folder.glob(".*.lock")) == [".r0.part.lock"]  # one lock for the part, none per entry
 
 
 EXITS = '''

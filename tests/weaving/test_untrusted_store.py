@@ -244,7 +244,7 @@ def test_symlinked_payload_and_lock_files_are_never_followed(host: Any, tmp_path
     victim = outside / "victim.txt"
     victim.write_text("do not truncate")
     (m.parent.parent.parent / "2" / "gen").mkdir(parents=True)
-    (m.parent.parent.parent / "2" / "gen" / ".r0-0000.lock").symlink_to(victim)
+    (m.parent.parent.parent / "2" / "gen" / ".r0.part.lock").symlink_to(victim)
     _run(_cfg(dump, f"{host.__name__}.gen"), host, "gen", [1, 2])
     assert host.CALLS == [1, 2]
     assert victim.read_text() == "do not truncate" and moved.exists()
