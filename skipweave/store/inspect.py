@@ -751,7 +751,7 @@ def apply_gc(result: DumpScan, action: GcAction, *, min_age: float, dry_run: boo
 
 
 def _unlink_stem(folder: str, stem: str) -> None:
-    """Remove the manifest and every payload file of one entry (the caller holds the entry lock).
+    """Remove the manifest and every payload file of one entry (the caller holds its part's lock).
 
     Symlinks are removed themselves (never their targets); a folder planted at a payload's name is removed
     with its contents (it lies inside the dump dir: :func:`~skipweave.store.paths.remove_tree` follows no symlink).

@@ -239,7 +239,7 @@ def lock_path(folder: str, name: str) -> str:
 
     Older ``filelock`` releases open the lock file without ``O_NOFOLLOW`` (and truncate it): a planted link
     would make a writer truncate a file outside the dump dir; a folder at the name would make every lock
-    fail, so the entry could never be healed. Lock names are skipweave's own (``.{stem}.lock``): a symlink
+    fail, so the entry could never be healed. Lock names are skipweave's own (``.{shard}.part.lock``): a symlink
     there is removed itself (never its target), a folder with what it holds (:func:`remove_tree` follows no
     symlink), both inside the dump dir.
     """

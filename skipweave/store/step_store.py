@@ -777,7 +777,7 @@ class StepStore:
     def _write(self, dir_fd: int, folder: str, key: EntryKey, staged: Staged, meta: EntryMeta, *,
                sync: bool) -> _Written | None:
         """Write one entry's payload and manifest under temporary names in the folder open as ``dir_fd`` (the
-        caller holds the entry lock); each file is fsynced when ``sync``, else the caller syncs them.
+        caller holds the part's lock); each file is fsynced when ``sync``, else the caller syncs them.
 
         Returns ``None`` when a valid entry is already committed there (and ``meta.replace`` is off). A failure
         removes every file it made.
