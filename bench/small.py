@@ -11,7 +11,9 @@ an empty store, then again to replay. Per round:
 * ``record_return``: seconds per entry the calls themselves took (the writer working behind them);
 * ``through``: seconds per entry with ``write_buffer: 0`` (each entry written and fsynced before its call
   returns), for comparison;
-* ``hit``: seconds per entry of the replay.
+* ``hit``: seconds per entry of the replay;
+* ``record_norng``, ``return_norng``, ``hit_norng``: ``record``, ``record_return`` and ``hit`` with ``restore_rng:
+  false``, so no RNG state is captured, stored or restored: what the RNG state costs per entry.
 """
 
 from __future__ import annotations
@@ -58,14 +60,19 @@ def measure(entries: int, kb: float, rounds: int, folder: str) -> dict[str, Any]
     work, host = write_host("skipweave-bench-small-", name, HOST)
     host.SAMPLE = torch.arange(int(kb * 1024) // 8, dtype=torch.int64)
     entries -= entries % STEPS
-    out: dict[str, list[float]] = {"record": [], "record_return": [], "through": [], "hit": []}
+    out: dict[str, list[float]] = {"record": [], "record_return": [], "through": [], "hit": [], "record_norng": [],
+                                   "return_norng": [], "hit_norng": []}
+    # case -> (write_buffer, restore_rng, the keys of its call's own return and of its replay)
+    cases = {"record": (None, True, "record_return", "hit"), "through": (0, True, None, None),
+             "record_norng": (None, False, "return_norng", "hit_norng")}
     try:
         for r in range(rounds):
-            for case, buffer in (("record", None), ("through", 0)):
+            for case, (buffer, rng, returns, hits) in cases.items():
                 dump = os.path.join(folder, f"{case}{r}")
                 role: dict[str, Any] = {"enable": True, "dump_dir": dump, "step": {"source": "arg", "arg": 0,
                                                                                   "path": ""},
-                                        "calls_per_step": entries // STEPS, "targets": {"s": f"{name}:sample"}}
+                                        "calls_per_step": entries // STEPS, "targets": {"s": f"{name}:sample"},
+                                        "restore_rng": rng}
                 if buffer is not None:
                     role["write_buffer"] = buffer
                 plan = {"skip": {"rollout": role}}
@@ -76,11 +83,11 @@ def measure(entries: int, kb: float, rounds: int, folder: str) -> dict[str, Any]
                 total = time.perf_counter() - t0
                 skipweave.unweave()
                 out[case].append(total / entries)
-                if case == "record":
-                    out["record_return"].append(returned / entries)
+                if returns is not None and hits is not None:
+                    out[returns].append(returned / entries)
                     before = skipweave.counters()["hits"]
                     skipweave.weave(plan)
-                    out["hit"].append(_run(host, entries) / entries)
+                    out[hits].append(_run(host, entries) / entries)
                     skipweave.unweave()
                     assert skipweave.counters()["hits"] - before == entries, "the replay missed entries"
                 shutil.rmtree(dump, ignore_errors=True)

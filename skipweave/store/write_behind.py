@@ -368,7 +368,9 @@ def scope() -> Iterator[Scope | None]:
     try:
         yield None if entered is None else entered[0]
     finally:
-        concurrent.futures.wait(_leave(entered))
+        futures = _leave(entered)
+        if futures:
+            concurrent.futures.wait(futures)
 
 
 def scoped(fn: Callable[..., Any]) -> Callable[..., Any]:
