@@ -584,15 +584,9 @@ class _Encoder:
         else:
             c = np.ascontiguousarray(arr)
             if dt.isnative and dt in _NP_TO_TORCH:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # read-only arrays: we never write to the tensor
-                    t = torch.from_numpy(c)
-                node["k"], _ = self._store_torch(t)
+                node["k"], _ = self._store_torch(_from_numpy(c))
             else:
-                raw = c.reshape(-1).view(np.uint8)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    node["k"] = self._add(torch.from_numpy(raw))
+                node["k"] = self._add(_from_numpy(c.reshape(-1).view(np.uint8)))
                 node["storage"] = "bytes"
         self._by_id[id(arr)] = node
         self._keep.append(arr)
@@ -740,6 +734,16 @@ class _Encoder:
                 logger.warning("skipweave: recording %s (%s) that a replay will refuse unless approved: %s",
                                path or "<root>", class_ref(cls), problem)
         return class_ref(cls)
+
+
+def _from_numpy(arr: np.ndarray) -> torch.Tensor:
+    """``torch.from_numpy``, quiet about a read-only array (we never write to the tensor). The warning filter is
+    changed only for those: ``warnings.catch_warnings`` is slow and changes the filters of every thread."""
+    if arr.flags.writeable:
+        return torch.from_numpy(arr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.from_numpy(arr)
 
 
 def encode(

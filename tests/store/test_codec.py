@@ -767,3 +767,14 @@ def test_a_strs_list_holding_other_values_is_refused() -> None:
     tree["root"]["strs"] = ["a", 2]
     with pytest.raises(CodecError, match="not strings"):
         decode(tree, enc.tensors)
+
+
+def test_read_only_and_non_native_arrays_round_trip() -> None:
+    frozen = np.arange(6, dtype=np.int32).reshape(2, 3)
+    frozen.flags.writeable = False  # torch.from_numpy would warn: the codec quiets it for read-only arrays only
+    odd = np.arange(4, dtype=">i4")  # not native: stored as bytes
+    odd.flags.writeable = False
+    enc = encode({"frozen": frozen, "plain": np.arange(3), "odd": odd})
+    out = decode(enc.tree, enc.tensors)
+    assert np.array_equal(out["frozen"], frozen) and np.array_equal(out["odd"], odd) and out["odd"].dtype == odd.dtype
+    assert np.array_equal(out["plain"], np.arange(3))
