@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -496,11 +496,15 @@ class StepStore:
                 self._fresh.add(part)
         elif not self.is_complete(step, target, shard):
             me, started = this_writer(), started_unix()
-            if any(is_concurrent_other(r, me, started) for r in self.part_calls(step, target, shard)):
-                return  # another writer of this run records into it right now: not an interrupted run's leftover
+
+            def taken_up() -> bool:  # another writer of this run records into it: not an interrupted run's leftover
+                return any(is_concurrent_other(r, me, started) for r in self.part_calls(step, target, shard))
+
+            if taken_up():
+                return
             if self.set_aside(step, target, shard, reason=(
                 f"{len(info.calls)} of {self.expected_calls(target, shard)} calls committed and never closed"
-            )) is not None:
+            ), unless=lambda: self.is_complete(step, target, shard) or taken_up()) is not None:
                 with self._lock:
                     self._fresh.add(part)
 
@@ -515,8 +519,13 @@ class StepStore:
         """Create and return ``{role}/_set_aside/{name}``, refusing a symlinked ``_set_aside``."""
         return inside(self.dump_dir, self.namespace, self.role, SET_ASIDE_DIR, name, create=True)
 
-    def set_aside(self, step: int, target: str, shard: str, *, reason: str) -> str | None:
+    def set_aside(self, step: int, target: str, shard: str, *, reason: str,
+                  unless: Callable[[], bool] | None = None) -> str | None:
         """Move a part's files to ``_set_aside/{step}-{target}-{shard}-{stamp}/``; return that folder.
+
+        ``unless`` is asked under the part's lock, which every writer of the part holds while it commits: when it
+        says True (the part was completed or taken up by another writer since the caller looked), nothing is moved
+        and ``None`` is returned.
 
         Raises:
             UnsafePath: the part's folder or ``_set_aside`` is a symlink or a file (nothing is moved).
@@ -528,6 +537,8 @@ class StepStore:
         folder = self.folder(step, target)
         stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{uuid.uuid4().hex[:6]}"
         with part_lock(folder, shard):
+            if unless is not None and unless():
+                return None
             try:
                 names = [n for n in os.listdir(folder) if n.startswith(shard + "-") or n == shard + PART_SUFFIX]
             except FileNotFoundError:

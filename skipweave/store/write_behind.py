@@ -122,8 +122,7 @@ class WriteBehind:
         item = _Pending(store, key, staged, meta, on_done, future)
         sid = id(store)
         current = _SCOPE.get()
-        if current is not None:
-            current.add(future)
+        counted = current is not None and current.add(future)
         store.pending_add(key, future)  # first: a replay of it waits from now on, also while this call waits
         try:
             with self._cond:
@@ -146,6 +145,10 @@ class WriteBehind:
         with self._cond:
             self._start_locked()
             self._cond.notify_all()
+        if self._through is not None and not counted:
+            # The scope that let this recording go behind closed meanwhile (its unit of work returned while the
+            # entry was being staged): nobody waits for it, so this call does, as writing through would.
+            future.result()
         return future
 
     def pending(self) -> tuple[int, int]:
@@ -321,12 +324,14 @@ class Scope:
         self._futures: list[concurrent.futures.Future[Outcome]] = []
         self.open = True
 
-    def add(self, future: concurrent.futures.Future[Outcome]) -> None:
-        """Count a recording handed over in this scope (one handed over after :meth:`close` is not waited for:
-        a task the unit started and left running)."""
+    def add(self, future: concurrent.futures.Future[Outcome]) -> bool:
+        """Count a recording handed over in this scope, so leaving it waits for it. False when the scope closed
+        already (a thread or task the unit started and left running): :meth:`WriteBehind.submit` then waits for
+        the recording itself where the process writes through."""
         with self._lock:
             if self.open:
                 self._futures.append(future)
+            return self.open
 
     def close(self) -> list[concurrent.futures.Future[Outcome]]:
         """End the scope: later recordings of its context write through; returns the ones to wait for."""

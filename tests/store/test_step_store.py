@@ -92,3 +92,27 @@ def test_set_aside_and_discard_forget_the_closed_part(tmp_path: Path) -> None:
     assert reader.recorded_steps("gen", "r0") == [1, 3]
     reader.discard(reader.key(3, "gen", "r0", 0), reason="test")
     assert reader.recorded_steps("gen", "r0") == [1]
+
+
+def test_a_leftover_part_another_writer_recorded_anew_meanwhile_is_not_set_aside(tmp_path: Path,
+                                                                               monkeypatch: Any) -> None:
+    """Two writers of a new run find the part an interrupted run left (1 of 3 calls). One sets it aside and records
+    the step whole before the other takes the part's lock: the other must leave those entries alone."""
+    _record(StepStore(str(tmp_path), "ns", "rollout", calls_per_step=3), 2)  # the interrupted run: 1 call of 3
+    a, b = (StepStore(str(tmp_path), "ns", "rollout", calls_per_step=3) for _ in range(2))
+    real = StepStore.set_aside
+    raced: list[str] = []
+
+    def racing(self: StepStore, *args: Any, **kwargs: Any) -> Any:
+        if self is a and not raced:  # a has read the part and is about to set it aside; b is quicker
+            raced.append("b")
+            for call in range(3):
+                _record(b, 2, call)  # b's first call sets the leftover aside
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(StepStore, "set_aside", racing)
+    a.prepare_part(2, "gen", "r0")
+    assert raced == ["b"]
+    folder = Path(target_dir(str(tmp_path), a.key(2, "gen", "r0", 0)))
+    assert sorted(p.name for p in folder.glob("*.manifest.json")) == [f"r0-000{c}.manifest.json" for c in range(3)]
+    assert len(list((tmp_path / "ns" / "rollout" / "_set_aside").iterdir())) == 1  # only the interrupted run's part

@@ -410,3 +410,45 @@ def test_a_write_through_process_writes_behind_within_a_scope_and_leaving_it_wai
         def build(cls) -> None: ...
 
     assert write_behind.scoped(gen_fn) is gen_fn and write_behind.scoped(Actor.build) == Actor.build
+
+
+def test_a_recording_whose_scope_closed_while_it_was_staged_commits_before_its_call_returns(
+        host_module: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread (or ``asyncio.to_thread``) carries the method's scope in its context; the method returns while the
+    thread's recording copies its tensors. Nobody waits for that entry any more: the call must, in a process that
+    writes through (a Ray worker, which may be killed as soon as its method returned)."""
+    import contextvars
+
+    from skipweave.store import write_behind
+    from skipweave.store.step_store import Staged
+
+    name, _ = host_module(HOST)
+    m = sys.modules[name]
+    monkeypatch.setattr(WRITER, "_through", "a test")
+    skipweave.weave(_plan(tmp_path, name))
+    staging, method_returned = threading.Event(), threading.Event()
+    real = Staged.owned
+
+    def held_copy(self: Staged) -> Staged:
+        staging.set()
+        assert method_returned.wait(30)
+        return real(self)
+
+    monkeypatch.setattr(Staged, "owned", held_copy)
+    seen: dict[str, int] = {}
+
+    def recording() -> None:
+        m.gen(1)
+        seen["on_disk"] = len(_manifests(tmp_path))
+
+    def method() -> threading.Thread:
+        thread = threading.Thread(target=contextvars.copy_context().run, args=(recording,))
+        thread.start()
+        assert staging.wait(30)  # the thread's recording is being staged: its scope was open when it chose
+        return thread
+
+    thread = write_behind.scoped(method)()
+    method_returned.set()
+    thread.join(30)
+    assert seen == {"on_disk": 1}
+    skipweave.unweave()
