@@ -967,9 +967,8 @@ class SkipProxy:
             if committed.call != key.call and self._taken_by_concurrent(key):
                 self._warn_shared(d, f"already held call {key.call} from another writer of this run")
         finally:
-            if end and d.running:
-                ticket, d.running = d.running, 0
-                self.store.call_ended(d.step, self.target.name, d.shard, ticket=ticket)
+            if end:
+                self._call_ended(d)
 
 
 _CHOOSERS: list[concurrent.futures.ThreadPoolExecutor] = []
