@@ -1,6 +1,7 @@
-"""``skipweave show PATH [--verify] [--json]``: one entry's manifest and a summary of its payload.
+"""``skipweave show PATH [--call N] [--verify] [--json]``: one entry's manifest and a summary of its payload.
 
-``PATH`` is an entry's manifest, one of its payload files, or a target folder holding a single entry.
+``PATH`` is an entry's manifest, one of its payload files, or a target folder holding a single entry; or a group
+file (``r0-0000-0063.pack.json``) or its data file, with ``--call N`` naming the entry of the group.
 The summary (every leaf's path, kind, dtype, shape and bytes) comes from the entry's JSON tree alone:
 no tensor is loaded. Sizes are checked; ``--verify`` also checks checksums (reads every byte).
 Exits 0 for a valid entry, 1 for a corrupt one (what can be read is still shown), 2 when ``PATH`` is
@@ -34,6 +35,8 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("path", metavar="PATH", help="a manifest, a payload file, or a folder holding one entry")
+    parser.add_argument("--call", type=int, default=None, metavar="N",
+                        help="with a group file of small entries (or its data file): the call to show")
     parser.add_argument("--verify", action="store_true", help="also check payload checksums (reads every byte)")
     parser.add_argument("--all", action="store_true", help=f"list every leaf (default: the first {_MAX_ROWS})")
     parser.add_argument("--allow-pickle", action="store_true",
@@ -42,18 +45,23 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def resolve_manifest(path: str) -> str:
-    """Return the manifest that ``path`` designates.
+def resolve_manifest(path: str, call: int | None = None) -> str:
+    """Return the manifest (or the group file holding ``call``) that ``path`` designates.
 
     Raises:
-        NotAnEntry: ``path`` does not exist, or is a file or folder that names no single entry.
+        NotAnEntry: ``path`` does not exist, or is a file or folder that names no single entry; or it is a group
+            file (or its data file) and ``call`` is not one of its calls.
     """
     from skipweave.store.inspect import payload_stem
-    from skipweave.store.layout import MANIFEST_SUFFIX, TMP_PREFIX
+    from skipweave.store.layout import MANIFEST_SUFFIX, PACK_SUFFIX, TMP_PREFIX, parse_pack_name
 
     path = os.path.abspath(path)
     if os.path.isdir(path):
         names = sorted(n for n in os.listdir(path) if n.endswith(MANIFEST_SUFFIX) and not n.startswith("."))
+        groups = sorted(n for n in os.listdir(path) if parse_pack_name(n) is not None)
+        if groups:
+            listed = "\n  ".join(os.path.join(path, n) for n in groups[:10])
+            raise NotAnEntry(f"{path} holds groups of small entries; name one with --call N:\n  {listed}")
         if len(names) == 1:
             return os.path.join(path, names[0])
         if not names:
@@ -69,20 +77,36 @@ def resolve_manifest(path: str) -> str:
     if name.endswith(MANIFEST_SUFFIX):
         return path
     stem = payload_stem(name)
-    if stem is None:
+    if stem is None and parse_pack_name(name) is None:
         raise NotAnEntry(f"{path} is not an entry's manifest or payload file")
-    return os.path.join(folder, stem + MANIFEST_SUFFIX)
+    group = name if stem is None else stem + PACK_SUFFIX
+    grouped = parse_pack_name(group)
+    if grouped is None:
+        return os.path.join(folder, f"{stem}{MANIFEST_SUFFIX}")
+    if call is None or not grouped[1] <= call <= grouped[2]:
+        raise NotAnEntry(f"{path} is a group of small entries, calls {grouped[1]}..{grouped[2]}; name one with "
+                         "--call N")
+    return os.path.join(folder, group)
 
 
-def describe(manifest_path: str, *, checksums: bool, allow_pickle: bool = False) -> dict[str, Any]:
-    """Return the ``skipweave.show/1`` document of one entry (see docs/cli.md).
+def describe(manifest_path: str, *, checksums: bool, allow_pickle: bool = False,
+             call: int | None = None) -> dict[str, Any]:
+    """Return the ``skipweave.show/1`` document of one entry (see docs/cli.md); ``call`` names the entry of a group
+    file.
 
     Raises:
         FileNotFoundError: the manifest does not exist (a payload file whose entry was never committed).
     """
     from skipweave.store.inspect import check_entry
+    from skipweave.store.layout import EntryKey, parse_pack_name
 
-    verdict = check_entry(manifest_path, checksums=checksums, allow_pickle=allow_pickle)
+    key = None
+    grouped = parse_pack_name(os.path.basename(manifest_path))
+    if grouped is not None and call is not None:
+        parts = os.path.abspath(manifest_path).split(os.sep)
+        namespace, role, step, target = parts[-5:-1]
+        key = EntryKey(namespace, role, int(step), target, grouped[0], call) if step.lstrip("-").isdigit() else None
+    verdict = check_entry(manifest_path, checksums=checksums, allow_pickle=allow_pickle, key=key)
     manifest, reason = verdict.manifest, verdict.reason
     doc: dict[str, Any] = {
         "schema": SCHEMA,
@@ -102,7 +126,7 @@ def describe(manifest_path: str, *, checksums: bool, allow_pickle: bool = False)
     doc["payload"] = [_file_state(folder, item, checksums) for item in manifest.get("payload", [])
                       if isinstance(item, dict)]
     try:
-        rows = _leaves(folder, manifest)
+        rows = _leaves(folder, manifest, call if grouped is not None else None)
     except Exception as exc:  # any unreadable tree: show what we can
         doc["summary_error"] = f"{type(exc).__name__}: {exc}"
         return doc
@@ -135,11 +159,17 @@ def _file_state(folder: str, item: dict[str, Any], checksums: bool) -> dict[str,
     return out
 
 
-def _leaves(folder: str, manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """Summarise the entry's tree file; each row gains ``bytes`` (``None`` when held in the JSON tree)."""
+def _leaves(folder: str, manifest: dict[str, Any], call: int | None = None) -> list[dict[str, Any]]:
+    """Summarise the entry's tree file (or, for ``call`` of a group, its tree in the group's data file); each row
+    gains ``bytes`` (``None`` when held in the JSON tree)."""
     from skipweave.store import tree as codec_tree
 
     names = [str(i.get("name")) for i in manifest.get("payload", []) if isinstance(i, dict)]
+    if call is not None:
+        from skipweave.store.pack import read_tree
+
+        tree = json.loads(read_tree(os.path.join(folder, names[0]), call))
+        return [{**row, "bytes": _leaf_bytes(row)} for row in codec_tree.summarize(tree)]
     tree_name = next((n for n in names if n.endswith(".tree.json")), None)
     if tree_name is None:
         raise ValueError("the manifest lists no tree file")
@@ -181,8 +211,8 @@ def _leaf_bytes(row: dict[str, Any]) -> int | None:
 def run(args: argparse.Namespace) -> int:
     """Show one entry; return 0 (valid), 1 (corrupt) or 2 (``PATH`` is not an entry)."""
     try:
-        manifest_path = resolve_manifest(args.path)
-        doc = describe(manifest_path, checksums=args.verify, allow_pickle=args.allow_pickle)
+        manifest_path = resolve_manifest(args.path, args.call)
+        doc = describe(manifest_path, checksums=args.verify, allow_pickle=args.allow_pickle, call=args.call)
     except NotAnEntry as exc:
         print(f"skipweave show: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -29,7 +29,9 @@ files, incomplete parts, set-aside folders) is kept while it is younger than ``m
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import dataclasses
 import enum
 import math
 import os
@@ -43,12 +45,16 @@ import filelock
 
 from skipweave.store.layout import (
     MANIFEST_SUFFIX,
+    PACK_SUFFIX,
     PART_SUFFIX,
     SET_ASIDE_DIR,
     TMP_PREFIX,
     EntryKey,
     key_of_manifest,
+    pack_stem,
     parse_manifest_name,
+    parse_pack_data_name,
+    parse_pack_name,
     parse_payload_name,
     role_dir,
     touch_changes,
@@ -61,8 +67,9 @@ from skipweave.store.manifest import (
     seconds_of,
     verify_payload,
 )
+from skipweave.store.pack import check_pack, entry_of, read_pack
 from skipweave.store.paths import is_real_dir, is_step_name, name_problem, remove_tree
-from skipweave.store.step_store import StepStore, part_lock
+from skipweave.store.step_store import StepStore, calls_in, part_lock
 
 __all__ = [
     "DumpScan",
@@ -466,6 +473,7 @@ def _scan_target(result: DumpScan, store: StepStore, step: int, target: str, fol
     manifests: dict[str, list[tuple[int, str]]] = {}
     part_files: set[str] = set()
     payloads: dict[str, list[str]] = {}
+    groups: dict[str, list[tuple[int, int, str]]] = {}  # shard -> its group files as (first, last, name)
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
         if name.startswith(TMP_PREFIX):
@@ -477,12 +485,14 @@ def _scan_target(result: DumpScan, store: StepStore, step: int, target: str, fol
             manifests.setdefault(parsed[0], []).append((parsed[1], name))
         elif name.endswith(PART_SUFFIX) and name_problem(name[: -len(PART_SUFFIX)]) is None:
             part_files.add(name[: -len(PART_SUFFIX)])
-        elif name.endswith((MANIFEST_SUFFIX, PART_SUFFIX)):
+        elif (grouped := parse_pack_name(name)) is not None and name_problem(grouped[0]) is None:
+            groups.setdefault(grouped[0], []).append((grouped[1], grouped[2], name))
+        elif name.endswith((MANIFEST_SUFFIX, PART_SUFFIX, PACK_SUFFIX)):
             result.ignored.append((path, "a name skipweave never writes"))
-        elif (parsed_payload := parse_payload_name(name)) is not None:
-            payloads.setdefault(parsed_payload[0], []).append(name)
+        elif (stem := payload_stem(name)) is not None:
+            payloads.setdefault(stem, []).append(name)
     claimed: set[str] = set()
-    for shard in sorted(set(manifests) | part_files, key=_natural):
+    for shard in sorted(set(manifests) | part_files | set(groups), key=_natural):
         entries = []
         for call, name in sorted(manifests.get(shard, [])):
             key = store.key(step, target, shard, call)
@@ -491,6 +501,16 @@ def _scan_target(result: DumpScan, store: StepStore, step: int, target: str, fol
             if entry is not None:
                 claimed.update(entry.files)
                 entries.append(entry)
+        own = {e.key.call for e in entries}
+        claims = collections.Counter(c for first, last, _ in groups.get(shard, []) for c in range(first, last + 1))
+        for first, last, name in groups.get(shard, []):
+            grouped_entries = _scan_group(folder, store.key(step, target, shard, first), first, last, name,
+                                          payloads.get(pack_stem(shard, first, last), []), own=own, claims=claims,
+                                          checksums=result.checksums, allow_pickle=result.allow_pickle)
+            for entry in grouped_entries:
+                claimed.update(entry.files)
+            entries += grouped_entries
+        entries.sort(key=lambda e: e.key.call)
         info = store.part_info(step, target, shard)
         complete = store.is_complete(step, target, shard)
         for e in entries:
@@ -531,10 +551,76 @@ def _scan_entry(
     )
 
 
+def _scan_group(folder: str, key: EntryKey, first: int, last: int, name: str, data_names: list[str], *,
+                own: set[int], claims: collections.Counter[int], checksums: bool,
+                allow_pickle: bool) -> list[EntryScan]:
+    """The entries of one group file: one per call it holds that has no manifest of its own (such a call is
+    served by its manifest). The group's files and bytes are shared out over them."""
+    path = os.path.join(folder, name)
+    verdicts = check_group(path, key, first, last, checksums=checksums, allow_pickle=allow_pickle)
+    if verdicts is None:  # removed between listing and reading
+        return []
+    group, by_call = verdicts
+    referenced = _group_data(group) if isinstance(group, dict) else None
+    files = [name, *(n for n in data_names if referenced is None or n in referenced)]
+    sizes = [_stat(os.path.join(folder, n)) for n in files]
+    calls = [c for c in range(first, last + 1) if c not in own]
+    out = []
+    total = sum(s for s, _ in sizes)
+    for i, call in enumerate(calls):
+        verdict = by_call[call]
+        reason = verdict.reason
+        if reason is None and claims[call] > 1:
+            reason = f"call {call} is claimed by {claims[call]} group files: none is served"
+        status = Status.REFUSED if verdict.refused and reason == verdict.reason else \
+            Status.CORRUPT if reason else Status.COMPLETE
+        share = total // len(calls) + (total % len(calls) if i == 0 else 0)
+        out.append(EntryScan(
+            key=dataclasses.replace(key, call=call), path=path, status=status, reason=reason, files=files,
+            bytes=share, manifest=verdict.manifest, modified=max(t for _, t in sizes),
+        ))
+    return out
+
+
+def check_group(path: str, key: EntryKey, first: int, last: int, *, checksums: bool,
+                allow_pickle: bool = False) -> tuple[Any, dict[int, Verdict]] | None:
+    """Judge every entry of a group file the way :meth:`StepStore.load` would, without decoding it: the group
+    (:func:`~skipweave.store.pack.check_pack`), its data file (size, and with ``checksums`` every byte), then
+    each entry's pickle against ``allow_pickle``.
+
+    Returns:
+        The parsed group file (``None`` when unreadable) and a :class:`Verdict` per call ``first..last``; ``None``
+        when the group file does not exist.
+    """
+    try:
+        group = read_pack(path)
+    except FileNotFoundError:
+        return None
+    except EntryInvalid as exc:
+        return None, {c: Verdict(None, str(exc)) for c in range(first, last + 1)}
+    try:
+        judged = check_pack(group, path, key, first, last)
+        verify_payload(os.path.dirname(path), {"payload": [judged.data]}, checksums=checksums)
+    except EntryInvalid as exc:
+        entries = group.get("entries")
+        return group, {c: Verdict(entries[c - first] if isinstance(entries, list) and len(entries) > c - first
+                                  and isinstance(entries[c - first], dict) else None, str(exc))
+                       for c in range(first, last + 1)}
+    out: dict[int, Verdict] = {}
+    for call, manifest in judged.entries.items():
+        try:
+            entry_of(judged, dataclasses.replace(key, call=call), allow_pickle=allow_pickle)
+            out[call] = Verdict(manifest, None)
+        except EntryRefused as exc:
+            out[call] = Verdict(manifest, str(exc), refused=True)
+    return group, out
+
+
 def payload_stem(name: str) -> str | None:
-    """Return the entry stem (``r0-0001``) of a payload file name, or ``None`` when it is not one."""
+    """Return the entry stem (``r0-0001``) of a payload file name, or the group stem (``r0-0000-0063``) of a group's
+    data file, or ``None`` when it is neither."""
     parsed = parse_payload_name(name)
-    return parsed[0] if parsed else None
+    return parsed[0] if parsed else parse_pack_data_name(name)
 
 
 def payload_names(manifest: dict[str, Any] | None) -> set[str] | None:
@@ -578,6 +664,12 @@ def check_entry(path: str, *, checksums: bool, allow_pickle: bool = False, key: 
     Raises:
         FileNotFoundError: the manifest does not exist.
     """
+    grouped = parse_pack_name(os.path.basename(path))
+    if grouped is not None and key is not None:  # a grouped entry: its group file judged for its call
+        verdicts = check_group(path, key, grouped[1], grouped[2], checksums=checksums, allow_pickle=allow_pickle)
+        if verdicts is None:
+            raise FileNotFoundError(path)
+        return verdicts[1].get(key.call, Verdict(None, f"group {path} holds no call {key.call}"))
     try:
         manifest = read_manifest(path)
     except EntryInvalid as exc:
@@ -690,17 +782,20 @@ def plan_gc(result: DumpScan) -> list[GcAction]:
                 where=part.where, part=part, modified=part.modified,
             )
             actions.append(action)
-            owner.update({(part.folder, e.key.stem): action for e in part.entries})
+            owner.update({(part.folder, _stem_of(e)): action for e in part.entries})
             continue
+        grouped: set[str] = set()  # group files already removed by an action: shared by their entries
         for e in part.entries:
-            if e.status is Status.CORRUPT:
+            if e.status is Status.CORRUPT and e.path not in grouped:
+                if e.path.endswith(PACK_SUFFIX):
+                    grouped.add(e.path)
                 action = GcAction(
                     GcKind.CORRUPT_ENTRY, e.path, [os.path.join(part.folder, n) for n in e.files], e.bytes,
                     e.reason or "corrupt", where=f"{part.where} call {e.key.call}", part=part, entry=e,
                     modified=e.modified,
                 )
                 actions.append(action)
-                owner[(part.folder, e.key.stem)] = action
+                owner[(part.folder, _stem_of(e))] = action
     for x in result.leftovers:
         entry_action = owner.get((os.path.dirname(x.path), x.stem or ""))
         if x.kind is LeftoverKind.ORPHAN and entry_action is not None:
@@ -717,6 +812,12 @@ _LEFTOVER_REASONS = {
     GcKind.ORPHAN: "payload file no manifest refers to (its writer stopped before committing)",
     GcKind.SET_ASIDE: "set aside by a run (interrupted part or corrupt entry); never served",
 }
+
+
+def _stem_of(entry: EntryScan) -> str:
+    """The stem of the files an entry's removal takes: its own (``r0-0003``), or its group's (``r0-0000-0063``)."""
+    name = os.path.basename(entry.path)
+    return name[: -len(PACK_SUFFIX)] if parse_pack_name(name) is not None else entry.key.stem
 
 
 def apply_gc(result: DumpScan, action: GcAction, *, min_age: float, dry_run: bool, now: float | None = None) -> None:
@@ -764,8 +865,9 @@ def _unlink_stem(folder: str, stem: str) -> None:
 
 
 def _entry_lock(folder: str, stem: str) -> filelock.FileLock:
-    # The lock of the entry's part, which every writer of the part holds (StepStore's part_lock).
-    return part_lock(folder, stem.rsplit("-", 1)[0], timeout=LOCK_WAIT_S)
+    # The lock of the entry's (or group's) part, which every writer of the part holds (StepStore's part_lock).
+    grouped = parse_pack_name(stem + PACK_SUFFIX)
+    return part_lock(folder, grouped[0] if grouped else stem.rsplit("-", 1)[0], timeout=LOCK_WAIT_S)
 
 
 def _part_lock(folder: str, shard: str) -> filelock.FileLock:
@@ -774,8 +876,8 @@ def _part_lock(folder: str, shard: str) -> filelock.FileLock:
 
 def _remove_corrupt_entry(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
     assert action.entry is not None and action.part is not None
-    folder, stem = action.part.folder, action.entry.key.stem
-    with _entry_lock(folder, stem):
+    folder, stem = action.part.folder, _stem_of(action.entry)
+    with _part_lock(folder, action.part.shard):
         try:
             verdict = check_entry(action.path, checksums=True, allow_pickle=result.allow_pickle,
                                   key=action.entry.key)
@@ -796,7 +898,8 @@ def _drop_empty_part(part: PartScan) -> None:
             names = os.listdir(part.folder)
         except FileNotFoundError:
             return
-        if any((p := parse_manifest_name(n)) is not None and p[0] == part.shard for n in names):
+        own, groups = calls_in(names, part.shard)
+        if own or groups:
             return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(part.folder, part.shard + PART_SUFFIX))
@@ -816,10 +919,13 @@ def _remove_incomplete_part(result: DumpScan, action: GcAction, min_age: float, 
     with _part_lock(part.folder, part.shard):
         if store.is_complete(part.step, part.target, part.shard):
             return "complete now (a writer finished it)"
-        info = store.part_info(part.step, part.target, part.shard)
-        stems = [store.key(part.step, part.target, part.shard, c).stem for c in info.calls]
+        own, groups = calls_in(os.listdir(part.folder), part.shard)
+        stems = [store.key(part.step, part.target, part.shard, c).stem for c in sorted(own)]
+        group_stems = [pack_stem(part.shard, first, last) for first, last, _ in groups]
         newest = max([_stat(os.path.join(part.folder, s + MANIFEST_SUFFIX))[1] for s in stems]
+                     + [_stat(os.path.join(part.folder, s + PACK_SUFFIX))[1] for s in group_stems]
                      + [_stat(part.part_file or "")[1]])
+        stems += group_stems
         if now - newest < min_age:
             return "a writer added to it meanwhile"
         for stem in stems:  # under the part's lock, which every writer of the part takes
@@ -842,11 +948,13 @@ def _remove_file(result: DumpScan, action: GcAction, min_age: float, now: float)
 def _remove_orphan(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
     folder, name = os.path.split(action.path)
     stem = payload_stem(name) or name
+    grouped = parse_pack_data_name(name) is not None
     with _entry_lock(folder, stem):
-        manifest_file = os.path.join(folder, stem + MANIFEST_SUFFIX)
+        manifest_file = os.path.join(folder, stem + (PACK_SUFFIX if grouped else MANIFEST_SUFFIX))
         if os.path.exists(manifest_file):
             try:
-                referenced = payload_names(read_manifest(manifest_file))
+                referenced = _group_data(read_pack(manifest_file)) if grouped \
+                    else payload_names(read_manifest(manifest_file))
             except EntryInvalid:
                 referenced = None
             if referenced is None or name in referenced:
@@ -856,6 +964,13 @@ def _remove_orphan(result: DumpScan, action: GcAction, min_age: float, now: floa
         except FileNotFoundError:
             return "already gone"
     return None
+
+
+def _group_data(group: dict[str, Any]) -> set[str] | None:
+    """The data file name a group file refers to, ``None`` when it names none readable."""
+    data = group.get("data")
+    name = data.get("name") if isinstance(data, dict) else None
+    return {name} if isinstance(name, str) else None
 
 
 def _remove_tree(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:

@@ -4,6 +4,8 @@
                                                   {shard}-{call:04d}.{token}.tensors.safetensors
                                                   {shard}-{call:04d}.{token}.tree.json
                                                   {shard}.part.json
+                                                  {shard}-{first:04d}-{last:04d}.pack.json   (a group of small
+                                                  {shard}-{first:04d}-{last:04d}.{token}.pack.safetensors  entries)
     {dump_dir}/{namespace}/{role}/_set_aside/{step}-{target}-{shard}-{stamp}/   (interrupted steps)
 
 ``step`` is a plain decimal integer, ``call`` the index of the call within the step (verl's
@@ -23,11 +25,20 @@ TMP_PREFIX = ".tmp-"
 SET_ASIDE_DIR = SET_ASIDE
 MANIFEST_SUFFIX = ".manifest.json"
 PART_SUFFIX = ".part.json"
+PACK_SUFFIX = ".pack.json"
+MAX_PACK_CALLS = 4096
+"""Most calls one group file may hold; a name spanning more is not one skipweave writes (and is ignored)."""
 _ENTRY_RE = re.compile(r"^(?P<shard>[A-Za-z0-9_][A-Za-z0-9_\-]*)-(?P<call>[0-9]{4,})\.manifest\.json\Z", re.ASCII)
 _PAYLOAD_RE = re.compile(
     r"^(?P<stem>[A-Za-z0-9_\-]+-[0-9]{4,})\.[A-Za-z0-9]+\.(?P<kind>tree\.json|tensors\.safetensors(?:\.zst)?)\Z",
     re.ASCII,
 )
+
+_PACK_RE = re.compile(
+    r"^(?P<shard>[A-Za-z0-9_][A-Za-z0-9_\-]*)-(?P<first>[0-9]{4,})-(?P<last>[0-9]{4,})\.pack\.json\Z", re.ASCII)
+_PACK_DATA_RE = re.compile(
+    r"^(?P<group>[A-Za-z0-9_][A-Za-z0-9_\-]*-[0-9]{4,}-[0-9]{4,})\.[A-Za-z0-9]+\.pack\.safetensors(?:\.zst)?\Z",
+    re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -78,6 +89,33 @@ def parse_manifest_name(name: str) -> tuple[str, int] | None:
     """Return ``(shard, call)`` for a manifest file name, else ``None``."""
     m = _ENTRY_RE.match(name)
     return (m.group("shard"), int(m.group("call"))) if m else None
+
+
+def pack_stem(shard: str, first: int, last: int) -> str:
+    """File name stem of the group of calls ``first..last`` of a shard, e.g. ``r0-0000-0063``."""
+    return f"{shard}-{first:04d}-{last:04d}"
+
+
+def parse_pack_name(name: str) -> tuple[str, int, int] | None:
+    """Return ``(shard, first, last)`` for a group file name (``r0-0000-0063.pack.json``), else ``None``.
+
+    ``None`` too when ``first > last`` or the range spans more than :data:`MAX_PACK_CALLS` calls, or when the
+    numbers are not written as :func:`pack_stem` writes them (a crafted name never claims calls it could not hold).
+    """
+    m = _PACK_RE.match(name)
+    if m is None:
+        return None
+    first, last = int(m.group("first")), int(m.group("last"))
+    if first > last or last - first >= MAX_PACK_CALLS or pack_stem(m.group("shard"), first, last) + PACK_SUFFIX != name:
+        return None
+    return m.group("shard"), first, last
+
+
+def parse_pack_data_name(name: str) -> str | None:
+    """Return the group stem (``r0-0000-0063``) of a group's data file name
+    (``r0-0000-0063.<token>.pack.safetensors``, compressed ``....zst``), else ``None``."""
+    m = _PACK_DATA_RE.match(name)
+    return m.group("group") if m else None
 
 
 def touch_changes(dump_dir: str, namespace: str, role: str) -> None:

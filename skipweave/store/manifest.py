@@ -166,6 +166,16 @@ def read_manifest(path: str) -> dict[str, Any]:
         raise
     except (OSError, ValueError, RecursionError) as exc:
         raise EntryInvalid(f"manifest {path} is unreadable: {exc}") from exc
+    return check_structure(data, path)
+
+
+def check_structure(data: Any, path: str) -> dict[str, Any]:
+    """Check that parsed JSON is shaped like a manifest of this format version, as :func:`read_manifest` does
+    (also for the entries a group file holds, see :mod:`skipweave.store.pack`); return it.
+
+    Raises:
+        EntryInvalid: another format version, a missing field, or a malformed payload list.
+    """
     if not isinstance(data, dict) or type(data.get("format_version")) is not int \
             or data.get("format_version") != FORMAT_VERSION:
         found = data.get("format_version") if isinstance(data, dict) else type(data).__name__
@@ -255,9 +265,9 @@ def check_manifest(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_
         EntryRefused: the entry claims pickled data and ``allow_pickle`` is off.
         EntryInvalid: any other reason, named in the message.
     """
+    items: dict[str, dict[str, Any]] = {}
     check_identity(manifest, path, role=key.role, target=key.target, step=key.step, call=key.call,
                    shard=key.shard)
-    items: dict[str, dict[str, Any]] = {}
     for item in manifest["payload"]:
         parsed = parse_payload_name(item["name"])
         if parsed is None or parsed[0] != key.stem or parsed[1] in items:
@@ -271,6 +281,19 @@ def check_manifest(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_
     tensor_kinds = [k for k in items if k.startswith("tensors.")]
     if set(items) != {"tree.json", *tensor_kinds} or len(tensor_kinds) != 1:
         raise EntryInvalid(f"manifest {path} lists no tree or tensor file, or two tensor files")
+    check_fields(manifest, path, key, allow_pickle=allow_pickle)
+    return Judged(manifest, items["tree.json"], items[tensor_kinds[0]])
+
+
+def check_fields(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_pickle: bool) -> None:
+    """The checks of :func:`check_manifest` that do not concern payload files: the optional fields' types, the
+    input fingerprint, and pickled data against ``allow_pickle`` (entries of a group file are judged with it too,
+    see :mod:`skipweave.store.pack`).
+
+    Raises:
+        EntryRefused: the entry claims pickled data and ``allow_pickle`` is off.
+        EntryInvalid: a field has a value of the wrong type.
+    """
     for field, kinds in _OPTIONAL_TYPES.items():
         value = manifest.get(field)
         if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)
@@ -286,7 +309,6 @@ def check_manifest(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_
             f"entry {path} was recorded with allow_pickle=true; loading it would unpickle data, which can run "
             f"arbitrary code. Set skip.{key.role}.allow_pickle=true if you trust this recording"
         )
-    return Judged(manifest, items["tree.json"], items[tensor_kinds[0]])
 
 
 def verify_payload(folder: str, manifest: dict[str, Any], *, checksums: bool = True) -> None:

@@ -24,6 +24,7 @@ Guarantees (each has a test):
 from __future__ import annotations
 
 import bisect
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -44,6 +45,8 @@ import safetensors  # noqa: F401 - its version goes into every manifest (library
 from skipweave.store.atomic import fsync_dir, sync_files, tmp_name, write_bytes_atomic
 from skipweave.store.layout import (
     MANIFEST_SUFFIX,
+    MAX_PACK_CALLS,
+    PACK_SUFFIX,
     PART_SUFFIX,
     SET_ASIDE_DIR,
     TMP_PREFIX,
@@ -52,7 +55,9 @@ from skipweave.store.layout import (
     folder_stamp,
     list_steps,
     manifest_path,
+    pack_stem,
     parse_manifest_name,
+    parse_pack_name,
     parse_payload_name,
     part_path,
     role_dir,
@@ -67,6 +72,17 @@ from skipweave.store.manifest import (
     read_manifest,
     verify_payload,
 )
+from skipweave.store.pack import (
+    DATA_MAX_BYTES,
+    ENTRY_MAX_BYTES,
+    JudgedPack,
+    build_pack,
+    check_pack,
+    entry_of,
+    pack_tensors,
+    read_pack,
+    split,
+)
 from skipweave.store.paths import UnsafePath, check_name, inside, lock_path, open_dir, open_regular, same_folder
 from skipweave.store.writers import Recorded, is_concurrent_other, recorded_of, started_unix, this_writer
 
@@ -77,6 +93,15 @@ LOCK_TIMEOUT_S = 600.0
 
 INDEX_REFRESH_S = 5.0
 """Seconds a role's in-memory index of recorded steps is trusted before it is rebuilt from the folder."""
+
+PACK_CACHE_BYTES = 64 << 20
+"""Bytes of verified group data files a store keeps in memory (least recently used dropped first), so the hits of a
+group's entries read and verify its data file once."""
+
+
+_Split = dict[int, tuple[bytes, dict[str, Any]]]
+"""A group's verified data file by call: ``call -> (tree bytes, tensors by name)`` (see
+:func:`~skipweave.store.pack.split`)."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +164,7 @@ class _Written:
     manifest: tuple[str, str]
     files: list[PayloadFile]
     old: dict[str, Any] | None  # the manifest this entry replaces
+    group: list[EntryKey] | None = None  # a group file's entries (its manifest is the group file)
 
 
 @dataclass(frozen=True)
@@ -233,6 +259,11 @@ class StepStore:
         # Entries handed to the background writer and not yet committed: part -> call -> its future (done when
         # the write ended, committed or not). Such a part counts as recorded here: a call it serves waits.
         self._pending: dict[tuple[int, str, str], dict[int, concurrent.futures.Future[Any]]] = {}
+        # part -> (folder stamp when listed, its group files as (first, last, name)); see _packs_of
+        self._groups: dict[tuple[int, str, str], tuple[tuple[int, int] | None, tuple[tuple[int, int, str], ...]]] = {}
+        # group file path -> ((inode, mtime ns, size), judged group, its verified data split by call, or None); LRU
+        self._pack_cache: collections.OrderedDict[str, tuple[tuple[int, int, int], JudgedPack, _Split | None]] \
+            = collections.OrderedDict()
         _STORES.add(self)
 
     def pending_add(self, key: EntryKey, future: concurrent.futures.Future[Any]) -> None:
@@ -306,6 +337,8 @@ class StepStore:
         A part behind a symlinked or misplaced folder has nothing committed (a WARNING says so once).
         """
         self.key(step, target, shard, 0)
+        part = (step, target, shard)
+        stamp = folder_stamp(os.path.join(role_dir(self.dump_dir, self.namespace, self.role), str(step), target))
         try:
             folder = self.folder(step, target)
             names = os.listdir(folder)
@@ -313,10 +346,15 @@ class StepStore:
             self._warn_unsafe(exc)
             return PartInfo((), False)
         except FileNotFoundError:  # (NotADirectoryError: the dump dir itself is a file -- the store is unusable)
+            with self._lock:
+                self._groups.pop(part, None)
             return PartInfo((), False)
-        calls = sorted(
-            parsed[1] for n in names if (parsed := parse_manifest_name(n)) is not None and parsed[0] == shard
-        )
+        own, groups = calls_in(names, shard)
+        with self._lock:
+            if len(self._groups) > 4096:
+                self._groups.clear()
+            self._groups[part] = (stamp, groups)
+        calls = sorted(own.union(*(range(first, last + 1) for first, last, _ in groups)))
         closed = False
         if shard + PART_SUFFIX in names:
             with contextlib.suppress(OSError, ValueError, RecursionError, AttributeError):
@@ -340,12 +378,18 @@ class StepStore:
             return seen[1]
         known = seen[2] if seen is not None else {}
         files: dict[str, tuple[int, int, Recorded]] = {}
-        for call in self.part_info(step, target, shard).calls:
+        calls = self.part_info(step, target, shard).calls
+        with self._lock:
+            groups = self._groups.get(part, (None, ()))[1]
+        grouped = {c for first, last, _ in groups for c in range(first, last + 1)}
+        own: set[int] = set()
+        for call in calls:
             path = manifest_path(self.dump_dir, self.key(step, target, shard, call))
             try:
                 st = os.lstat(path)
             except OSError:
                 continue
+            own.add(call)
             old = known.get(path)
             if old is not None and old[:2] == (st.st_mtime_ns, st.st_size):
                 files[path] = old
@@ -354,7 +398,16 @@ class StepStore:
                 files[path] = (st.st_mtime_ns, st.st_size, recorded_of(read_manifest(path), call))
             except (EntryInvalid, OSError):
                 continue
-        entries = tuple(sorted((f[2] for f in files.values()), key=lambda r: r.call))
+        packed: list[Recorded] = []
+        if grouped - own:
+            claims = collections.Counter(c for first, last, _ in groups for c in range(first, last + 1))
+            for first, last, name in groups:
+                try:
+                    judged, _ = self._open_pack(self.key(step, target, shard, first), first, last, name)
+                except (EntryInvalid, OSError):
+                    continue
+                packed += [recorded_of(m, c) for c, m in judged.entries.items() if c not in own and claims[c] == 1]
+        entries = tuple(sorted([*(f[2] for f in files.values()), *packed], key=lambda r: r.call))
         with self._lock:
             if len(self._entries) > 4096:  # bounded: a long run does not keep every step's summary
                 self._entries.clear()
@@ -450,16 +503,27 @@ class StepStore:
             codec.CodecError: the payload cannot be decoded here (e.g. a class this process does not
                 approve, see :mod:`skipweave.store.codec`).
         """
-        from skipweave.store import codec, tensorfile  # torch: imported on first use, not by the CLI
+        from skipweave.store import tensorfile  # torch: imported on first use, not by the CLI
 
         folder = self.folder(key.step, key.target)
         where = manifest_path(self.dump_dir, key)
-        judged = check_manifest(read_manifest(where), where, key, allow_pickle=self.allow_pickle)
+        try:
+            manifest = read_manifest(where)
+        except FileNotFoundError:
+            return self._load_grouped(key, folder)
+        judged = check_manifest(manifest, where, key, allow_pickle=self.allow_pickle)
         # Each file is read once, into memory, and verified there: what is checked is what is served.
         tree_bytes = _read_verified(os.path.join(folder, judged.tree["name"]), judged.tree)
         label = f"skipweave: replaying {self.role} step {key.step}"
         tensors = tensorfile.read(os.path.join(folder, judged.tensors["name"]), size=int(judged.tensors["bytes"]),
                                   checksum=str(judged.tensors["checksum"]), desc=label)
+        return self._decode(where, judged.manifest, tree_bytes, tensors, judged.tree["bytes"] + judged.tensors["bytes"])
+
+    def _decode(self, where: str, manifest: dict[str, Any], tree_bytes: bytes, tensors: dict[str, Any],
+                size: int) -> Loaded:
+        """Decode a verified entry's tree and tensors into what :meth:`load` returns."""
+        from skipweave.store import codec
+
         try:
             tree = json.loads(tree_bytes)
         except (ValueError, RecursionError) as exc:
@@ -469,9 +533,83 @@ class StepStore:
             raise EntryInvalid(f"payload of {where} holds no recorded result")
         rng = payload.get("rng")
         effects = payload.get("effects")
-        size = judged.tree["bytes"] + judged.tensors["bytes"]
-        return Loaded(judged.manifest, payload["result"], rng if isinstance(rng, dict) else None, size,
+        return Loaded(manifest, payload["result"], rng if isinstance(rng, dict) else None, size,
                       effects if isinstance(effects, dict) else None)
+
+    def _packs_of(self, step: int, target: str, shard: str) -> tuple[tuple[int, int, str], ...]:
+        """The group files of a part as ``(first, last, name)``, listed again only when the folder changed."""
+        stamp = folder_stamp(os.path.join(role_dir(self.dump_dir, self.namespace, self.role), str(step), target))
+        with self._lock:
+            seen = self._groups.get((step, target, shard))
+        if seen is not None and stamp is not None and seen[0] == stamp:
+            return seen[1]
+        self.part_info(step, target, shard)
+        with self._lock:
+            return self._groups.get((step, target, shard), (None, ()))[1]
+
+    def _covering(self, key: EntryKey) -> tuple[int, int, str] | None:
+        """The one group file holding ``key``'s call, ``None`` when none does.
+
+        Raises:
+            EntryInvalid: two group files claim the call (no writer makes that): neither serves it.
+        """
+        found = [g for g in self._packs_of(key.step, key.target, key.shard) if g[0] <= key.call <= g[1]]
+        if len(found) > 1:
+            raise EntryInvalid(f"call {key.call} of {key.target} step {key.step} shard {key.shard} is claimed by "
+                               f"{len(found)} group files ({', '.join(g[2] for g in found)}): none is served")
+        return found[0] if found else None
+
+    def _open_pack(self, key: EntryKey, first: int, last: int, name: str, *, folder: str | None = None,
+                   data: bool = False) -> tuple[JudgedPack, _Split | None]:
+        """Read and judge a group file (and, with ``data``, read and verify its data file), kept in memory while
+        the file is unchanged (same inode, modification time and size).
+
+        Raises:
+            FileNotFoundError: the group file is gone.
+            EntryInvalid: the group file or its data file is unsound (see :func:`~skipweave.store.pack.check_pack`).
+            UnsafePath: a folder on the way is a symlink or a file.
+        """
+        from skipweave.store import tensorfile
+
+        folder = folder or self.folder(key.step, key.target)
+        path = os.path.join(folder, name)
+        st = os.lstat(path)
+        ident = (st.st_ino, st.st_mtime_ns, st.st_size)
+        with self._lock:
+            cached = self._pack_cache.get(path)
+            if cached is not None and cached[0] == ident and (cached[2] is not None or not data):
+                self._pack_cache.move_to_end(path)
+                return cached[1], cached[2]
+        judged = cached[1] if cached is not None and cached[0] == ident else check_pack(read_pack(path), path, key,
+                                                                                          first, last)
+        tensors = None
+        if data:
+            tensors = split(tensorfile.read(os.path.join(folder, judged.data["name"]), size=int(judged.data["bytes"]),
+                                            checksum=str(judged.data["checksum"])), path)
+        with self._lock:
+            self._pack_cache[path] = (ident, judged, tensors)
+            self._pack_cache.move_to_end(path)
+            held = sum(int(c[1].data["bytes"]) for c in self._pack_cache.values() if c[2] is not None)
+            while held > PACK_CACHE_BYTES and len(self._pack_cache) > 1:
+                _, dropped = self._pack_cache.popitem(last=False)
+                held -= int(dropped[1].data["bytes"]) if dropped[2] is not None else 0
+        return judged, tensors
+
+    def _load_grouped(self, key: EntryKey, folder: str) -> Loaded:
+        """:meth:`load` of an entry that has no manifest of its own: from the group file holding its call."""
+        group = self._covering(key)
+        if group is None:
+            raise FileNotFoundError(manifest_path(self.dump_dir, key))
+        first, last, name = group
+        judged, by_call = self._open_pack(key, first, last, name, folder=folder, data=True)
+        manifest = entry_of(judged, key, allow_pickle=self.allow_pickle)
+        assert by_call is not None
+        if key.call not in by_call:
+            raise EntryInvalid(f"group {judged.path} holds no tree for call {key.call}")
+        tree_bytes, kept = by_call[key.call]
+        own = {n: t.clone() for n, t in kept.items()}  # the host may change a replayed tensor; the group is kept
+        size = len(tree_bytes) + sum(t.numel() * t.element_size() for t in own.values())
+        return self._decode(f"{judged.path} (call {key.call})", manifest, tree_bytes, own, size)
 
     # ------------------------------------------------------------------ writing
     def prepare_part(self, step: int, target: str, shard: str) -> None:
@@ -709,9 +847,10 @@ class StepStore:
         held: set[tuple[str, str]] = set()  # (folder, shard) of the part locks taken
         with contextlib.ExitStack() as locks:
             try:
-                written: list[tuple[int, int, str, _Written]] = []
+                written: list[tuple[list[int], int, str, _Written]] = []
+                parts: dict[tuple[str, str], list[int]] = {}  # (folder, shard) -> its items, in sorted order
                 for i in order:
-                    key, staged, meta = items[i]
+                    key = items[i][0]
                     try:
                         folder = folders.get((key.step, key.target)) or self.folder(key.step, key.target,
                                                                                      create=True)
@@ -721,30 +860,52 @@ class StepStore:
                             held.add((folder, key.shard))
                         if folder not in fds:
                             fds[folder] = open_dir(folder)
-                        w = self._write(fds[folder], folder, key, staged, meta, sync=False)
                     except Exception as exc:
                         results[i] = exc
                         continue
-                    if w is not None:
-                        written.append((i, fds[folder], folder, w))
-                    elif not meta.displace:
-                        results[i] = (0, key)
+                    parts.setdefault((folder, key.shard), []).append(i)
+                for (folder, _shard), part_items in parts.items():
+                    groups, singles = self._plan_groups([items[i] for i in part_items])
+                    for group in groups:
+                        run = [part_items[j] for j in group]
+                        try:
+                            grouped = self._write_group(fds[folder], folder, [items[i] for i in run], sync=False)
+                        except Exception as exc:
+                            for i in run:
+                                results[i] = exc
+                            continue
+                        written.append((run, fds[folder], folder, grouped))
+                    for i in (part_items[j] for j in singles):
+                        key, staged, meta = items[i]
+                        try:
+                            w = self._write(fds[folder], folder, key, staged, meta, sync=False)
+                        except Exception as exc:
+                            results[i] = exc
+                            continue
+                        if w is not None:
+                            written.append(([i], fds[folder], folder, w))
+                        elif not meta.displace:
+                            results[i] = (0, key)
                 try:
                     sync_files([(fd, name) for _, fd, _, w in written for name in w.made])
                 except OSError as exc:
-                    for i, fd, _, w in written:
+                    for run, fd, _, w in written:
                         _remove(fd, w.made)
-                        results[i] = exc
+                        for i in run:
+                            results[i] = exc
                     written = []
-                for i, fd, folder, w in written:
+                for run, fd, folder, w in written:
                     try:
                         nbytes, left = self._publish(fd, folder, w, sync=False)
                     except Exception as exc:
-                        results[i] = exc
+                        for i in run:
+                            results[i] = exc
                         continue
-                    results[i] = (nbytes, w.key)
-                    committed.append(w.key)
-                    leftovers[w.key] = left
+                    for i in run:
+                        key = items[i][0]
+                        results[i] = (items[i][1].nbytes if w.group is not None else nbytes, key)
+                        committed.append(key)
+                        leftovers[key] = list(left)
                 for folder, fd in fds.items():  # the renames of every entry of the folder, flushed at once
                     try:
                         os.fsync(fd)
@@ -758,6 +919,32 @@ class StepStore:
         self._committed([r[1] for r in results if isinstance(r, tuple)])
         self._bookkeep(committed, leftovers)
         return results
+
+    def _plan_groups(self, items: list[tuple[EntryKey, Staged, EntryMeta]]) -> tuple[list[list[int]], list[int]]:
+        """Split one part's items (the caller holds its lock) into groups of at least two small entries with
+        contiguous free call indices (each within :data:`~skipweave.store.pack.DATA_MAX_BYTES` and
+        :data:`~skipweave.store.layout.MAX_PACK_CALLS`) and the rest, written as single entries. Returns the
+        groups and the singles as indices into ``items``."""
+        key = items[0][0]
+        taken = set(self.part_info(key.step, key.target, key.shard).calls) if len(items) > 1 else set()
+        small = sorted((i for i, (k, staged, meta) in enumerate(items)
+                        if k.call not in taken and not meta.replace and staged.nbytes <= ENTRY_MAX_BYTES),
+                       key=lambda i: items[i][0].call)
+        groups: list[list[int]] = []
+        run: list[int] = []
+        size = 0
+        for i in small:
+            k, staged, _ = items[i]
+            if run and (k.call != items[run[-1]][0].call + 1 or len(run) >= MAX_PACK_CALLS
+                        or size + staged.nbytes > DATA_MAX_BYTES):
+                groups.append(run)
+                run, size = [], 0
+            run.append(i)
+            size += staged.nbytes
+        groups.append(run)
+        groups = [g for g in groups if len(g) > 1]
+        grouped = {i for g in groups for i in g}
+        return groups, [i for i in range(len(items)) if i not in grouped]
 
     def _committed(self, kept: list[EntryKey]) -> None:
         """Count the parts of entries now committed (or another writer's kept) as this process's, servable and
@@ -805,29 +992,18 @@ class StepStore:
                     return None
             except (EntryInvalid, FileNotFoundError):
                 old = None
-        from skipweave.store import tensorfile
-
+        elif not meta.replace and self._grouped_sound(folder, key):
+            return None
         token = uuid.uuid4().hex[:8]
         tree_name = f"{key.stem}.{token}.tree.json"
-        plain_name = f"{key.stem}.{token}.tensors.safetensors"
         made: list[str] = []  # names in the folder this write created, removed if it does not commit
         try:
             tmp_tree = _tmp_in(folder, tree_name)
             made.append(tmp_tree)
             _write_new(dir_fd, tmp_tree, staged.tree, sync=sync)
             desc = None if meta.background else f"skipweave: recording {self.role} step {key.step}"
-            compress = self.compress
-            while True:  # safetensors bytes streamed from the tensors' memory, checksummed on that memory
-                tensor_name = plain_name + ("" if compress is None else tensorfile.COMPRESSED_SUFFIX)
-                tmp_tensors = _tmp_in(folder, tensor_name)
-                made.append(tmp_tensors)
-                try:
-                    tensor_bytes, tensor_sum = tensorfile.write(tmp_tensors, staged.tensors, desc=desc, dir_fd=dir_fd,
-                                                                sync=sync, compress=compress)
-                    break
-                except tensorfile.TooCompressible:  # (all zeros, say) a reader would refuse it: plainly instead
-                    _remove(dir_fd, [made.pop()])
-                    compress = None
+            tmp_tensors, tensor_name, tensor_bytes, tensor_sum = self._write_tensors(
+                dir_fd, folder, f"{key.stem}.{token}.tensors.safetensors", staged.tensors, made, desc=desc, sync=sync)
             files = [
                 PayloadFile(tree_name, len(staged.tree), bytes_checksum(staged.tree)),
                 PayloadFile(tensor_name, tensor_bytes, tensor_sum),
@@ -845,6 +1021,69 @@ class StepStore:
             raise
         return _Written(key, made, [(tmp_tree, tree_name), (tmp_tensors, tensor_name)], (tmp_manifest, manifest_name),
                         files, old)
+
+    def _write_tensors(self, dir_fd: int, folder: str, plain_name: str, tensors: dict[str, Any], made: list[str], *,
+                       desc: str | None, sync: bool) -> tuple[str, str, int, str]:
+        """Write a tensor file (compressed with ``compress``, plainly when it compresses too well for a reader)
+        under a temporary name, appended to ``made``; return ``(temporary, final name, bytes, checksum)``."""
+        from skipweave.store import tensorfile
+
+        compress = self.compress
+        while True:  # safetensors bytes streamed from the tensors' memory, checksummed on that memory
+            final = plain_name + ("" if compress is None else tensorfile.COMPRESSED_SUFFIX)
+            tmp = _tmp_in(folder, final)
+            made.append(tmp)
+            try:
+                nbytes, checksum = tensorfile.write(tmp, tensors, desc=desc, dir_fd=dir_fd, sync=sync,
+                                                    compress=compress)
+                return tmp, final, nbytes, checksum
+            except tensorfile.TooCompressible:  # (all zeros, say) a reader would refuse it: plainly instead
+                _remove(dir_fd, [made.pop()])
+                compress = None
+
+    def _grouped_sound(self, folder: str, key: EntryKey) -> bool:
+        """True when a group file holds ``key``'s call and is sound (its data file checked by size): the slot is
+        taken. A call claimed by two group files, or by an unsound one, counts as free (its own manifest, written
+        next, is what serves it)."""
+        try:
+            group = self._covering(key)
+            if group is None:
+                return False
+            judged, _ = self._open_pack(key, *group)
+            verify_payload(folder, {"payload": [judged.data]}, checksums=False)
+        except (EntryInvalid, OSError):
+            return False
+        return True
+
+    def _write_group(self, dir_fd: int, folder: str, items: list[tuple[EntryKey, Staged, EntryMeta]], *,
+                     sync: bool) -> _Written:
+        """Write the entries of calls ``first..last`` of one part (contiguous, in order, slots free) as one group: its
+        data file and its group file, under temporary names (see :mod:`skipweave.store.pack`). A failure removes
+        every file it made."""
+        keys = [k for k, _, _ in items]
+        first, last = keys[0].call, keys[-1].call
+        stem = pack_stem(keys[0].shard, first, last)
+        made: list[str] = []
+        try:
+            tensors = pack_tensors([(k.call, staged.tree, staged.tensors) for k, staged, _ in items])
+            tmp_data, data_name, data_bytes, data_sum = self._write_tensors(
+                dir_fd, folder, f"{stem}.{uuid.uuid4().hex[:8]}.pack.safetensors", tensors, made, desc=None, sync=sync)
+            data = PayloadFile(data_name, data_bytes, data_sum)
+            manifests = [build_manifest(
+                role=self.role, target=k.target, target_path=meta.target_path, step=k.step, call=k.call,
+                shard=k.shard, fingerprint=meta.fingerprint, files=[data], pickled=staged.pickled,
+                seconds=meta.seconds, concurrent=meta.concurrent,
+            ) for k, staged, meta in items]
+            group = build_pack(role=self.role, target=keys[0].target, step=keys[0].step, shard=keys[0].shard,
+                               first=first, last=last, data=data, entries=manifests)
+            tmp_group = _tmp_in(folder, stem + PACK_SUFFIX)
+            made.append(tmp_group)
+            _write_new(dir_fd, tmp_group, json.dumps(group, separators=(",", ":")).encode(), sync=sync)
+        except BaseException:
+            _remove(dir_fd, made)
+            raise
+        return _Written(keys[0], made, [(tmp_data, data_name)], (tmp_group, stem + PACK_SUFFIX), [data], None,
+                        group=keys)
 
     def _publish(self, dir_fd: int, folder: str, w: _Written, *, sync: bool = True) -> tuple[int, list[str]]:
         """Rename a written entry's payload, then its manifest (the commit), into place; fsync the folder (unless
@@ -905,7 +1144,9 @@ class StepStore:
     def discard(self, key: EntryKey, *, reason: str) -> None:
         """Move an unusable entry's manifest and payload to ``_set_aside/`` so it is never served again.
 
-        Logs one WARNING naming the entry, the reason and where it went.
+        An entry without a manifest of its own is served from a group file: the group files claiming its call go,
+        with their data files (the group's other calls are then misses, recorded afresh). Logs one WARNING naming
+        the entry, the reason and where it went.
 
         Raises:
             UnsafePath: the entry's folder or ``_set_aside`` is a symlink or a file (nothing is moved).
@@ -917,8 +1158,13 @@ class StepStore:
         folder = self.folder(key.step, key.target)
         with part_lock(folder, key.shard):
             dest = self._aside(f"{key.step}-{key.target}-{key.stem}-unusable-{uuid.uuid4().hex[:6]}")
-            for n in os.listdir(folder):
-                if n.startswith(key.stem + ".") and not n.startswith(TMP_PREFIX):
+            names = os.listdir(folder)
+            stems = [key.stem]
+            if key.stem + MANIFEST_SUFFIX not in names:
+                stems += [pack_stem(key.shard, first, last) for first, last, _ in calls_in(names, key.shard)[1]
+                          if first <= key.call <= last]
+            for n in names:
+                if n.startswith(tuple(stem + "." for stem in stems)) and not n.startswith(TMP_PREFIX):
                     with contextlib.suppress(FileNotFoundError):
                         os.replace(os.path.join(folder, n), os.path.join(dest, n))
         self._touch()
@@ -1026,6 +1272,20 @@ def part_lock(folder: str, shard: str, *, timeout: float = LOCK_TIMEOUT_S) -> fi
     return filelock.FileLock(lock_path(folder, f".{shard}.part.lock"), timeout=timeout)
 
 
+def calls_in(names: Collection[str], shard: str) -> tuple[set[int], tuple[tuple[int, int, str], ...]]:
+    """The calls of ``shard`` with a manifest of their own among a folder's names, and its group files as
+    ``(first, last, name)``."""
+    own: set[int] = set()
+    groups: list[tuple[int, int, str]] = []
+    for n in names:
+        if n.endswith(MANIFEST_SUFFIX):
+            if (parsed := parse_manifest_name(n)) is not None and parsed[0] == shard:
+                own.add(parsed[1])
+        elif n.endswith(PACK_SUFFIX) and (grouped := parse_pack_name(n)) is not None and grouped[0] == shard:
+            groups.append((grouped[1], grouped[2], n))
+    return own, tuple(sorted(groups))
+
+
 def _identity(path: str) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
@@ -1080,4 +1340,5 @@ def _read_verified(path: str, item: dict[str, Any]) -> bytes:
     return data
 
 
-__all__ = ["EntryInvalid", "EntryMeta", "Loaded", "Staged", "MANIFEST_SUFFIX", "PartInfo", "StepStore", "StoreMoved"]
+__all__ = ["EntryInvalid", "EntryMeta", "Loaded", "Staged", "MANIFEST_SUFFIX", "PartInfo", "StepStore", "StoreMoved",
+           "calls_in", "part_lock"]

@@ -19,7 +19,6 @@ import pytest
 import torch
 
 import skipweave
-from skipweave.store.layout import TMP_PREFIX
 from skipweave.store.step_store import StepStore
 from skipweave.store.write_behind import WRITER
 
@@ -58,8 +57,11 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
 
 
 def _manifests(dump: Path) -> list[Path]:
-    return sorted(p for p in dump.rglob("*.manifest.json")
-                  if "_set_aside" not in p.parts and not p.name.startswith(TMP_PREFIX))
+    """Where each committed entry's manifest is (its own, or the group file holding it), as a run and ``skipweave
+    ls`` see them."""
+    from skipweave.store.inspect import scan
+
+    return sorted(Path(e.path) for e in scan(str(dump)).entries()) if dump.exists() else []
 
 
 def test_the_call_returns_before_its_entry_is_written_and_in_place_changes_after_return_are_not_recorded(

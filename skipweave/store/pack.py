@@ -1,0 +1,249 @@
+"""Groups of small entries: the payloads of many calls of one part in one data file, committed by one group file.
+
+Per-sample recording (verl's fully-async rollouter) makes thousands of entries of a few KB per step. As three
+files each, an entry costs three file creations (600-1200 µs each on a slow disk) however the syncs are
+grouped. The background writer therefore commits the small entries of a part that it holds at once, with
+contiguous call indices, as one group (:meth:`~skipweave.store.step_store.StepStore.commit_many`)::
+
+    {shard}-{first:04d}-{last:04d}.pack.json                 the group file: the entries' manifests, and the commit
+    {shard}-{first:04d}-{last:04d}.{token}.pack.safetensors  every entry's tree (``{call:04d}/tree``, uint8) and
+                                                             tensors (``{call:04d}/{name}``): one safetensors file
+
+The data file is written, synced and renamed first; the group file's rename commits every entry in it at once,
+so the commit marker rule of single entries holds. A group file holds, per call ``first..last``, the very
+manifest a single entry has (:func:`~skipweave.store.manifest.build_manifest`) with the data file as its one
+payload item, and is judged the same way (:func:`check_pack`): a reader serves an entry of a group only when the
+whole group file is sound and the data file has its size and checksum.
+
+Which entry a call is: its own manifest when there is one (a later re-record of a grouped call, or an older
+skipweave, writes one), else the one group whose range holds it. A call two groups claim (no writer makes that;
+a crafted or copied-together folder does) is served by neither.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from skipweave.store.layout import EntryKey, pack_stem, parse_pack_data_name
+from skipweave.store.manifest import (
+    FORMAT_VERSION,
+    EntryInvalid,
+    PayloadFile,
+    check_fields,
+    check_identity,
+    check_structure,
+)
+from skipweave.store.paths import open_regular
+
+PACK_KIND = "pack"
+"""The group file's ``kind``."""
+
+PACK_MAX_BYTES = 64 << 20
+"""A group file holds at most :data:`~skipweave.store.layout.MAX_PACK_CALLS` manifests of about 1 KB: a larger
+file is not one skipweave wrote (and is not parsed)."""
+
+ENTRY_MAX_BYTES = 256 << 10
+"""Entries whose payload takes more bytes than this are written as single entries (three files cost little
+beside their bytes)."""
+
+DATA_MAX_BYTES = 32 << 20
+"""Most payload bytes one group holds; a reader reads (and verifies) a group's data file whole."""
+
+
+def tensor_name(call: int, name: str) -> str:
+    """Name of an entry's tensor (or, for ``name`` ``tree``, of its tree) in a group's data file."""
+    return f"{call:04d}/{name}"
+
+
+def pack_tensors(entries: list[tuple[int, bytes, dict[str, Any]]]) -> dict[str, Any]:
+    """The tensors of a group's data file from ``(call, tree bytes, tensors)`` per entry (trees as uint8)."""
+    import torch
+
+    out: dict[str, Any] = {}
+    for call, tree, tensors in entries:
+        out[tensor_name(call, "tree")] = torch.frombuffer(bytearray(tree), dtype=torch.uint8)
+        for name, t in tensors.items():
+            out[tensor_name(call, name)] = t
+    return out
+
+
+def split(tensors: dict[str, Any], where: str) -> dict[int, tuple[bytes, dict[str, Any]]]:
+    """A group's verified data file split by call: ``call -> (tree bytes, that call's tensors by name)``. A name
+    not of the form ``{call}/{name}`` is left out (no entry refers to it).
+
+    Raises:
+        EntryInvalid: a tree is not a 1-D uint8 tensor.
+    """
+    import torch
+
+    out: dict[int, tuple[bytes, dict[str, Any]]] = {}
+    trees: dict[int, bytes] = {}
+    parts: dict[int, dict[str, Any]] = {}
+    for full, t in tensors.items():
+        call_text, sep, name = full.partition("/")
+        if not sep or not call_text.isdigit() or not call_text.isascii() or not name:
+            continue
+        call = int(call_text)
+        if name == "tree":
+            if t.dtype != torch.uint8 or t.dim() != 1:
+                raise EntryInvalid(f"group {where} holds a tree for call {call} that is not 1-D uint8")
+            trees[call] = t.numpy().tobytes()
+        else:
+            parts.setdefault(call, {})[name] = t
+    for call, tree in trees.items():
+        out[call] = (tree, parts.get(call, {}))
+    return out
+
+
+def read_tree(data_path: str, call: int, *, max_header: int = 100 << 20) -> bytes:
+    """The tree bytes of one call from a group's data file, without torch and without reading the other entries'
+    bytes (a compressed file is decompressed up to them): what ``skipweave show`` summarises. Not verified against
+    the checksum (``show --verify`` checks the file whole).
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: its header is malformed or names no tree for ``call``.
+    """
+    with open(open_regular(data_path), "rb") as fh:
+        source: Any = fh
+        if data_path.endswith(".zst"):
+            import zstandard
+
+            source = zstandard.ZstdDecompressor().stream_reader(fh)
+        (n,) = struct.unpack("<Q", source.read(8))
+        if n > max_header:
+            raise ValueError(f"{data_path}: header length {n} does not fit")
+        header = json.loads(source.read(n))
+        info = header.get(tensor_name(call, "tree")) if isinstance(header, dict) else None
+        if not isinstance(info, dict) or info.get("dtype") != "U8":
+            raise ValueError(f"{data_path} holds no tree for call {call}")
+        lo, hi = (int(x) for x in info["data_offsets"])
+        if not 0 <= lo <= hi:
+            raise ValueError(f"{data_path}: the tree of call {call} has offsets {lo}..{hi}")
+        skip = lo
+        while skip:
+            got = len(source.read(min(skip, 1 << 20)))
+            if not got:
+                raise ValueError(f"{data_path} ends before the tree of call {call}")
+            skip -= got
+        tree = bytes(source.read(hi - lo))
+        if len(tree) != hi - lo:
+            raise ValueError(f"{data_path} ends within the tree of call {call}")
+        return tree
+
+
+def build_pack(*, role: str, target: str, step: int, shard: str, first: int, last: int, data: PayloadFile,
+               entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The group file's mapping: its identity, its data file, and one manifest per call ``first..last``."""
+    return {
+        "format_version": FORMAT_VERSION, "kind": PACK_KIND, "role": role, "target": target, "step": step,
+        "shard": shard, "first": first, "last": last,
+        "data": {"name": data.name, "bytes": data.bytes, "checksum": data.checksum},
+        "entries": entries,
+    }
+
+
+def read_pack(path: str) -> dict[str, Any]:
+    """Read a group file (at most :data:`PACK_MAX_BYTES`) and check its version and kind.
+
+    Raises:
+        FileNotFoundError: no group file.
+        EntryInvalid: unreadable JSON, too large, another format version or kind.
+    """
+    try:
+        with open(open_regular(path), encoding="utf-8") as fh:
+            if os.fstat(fh.fileno()).st_size > PACK_MAX_BYTES:
+                raise ValueError(f"larger than {PACK_MAX_BYTES} bytes")
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, RecursionError) as exc:
+        raise EntryInvalid(f"group {path} is unreadable: {exc}") from exc
+    if not isinstance(data, dict) or type(data.get("format_version")) is not int \
+            or data.get("format_version") != FORMAT_VERSION or data.get("kind") != PACK_KIND:
+        raise EntryInvalid(f"group {path} is not a group file of format version {FORMAT_VERSION}")
+    return data
+
+
+@dataclass(frozen=True)
+class JudgedPack:
+    """A group file that passed :func:`check_pack`.
+
+    Attributes:
+        path: the group file.
+        data: its data file's ``{name, bytes, checksum}``.
+        entries: call index -> that call's manifest.
+    """
+
+    path: str
+    data: dict[str, Any]
+    entries: dict[int, dict[str, Any]]
+
+
+def check_pack(group: dict[str, Any], path: str, key: EntryKey, first: int, last: int) -> JudgedPack:
+    """Decide whether a group file may serve entries: the judgement of runs and the CLI alike.
+
+    The group names the part it sits in (role, target, step, shard of ``key``) and the range its name gives; its
+    data file is named for the group; it holds exactly one manifest per call ``first..last``, each of which names
+    its own call (:func:`~skipweave.store.manifest.check_identity`), lists the group's data file as its one payload
+    item and passes :func:`~skipweave.store.manifest.check_fields` (pickle is judged per entry, by
+    :func:`entry_of`). The data file's bytes are checked by the reader.
+
+    Args:
+        group: what :func:`read_pack` returned.
+        path: the group file, for messages.
+        key: any key of the part (its call is not used).
+        first, last: the call range the group file's name gives.
+
+    Raises:
+        EntryInvalid: naming the first thing that does not fit.
+    """
+    want = {"role": key.role, "target": key.target, "step": key.step, "shard": key.shard, "first": first,
+            "last": last}
+    for field, value in want.items():
+        got = group.get(field)
+        if got != value or type(got) is not type(value):
+            raise EntryInvalid(f"group {path} belongs elsewhere: {field}={got!r:.80}, expected {value!r}")
+    data = group.get("data")
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str) \
+            or parse_pack_data_name(data["name"]) != pack_stem(key.shard, first, last) \
+            or type(data.get("bytes")) is not int or data["bytes"] < 0 or not isinstance(data.get("checksum"), str):
+        raise EntryInvalid(f"group {path} names no data file of its own "
+                           f"({pack_stem(key.shard, first, last)}.<token>.pack.safetensors, with bytes and checksum)")
+    entries = group.get("entries")
+    if not isinstance(entries, list) or len(entries) != last - first + 1:
+        raise EntryInvalid(f"group {path} does not hold one manifest per call {first}..{last}")
+    item = {"name": data["name"], "bytes": data["bytes"], "checksum": data["checksum"]}
+    judged: dict[int, dict[str, Any]] = {}
+    for call, entry in enumerate(entries, start=first):
+        where = f"{path} (call {call})"
+        manifest = check_structure(entry, where)
+        check_identity(manifest, where, role=key.role, target=key.target, step=key.step, call=call, shard=key.shard)
+        payload = manifest["payload"]
+        if len(payload) != 1 or {k: payload[0].get(k) for k in item} != item:
+            raise EntryInvalid(f"manifest {where} does not list its group's data file as its one payload item")
+        check_fields(manifest, where, key, allow_pickle=True)
+        judged[call] = manifest
+    return JudgedPack(path, item, judged)
+
+
+def entry_of(judged: JudgedPack, key: EntryKey, *, allow_pickle: bool) -> dict[str, Any]:
+    """The manifest of ``key``'s call in a judged group.
+
+    Raises:
+        EntryRefused: the entry holds pickled data and ``allow_pickle`` is off.
+        EntryInvalid: the group does not hold the call.
+    """
+    manifest = judged.entries.get(key.call)
+    if manifest is None:
+        raise EntryInvalid(f"group {judged.path} holds no call {key.call}")
+    check_fields(manifest, f"{judged.path} (call {key.call})", key, allow_pickle=allow_pickle)
+    return manifest
+
+
+__all__ = ["DATA_MAX_BYTES", "ENTRY_MAX_BYTES", "JudgedPack", "PACK_KIND", "PACK_MAX_BYTES", "build_pack",
+           "check_pack", "entry_of", "pack_tensors", "read_pack", "read_tree", "split", "tensor_name"]
