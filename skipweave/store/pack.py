@@ -71,32 +71,30 @@ def pack_tensors(entries: list[tuple[int, bytes, dict[str, Any]]]) -> dict[str, 
     return out
 
 
-def split(tensors: dict[str, Any], where: str) -> dict[int, tuple[bytes, dict[str, Any]]]:
-    """A group's verified data file split by call: ``call -> (tree bytes, that call's tensors by name)``. A name
-    not of the form ``{call}/{name}`` is left out (no entry refers to it).
+def index(spans: dict[str, Any], where: str) -> dict[int, tuple[Any, dict[str, Any]]]:
+    """A group's data file by call: ``call -> (its tree's span, its tensors' spans by name)``, from the spans
+    :func:`~skipweave.store.tensorfile.read_whole` gives. A name not of the form ``{call}/{name}``, and a call with
+    no tree, are left out (no entry is served from them).
 
     Raises:
         EntryInvalid: a tree is not a 1-D uint8 tensor.
     """
     import torch
 
-    out: dict[int, tuple[bytes, dict[str, Any]]] = {}
-    trees: dict[int, bytes] = {}
+    trees: dict[int, Any] = {}
     parts: dict[int, dict[str, Any]] = {}
-    for full, t in tensors.items():
+    for full, span in spans.items():
         call_text, sep, name = full.partition("/")
         if not sep or not call_text.isdigit() or not call_text.isascii() or not name:
             continue
         call = int(call_text)
         if name == "tree":
-            if t.dtype != torch.uint8 or t.dim() != 1:
+            if span[3] != torch.uint8 or len(span[4]) != 1:
                 raise EntryInvalid(f"group {where} holds a tree for call {call} that is not 1-D uint8")
-            trees[call] = t.numpy().tobytes()
+            trees[call] = span
         else:
-            parts.setdefault(call, {})[name] = t
-    for call, tree in trees.items():
-        out[call] = (tree, parts.get(call, {}))
-    return out
+            parts.setdefault(call, {})[name] = span
+    return {call: (tree, parts.get(call, {})) for call, tree in trees.items()}
 
 
 def read_tree(data_path: str, call: int, *, max_header: int = 100 << 20) -> bytes:
@@ -246,4 +244,4 @@ def entry_of(judged: JudgedPack, key: EntryKey, *, allow_pickle: bool) -> dict[s
 
 
 __all__ = ["DATA_MAX_BYTES", "ENTRY_MAX_BYTES", "JudgedPack", "PACK_KIND", "PACK_MAX_BYTES", "build_pack",
-           "check_pack", "entry_of", "pack_tensors", "read_pack", "read_tree", "split", "tensor_name"]
+           "check_pack", "entry_of", "index", "pack_tensors", "read_pack", "read_tree", "tensor_name"]

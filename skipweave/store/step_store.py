@@ -79,9 +79,9 @@ from skipweave.store.pack import (
     build_pack,
     check_pack,
     entry_of,
+    index,
     pack_tensors,
     read_pack,
-    split,
 )
 from skipweave.store.paths import UnsafePath, check_name, inside, lock_path, open_dir, open_regular, same_folder
 from skipweave.store.writers import Recorded, is_concurrent_other, recorded_of, started_unix, this_writer
@@ -99,9 +99,9 @@ PACK_CACHE_BYTES = 64 << 20
 group's entries read and verify its data file once."""
 
 
-_Split = dict[int, tuple[bytes, dict[str, Any]]]
-"""A group's verified data file by call: ``call -> (tree bytes, tensors by name)`` (see
-:func:`~skipweave.store.pack.split`)."""
+_Split = tuple[memoryview, dict[int, tuple[Any, dict[str, Any]]]]
+"""A group's verified data section and its spans by call: ``call -> (tree span, tensor spans by name)`` (see
+:func:`~skipweave.store.pack.index`)."""
 
 
 @dataclass(frozen=True)
@@ -584,8 +584,10 @@ class StepStore:
                                                                                           first, last)
         tensors = None
         if data:
-            tensors = split(tensorfile.read(os.path.join(folder, judged.data["name"]), size=int(judged.data["bytes"]),
-                                            checksum=str(judged.data["checksum"])), path)
+            section, spans = tensorfile.read_whole(os.path.join(folder, judged.data["name"]),
+                                                   size=int(judged.data["bytes"]),
+                                                   checksum=str(judged.data["checksum"]))
+            tensors = (section, index(spans, path))
         with self._lock:
             self._pack_cache[path] = (ident, judged, tensors)
             self._pack_cache.move_to_end(path)
@@ -601,13 +603,17 @@ class StepStore:
         if group is None:
             raise FileNotFoundError(manifest_path(self.dump_dir, key))
         first, last, name = group
-        judged, by_call = self._open_pack(key, first, last, name, folder=folder, data=True)
+        from skipweave.store.tensorfile import tensor_at
+
+        judged, opened = self._open_pack(key, first, last, name, folder=folder, data=True)
         manifest = entry_of(judged, key, allow_pickle=self.allow_pickle)
-        assert by_call is not None
+        assert opened is not None
+        section, by_call = opened
         if key.call not in by_call:
             raise EntryInvalid(f"group {judged.path} holds no tree for call {key.call}")
-        tree_bytes, kept = by_call[key.call]
-        own = {n: t.clone() for n, t in kept.items()}  # the host may change a replayed tensor; the group is kept
+        tree_span, spans = by_call[key.call]
+        tree_bytes = bytes(section[tree_span[0]:tree_span[1]])
+        own = {n: tensor_at(section, span) for n, span in spans.items()}  # owned copies: the group stays as read
         size = len(tree_bytes) + sum(t.numel() * t.element_size() for t in own.values())
         return self._decode(f"{judged.path} (call {key.call})", manifest, tree_bytes, own, size)
 

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 import torch
 
-from skipweave.store.manifest import EntryInvalid, checksum_digest, new_hasher
+from skipweave.store.manifest import EntryInvalid, bytes_checksum, checksum_digest, new_hasher
 from skipweave.store.paths import UnsafePath, open_regular
 
 CHUNK = 1 << 20
@@ -356,18 +356,25 @@ class _Hashing:
         return bytes(data)
 
 
-def _allocate(header_bytes: bytes | bytearray, data_size: int, path: str) -> dict[str, torch.Tensor]:
-    """Parse a safetensors header and allocate (uninitialised) the tensors it lists, in file order.
+Span = tuple[int, int, str, torch.dtype, list[int]]
+"""One tensor of a safetensors file: ``(start, end)`` of its bytes in the data section, name, dtype, shape."""
 
-    The tensors' byte ranges must tile the data section exactly, as safetensors requires; the file is
-    then read into them in this order. A negative ``data_size`` is the most a compressed file may hold
-    (:data:`MAX_RATIO` times its size): its size does not tell its data section's.
+
+def _spans(header_bytes: bytes | bytearray | memoryview, data_size: int, path: str) -> list[Span]:
+    """Parse a safetensors header into its tensors' spans, in file order.
+
+    The tensors' byte ranges must tile the data section exactly, as safetensors requires. A negative ``data_size``
+    is the most a compressed file may hold (:data:`MAX_RATIO` times its size): its size does not tell its data
+    section's.
+
+    Raises:
+        EntryInvalid: the header is malformed, or the spans do not tile the data section.
     """
     try:
         header = json.loads(bytes(header_bytes))
         if not isinstance(header, dict):
             raise ValueError("the header is not a JSON object")
-        spans = []
+        spans: list[Span] = []
         for name, info in header.items():
             if name == "__metadata__":
                 continue
@@ -398,8 +405,74 @@ def _allocate(header_bytes: bytes | bytearray, data_size: int, path: str) -> dic
             raise ValueError(f"the tensors' bytes end at {covered}, the data section at {data_size}")
     except (ValueError, KeyError, TypeError) as exc:
         raise EntryInvalid(f"payload {path} is not a valid safetensors file: {exc}") from exc
-    return {name: torch.empty(shape, dtype=dtype) for _lo, _hi, name, dtype, shape in spans}
+    return spans
 
 
-__all__ = ["CHUNK", "COMPRESSED_SUFFIX", "MAX_RATIO", "PROGRESS_MIN", "TooCompressible", "bars_enabled", "byte_bar",
-           "file_size", "progress_enabled", "read", "write"]
+def _allocate(header_bytes: bytes | bytearray, data_size: int, path: str) -> dict[str, torch.Tensor]:
+    """Allocate (uninitialised) the tensors a safetensors header lists, in file order (see :func:`_spans`); the
+    file is then read into them in this order."""
+    return {name: torch.empty(shape, dtype=dtype) for _lo, _hi, name, dtype, shape in _spans(header_bytes, data_size,
+                                                                                                 path)}
+
+
+def read_whole(path: str, *, size: int, checksum: str) -> tuple[memoryview, dict[str, Span]]:
+    """Read a small safetensors file (plain or compressed) whole into one buffer, verify it against its manifest
+    item, and return the data section and its tensors' spans by name, without making any tensor (see
+    :func:`tensor_at`): a group of small entries is read with one ``read``, and each hit makes only its own tensors.
+
+    Raises:
+        EntryInvalid: the file is missing, has another size, does not match its checksum, is not a valid
+            (compressed) safetensors file, or decompresses to more than :data:`MAX_RATIO` times its size.
+    """
+    raw = bytearray(size)
+    try:
+        with open(open_regular(path), "rb", buffering=0) as fh:
+            actual = os.fstat(fh.fileno()).st_size
+            if actual != size:
+                raise EntryInvalid(f"payload {path} has {actual} bytes, manifest says {size}")
+            _readinto_exact(fh, memoryview(raw), path)
+    except UnsafePath as exc:
+        raise EntryInvalid(f"payload {path} is not a file skipweave wrote: {exc}") from None
+    except FileNotFoundError:
+        raise EntryInvalid(f"payload {path} is missing") from None
+    except OSError as exc:
+        raise EntryInvalid(f"payload {path} is unreadable: {exc}") from exc
+    if bytes_checksum(memoryview(raw)) != checksum:
+        raise EntryInvalid(f"payload {path} does not match its checksum {checksum}")
+    data = raw
+    if path.endswith(COMPRESSED_SUFFIX):
+        import io
+
+        import zstandard
+
+        limit = size * MAX_RATIO + RATIO_SLACK
+        out = bytearray()
+        try:
+            with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)) as reader:
+                while chunk := reader.read(CHUNK):
+                    out += chunk
+                    if len(out) > limit:
+                        raise EntryInvalid(f"payload {path} decompresses to more than {MAX_RATIO}x its size")
+        except zstandard.ZstdError as exc:
+            raise EntryInvalid(f"payload {path} is not a valid compressed file: {exc}") from exc
+        data = out
+    if len(data) < 8:
+        raise EntryInvalid(f"payload {path} is not a valid safetensors file: shorter than its header length")
+    (n,) = struct.unpack_from("<Q", data)
+    if n > _MAX_HEADER or 8 + n > len(data):
+        raise EntryInvalid(f"payload {path} is not a valid safetensors file: header length {n} does not fit")
+    view = memoryview(data)
+    spans = _spans(view[8:8 + n], len(data) - 8 - n, path)
+    return view[8 + n:], {sp[2]: sp for sp in spans}
+
+
+def tensor_at(data: memoryview, span: Span) -> torch.Tensor:
+    """A tensor owning a copy of one span of :func:`read_whole`'s data section."""
+    lo, hi, _name, dtype, shape = span
+    if hi == lo:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(data[lo:hi], dtype=dtype).reshape(shape).clone()
+
+
+__all__ = ["CHUNK", "COMPRESSED_SUFFIX", "MAX_RATIO", "PROGRESS_MIN", "Span", "TooCompressible", "bars_enabled",
+           "byte_bar", "file_size", "progress_enabled", "read", "read_whole", "tensor_at", "write"]
