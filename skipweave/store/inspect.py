@@ -773,7 +773,7 @@ def plan_gc(result: DumpScan) -> list[GcAction]:
     owner: dict[tuple[str, str], GcAction] = {}  # (folder, stem) -> the action removing that entry
     for part in result.parts:
         if not part.complete:
-            files = [os.path.join(part.folder, n) for e in part.entries for n in e.files]
+            files = list(dict.fromkeys(os.path.join(part.folder, n) for e in part.entries for n in e.files))
             files += [part.part_file] if part.part_file else []
             reasons = [part.incomplete_reason or "incomplete"]
             reasons += [f"call {e.key.call} is corrupt: {e.reason}" for e in part.entries if e.reason]
@@ -790,7 +790,8 @@ def plan_gc(result: DumpScan) -> list[GcAction]:
                 if e.path.endswith(PACK_SUFFIX):
                     grouped.add(e.path)
                 action = GcAction(
-                    GcKind.CORRUPT_ENTRY, e.path, [os.path.join(part.folder, n) for n in e.files], e.bytes,
+                    GcKind.CORRUPT_ENTRY, e.path, [os.path.join(part.folder, n) for n in e.files],
+                    sum(_stat(os.path.join(part.folder, n))[0] for n in e.files),
                     e.reason or "corrupt", where=f"{part.where} call {e.key.call}", part=part, entry=e,
                     modified=e.modified,
                 )

@@ -6,6 +6,7 @@ The captured state is a plain dict of ints, floats, strings, numpy arrays and te
 
 from __future__ import annotations
 
+import array
 import logging
 import random
 from collections.abc import Callable, Mapping
@@ -50,7 +51,7 @@ def capture_rng_state() -> dict[str, Any]:
         "format": RNG_STATE_FORMAT,
         "python": {
             "version": int(py_version),
-            "state": np.asarray(py_internal, dtype=np.int64),
+            "state": _int64_array(py_internal),
             "gauss_next": None if py_gauss is None else float(py_gauss),
         },
         "numpy": {
@@ -127,6 +128,15 @@ def prepare_rng_state(state: Mapping[str, Any]) -> Callable[[], None]:
             step()
 
     return restore
+
+
+def _int64_array(values: tuple[int, ...]) -> np.ndarray:
+    """``np.asarray(values, dtype=np.int64)`` for Python's generator state (625 ints in ``[0, 2**32)``) at about
+    half the cost: filled as unsigned 64-bit (``array``'s fast path; a non-negative int64 has the same bytes)."""
+    try:
+        return np.frombuffer(array.array("Q", values), dtype=np.int64)
+    except (OverflowError, TypeError):  # not what CPython's Mersenne Twister gives: the general conversion
+        return np.asarray(values, dtype=np.int64)
 
 
 _SCRATCH = random.Random(0)

@@ -124,8 +124,8 @@ class Staged:
         tree: the codec's JSON tree, serialised.
         tensors: flat ``name -> tensor`` mapping (contiguous CPU tensors; owned copies after :meth:`owned`).
         pickled: some value was pickled (``allow_pickle``).
-        nbytes: bytes the entry's payload files take (the tree and the tensor file), about the memory a pending
-            write holds.
+        nbytes: about the bytes the entry's payload files take (the tree and the tensor file, its header estimated),
+            the memory a pending write holds.
     """
 
     tree: bytes
@@ -797,7 +797,7 @@ class StepStore:
             payload["effects"] = effects
         encoded = codec.encode(payload, allow_pickle=self.allow_pickle, trusted=self.trusted_classes)
         tree = json.dumps(encoded.tree, separators=(",", ":")).encode()  # now: the tree may hold host objects
-        return Staged(tree, encoded.tensors, encoded.pickled, len(tree) + tensorfile.file_size(encoded.tensors))
+        return Staged(tree, encoded.tensors, encoded.pickled, len(tree) + tensorfile.estimate_size(encoded.tensors))
 
     def commit(self, key: EntryKey, staged: Staged, meta: EntryMeta) -> tuple[int, EntryKey]:
         """Write and commit one staged entry (see :meth:`record`; ``meta.displace`` as in :meth:`record_own`).

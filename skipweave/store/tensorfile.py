@@ -182,6 +182,23 @@ def file_size(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] |
     return len(prefix) + sum(t.numel() * t.element_size() for _, t in order)
 
 
+def estimate_size(tensors: Mapping[str, torch.Tensor]) -> int:
+    """About the bytes :func:`write` writes for ``tensors`` (the tensors' bytes exactly, the header estimated), at a
+    fraction of :func:`file_size`'s cost (no header is serialised): what a pending entry holds in memory.
+
+    Raises:
+        ValueError: a tensor cannot be stored (as :func:`file_size`).
+    """
+    total = 8
+    for name, t in tensors.items():
+        if t.dtype not in _CODES:
+            raise ValueError(f"tensor {name!r} has dtype {t.dtype}, which safetensors cannot store")
+        if t.layout != torch.strided or t.device.type != "cpu" or not t.is_contiguous():
+            raise ValueError(f"tensor {name!r} must be a contiguous CPU tensor")
+        total += t.numel() * t.element_size() + len(name) + 48 + 12 * t.dim()
+    return total
+
+
 def write(
     path: str,
     tensors: Mapping[str, torch.Tensor],
@@ -475,4 +492,4 @@ def tensor_at(data: memoryview, span: Span) -> torch.Tensor:
 
 
 __all__ = ["CHUNK", "COMPRESSED_SUFFIX", "MAX_RATIO", "PROGRESS_MIN", "Span", "TooCompressible", "bars_enabled",
-           "byte_bar", "file_size", "progress_enabled", "read", "read_whole", "tensor_at", "write"]
+           "byte_bar", "estimate_size", "file_size", "progress_enabled", "read", "read_whole", "tensor_at", "write"]

@@ -156,7 +156,10 @@ def test_a_damaged_or_crafted_group_is_never_served_and_verify_and_gc_agree(tmp_
     found = scan(str(tmp_path), checksums=True)
     statuses = {e.key.call: e.status.value for e in found.entries()}
     assert statuses.get(4) == "corrupt", statuses  # the judgement of the run, in the CLI
+    assert set(statuses.values()) == {"corrupt"} and len(statuses) == CALLS  # judged whole: every call of it
     actions = plan_gc(found)
+    (whole,) = [a for a in actions if a.kind.value == "corrupt_entry"]  # one removal for the group, not ten
+    assert whole.bytes == sum(os.lstat(p).st_size for p in whole.files if os.path.lexists(p))
     for action in actions:
         apply_gc(found, action, min_age=0, dry_run=False)
     assert all(a.outcome in ("removed", "skipped") for a in actions), [(a.path, a.outcome, a.detail) for a in actions]
