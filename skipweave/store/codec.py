@@ -116,7 +116,7 @@ import types
 import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import torch
@@ -197,6 +197,51 @@ _NP_TO_TORCH: dict[np.dtype[Any], torch.dtype] = {
 _INT_JSON_LIMIT = 2**63
 _WARNED_DEVICES: set[str] = set()
 _CHECKED_CLASSES: set[tuple[type, str]] = set()  # (class, kind) the encoder has checked for replayability
+
+# --------------------------------------------------------------------------------------------------------
+# paths in error messages, built only when one is raised
+#
+# Encoding and decoding pass each child the path naming it (``obj['rng']['python'].state``). Formatting it
+# as text for every node (a ``repr`` of the key, a concatenation) was a large part of a small entry's cost,
+# and it is read only when an error is raised. So a path is the root name (a ``str``) or a tuple
+# ``(parent, label, value)``: the parent's path and the function making this level's suffix from ``value``
+# (``key_label(k)``, ``"[3]"``, ``".name"``, ...). :func:`_ps` turns it into the text the eager version built.
+
+_Path: TypeAlias = str | tuple[Any, Callable[[Any], str], Any]
+
+
+def _idx_label(i: Any) -> str:
+    return f"[{i}]"
+
+
+def _attr_label(name: Any) -> str:
+    return f".{name}"
+
+
+def _td_label(i: Any) -> str:
+    return f".tensordicts[{i}]"
+
+
+def _key_repr_label(k: Any) -> str:
+    return f"<key {k!r}>"
+
+
+def _item_repr_label(v: Any) -> str:
+    return f"<item {v!r}>"
+
+
+def _ps(path: _Path) -> str:
+    """The text of a path: ``child_path`` of the parent's text and each level's suffix (iteratively, so a
+    path as deep as the recursion limit allows is formatted without recursing)."""
+    suffixes: list[str] = []
+    while type(path) is tuple:
+        path, label, value = path
+        suffixes.append(label(value))
+    text = path if isinstance(path, str) else str(path)  # the root name, a str
+    for suffix in reversed(suffixes):
+        text = child_path(text, suffix)
+    return text
+
 
 # --------------------------------------------------------------------------------------------------------
 # small helpers shared with fingerprint.py
@@ -340,11 +385,32 @@ def _to_recorded_device(t: torch.Tensor, device: str) -> torch.Tensor:
     return t
 
 
-def _torch_dtype(name: Any, path: str) -> torch.dtype:
+_TORCH_DTYPES: dict[str, torch.dtype] = {
+    f"torch.{n}": dt for n, dt in vars(torch).items() if isinstance(dt, torch.dtype)
+}
+"""``"torch.<name>"`` -> the dtype, as :func:`_torch_dtype` finds it in torch's namespace (looked up first)."""
+
+_NP_DTYPES: dict[str, np.dtype[Any]] = {
+    s: d for s in {np.dtype(c).str for c in "?bBhHiIlLqQefdgFDGO"} if (d := np.dtype(s)) is np.dtype(s)
+}
+"""A node's dtype string -> the dtype, for numpy's builtin dtypes: ``np.dtype(s)`` returns that very object."""
+
+
+def _flat_bytes(raw: torch.Tensor) -> torch.Tensor:
+    """``raw.reshape(-1).view(torch.uint8)``, without the no-op calls for an entry stored that way."""
+    if raw.dtype == torch.uint8 and raw.dim() == 1:
+        return raw
+    return raw.reshape(-1).view(torch.uint8)
+
+
+def _torch_dtype(name: Any, path: _Path) -> torch.dtype:
+    dt = _TORCH_DTYPES.get(name) if type(name) is str else None
+    if dt is not None:
+        return dt
     # vars(), not getattr: torch's module __getattr__ imports submodules lazily, and the name comes from a file
     dt = vars(torch).get(name.removeprefix("torch.")) if isinstance(name, str) else None
     if not isinstance(dt, torch.dtype):
-        raise CodecError(f"{path}: unknown torch dtype {name!r}")
+        raise CodecError(f"{_ps(path)}: unknown torch dtype {name!r}")
     return dt
 
 
@@ -440,8 +506,9 @@ class _Encoder:
     # -- tensor storage --------------------------------------------------------------------------------
     def _add(self, t: torch.Tensor) -> str:
         """Store a contiguous CPU tensor, cloning it only if its storage is already used by another entry."""
-        ptr = t.untyped_storage().data_ptr()
-        if t.untyped_storage().nbytes() > 0 and ptr != 0:
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        if storage.nbytes() > 0 and ptr != 0:
             if ptr in self._storages:
                 t = t.clone()
                 ptr = t.untyped_storage().data_ptr()
@@ -458,10 +525,13 @@ class _Encoder:
         return self._add(t.reshape(-1).view(torch.uint8)), "bytes"
 
     # -- dispatch ---------------------------------------------------------------------------------------
-    def encode(self, obj: Any, path: str) -> dict[str, Any]:
+    def encode(self, obj: Any, path: _Path) -> dict[str, Any]:
+        tp = type(obj)
+        fast = _FAST_ENCODERS.get(tp)  # the common exact types, without the checks below
+        if fast is not None:
+            return fast(self, obj, path)
         if obj is None:
             return {"t": "none"}
-        tp = type(obj)
         if tp is bool:
             return {"t": "bool", "v": obj}
         if tp is int:
@@ -509,10 +579,35 @@ class _Encoder:
             return self._guarded(obj, path, self._encode_dataclass)
         return self._encode_pickle(obj, path)
 
-    def _guarded(self, obj: Any, path: str, fn: Callable[[Any, str], dict[str, Any]]) -> dict[str, Any]:
+    def _encode_plain_dict(self, obj: dict[Any, Any], path: _Path) -> dict[str, Any]:
+        """``_guarded(obj, path, self._encode_container)`` of an exact ``dict``, with one call less per dict."""
+        oid = id(obj)
+        stack = self._stack
+        if oid in stack:
+            raise CodecError(f"{_ps(path)}: reference cycle through a {_type_name(obj)} cannot be encoded")
+        stack.add(oid)
+        try:
+            return self._encode_mapping(obj, path, {"t": "dict"})
+        finally:
+            stack.discard(oid)
+
+    def _encode_plain_seq(self, obj: list[Any] | tuple[Any, ...], path: _Path) -> dict[str, Any]:
+        """``_guarded(obj, path, self._encode_container)`` of an exact ``list`` or ``tuple``."""
+        oid = id(obj)
+        stack = self._stack
+        if oid in stack:
+            raise CodecError(f"{_ps(path)}: reference cycle through a {_type_name(obj)} cannot be encoded")
+        stack.add(oid)
+        try:
+            encode = self.encode
+            return {"t": type(obj).__name__, "v": [encode(v, (path, _idx_label, i)) for i, v in enumerate(obj)]}
+        finally:
+            stack.discard(oid)
+
+    def _guarded(self, obj: Any, path: _Path, fn: Callable[[Any, _Path], dict[str, Any]]) -> dict[str, Any]:
         oid = id(obj)
         if oid in self._stack:
-            raise CodecError(f"{path}: reference cycle through a {_type_name(obj)} cannot be encoded")
+            raise CodecError(f"{_ps(path)}: reference cycle through a {_type_name(obj)} cannot be encoded")
         self._stack.add(oid)
         try:
             return fn(obj, path)
@@ -520,17 +615,19 @@ class _Encoder:
             self._stack.discard(oid)
 
     # -- leaves -----------------------------------------------------------------------------------------
-    def _encode_tensor(self, obj: torch.Tensor, path: str) -> dict[str, Any]:
+    def _encode_tensor(self, obj: torch.Tensor, path: _Path) -> dict[str, Any]:
         cached = self._by_id.get(id(obj))
         if cached is not None:
             return dict(cached)
         if obj.layout != torch.strided:
             return self._encode_pickle(obj, path, reason=f"tensor layout {obj.layout} is not supported")
-        device = str(obj.device)
-        if obj.device.type == "meta":
-            raise CodecError(f"{path}: meta tensors carry no data and cannot be encoded")
+        dev = obj.device
+        device = str(dev)
+        dev_type = dev.type
+        if dev_type == "meta":
+            raise CodecError(f"{_ps(path)}: meta tensors carry no data and cannot be encoded")
         t = obj.detach()
-        if t.device.type != "cpu":
+        if dev_type != "cpu":
             t = t.cpu()
         t = t.resolve_conj().resolve_neg()
         if not t.is_contiguous():
@@ -549,7 +646,7 @@ class _Encoder:
         self._keep.append(obj)
         return node
 
-    def _encode_ndarray(self, arr: np.ndarray, path: str) -> dict[str, Any]:
+    def _encode_ndarray(self, arr: np.ndarray, path: _Path) -> dict[str, Any]:
         cached = self._by_id.get(id(arr))
         if cached is not None:
             return dict(cached)
@@ -564,12 +661,12 @@ class _Encoder:
             else:
                 oid = id(arr)
                 if oid in self._stack:
-                    raise CodecError(f"{path}: reference cycle through an object array cannot be encoded")
+                    raise CodecError(f"{_ps(path)}: reference cycle through an object array cannot be encoded")
                 self._stack.add(oid)
                 try:
-                    flat_path = path if arr.ndim == 1 else child_path(path, ".flat")
+                    flat_path = path if arr.ndim == 1 else (path, str, ".flat")
                     node["items"] = [
-                        self.encode(el, child_path(flat_path, f"[{i}]")) for i, el in enumerate(arr.flat)
+                        self.encode(el, (flat_path, _idx_label, i)) for i, el in enumerate(arr.flat)
                     ]
                 finally:
                     self._stack.discard(oid)
@@ -592,55 +689,45 @@ class _Encoder:
         self._keep.append(arr)
         return node
 
-    def _encode_enum(self, obj: enum.Enum, path: str) -> dict[str, Any]:
+    def _encode_enum(self, obj: enum.Enum, path: _Path) -> dict[str, Any]:
         cls = type(obj)
         ref = self._class_ref_checked(cls, path, "enum")
         name = obj.name
         if name is not None and cls.__members__.get(name) is obj:
             return {"t": "enum", "cls": ref, "name": name}
-        return {"t": "enum", "cls": ref, "value": self.encode(obj.value, child_path(path, ".value"))}
+        return {"t": "enum", "cls": ref, "value": self.encode(obj.value, (path, str, ".value"))}
 
-    def _encode_pickle(self, obj: Any, path: str, reason: str | None = None) -> dict[str, Any]:
+    def _encode_pickle(self, obj: Any, path: _Path, reason: str | None = None) -> dict[str, Any]:
         tname = _type_name(obj)
         if not self.allow_pickle:
             why = f" ({reason})" if reason else ""
             raise PickleRefused(
-                f"cannot encode {path or '<root>'} of type {tname} without pickle{why}; "
+                f"cannot encode {_ps(path) or '<root>'} of type {tname} without pickle{why}; "
                 "set skip.<role>.allow_pickle=true to allow pickling it"
             )
         try:
             data = pickle.dumps(obj, protocol=pickle.DEFAULT_PROTOCOL)
         except Exception as exc:
-            raise CodecError(f"cannot pickle {path or '<root>'} of type {tname}: {exc}") from exc
+            raise CodecError(f"cannot pickle {_ps(path) or '<root>'} of type {tname}: {exc}") from exc
         key = self._add(torch.from_numpy(np.frombuffer(data, dtype=np.uint8).copy()))
         self.pickled = True
         return {"t": "pickle", "k": key, "type": tname, "nbytes": len(data)}
 
     # -- containers -------------------------------------------------------------------------------------
-    def _encode_container(self, obj: Any, path: str) -> dict[str, Any]:
+    def _encode_container(self, obj: Any, path: _Path) -> dict[str, Any]:
         tp = type(obj)
         if tp is dict or tp is collections.OrderedDict:
             node: dict[str, Any] = {"t": "dict"}
             if tp is collections.OrderedDict:
                 node["ordered"] = True
-            if all(type(k) is str for k in obj):
-                node["v"] = {k: self.encode(v, child_path(path, key_label(k))) for k, v in obj.items()}
-            else:
-                node["kv"] = [
-                    [
-                        self.encode(k, child_path(path, f"<key {k!r}>")),
-                        self.encode(v, child_path(path, key_label(k))),
-                    ]
-                    for k, v in obj.items()
-                ]
-            return node
+            return self._encode_mapping(obj, path, node)
         if tp is list or tp is tuple:
             return {
                 "t": tp.__name__,
-                "v": [self.encode(v, child_path(path, f"[{i}]")) for i, v in enumerate(obj)],
+                "v": [self.encode(v, (path, _idx_label, i)) for i, v in enumerate(obj)],
             }
         if tp is set or tp is frozenset:
-            items = [self.encode(v, child_path(path, f"<item {v!r}>")) for v in obj]
+            items = [self.encode(v, (path, _item_repr_label, v)) for v in obj]
             items.sort(key=lambda n: json.dumps(n, sort_keys=True))  # deterministic trees across processes
             return {"t": tp.__name__, "v": items}
         # namedtuple
@@ -648,17 +735,29 @@ class _Encoder:
         return {
             "t": "namedtuple",
             "cls": ref,
-            "v": {f: self.encode(getattr(obj, f), child_path(path, f".{f}")) for f in tp._fields},
+            "v": {f: self.encode(getattr(obj, f), (path, _attr_label, f)) for f in tp._fields},
         }
 
-    def _encode_dataclass(self, obj: Any, path: str) -> dict[str, Any]:
+    def _encode_mapping(self, obj: dict[Any, Any], path: _Path, node: dict[str, Any]) -> dict[str, Any]:
+        """Fill a ``dict`` node: ``"v"`` when every key is exactly a ``str``, else ``"kv"`` pairs."""
+        encode = self.encode
+        for k in obj:
+            if type(k) is not str:
+                break
+        else:
+            node["v"] = {k: encode(v, (path, key_label, k)) for k, v in obj.items()}
+            return node
+        node["kv"] = [[encode(k, (path, _key_repr_label, k)), encode(v, (path, key_label, k))] for k, v in obj.items()]
+        return node
+
+    def _encode_dataclass(self, obj: Any, path: _Path) -> dict[str, Any]:
         ref = self._class_ref_checked(type(obj), path, "dataclass")
         fields = {
-            f.name: self.encode(getattr(obj, f.name), child_path(path, f".{f.name}")) for f in dataclasses.fields(obj)
+            f.name: self.encode(getattr(obj, f.name), (path, _attr_label, f.name)) for f in dataclasses.fields(obj)
         }
         return {"t": "dataclass", "cls": ref, "v": fields}
 
-    def _encode_tensordict(self, obj: Any, path: str) -> dict[str, Any]:
+    def _encode_tensordict(self, obj: Any, path: _Path) -> dict[str, Any]:
         ref = self._class_ref_checked(type(obj), path, "tensordict")
         device = getattr(obj, "device", None)
         node: dict[str, Any] = {
@@ -671,59 +770,59 @@ class _Encoder:
         if isinstance(parts, (list, tuple)) and isinstance(getattr(obj, "stack_dim", None), int):
             # lazy stack (LazyStackedTensorDict / NonTensorStack): keep the stacked parts
             node["stack_dim"] = int(obj.stack_dim)
-            node["stack"] = [self.encode(td, child_path(path, f".tensordicts[{i}]")) for i, td in enumerate(parts)]
+            node["stack"] = [self.encode(td, (path, _td_label, i)) for i, td in enumerate(parts)]
             return node
         items: dict[str, Any] = {}
         for k, v in obj.items():
             if type(k) is not str:
-                raise CodecError(f"{path}: TensorDict key {k!r} of type {_type_name(k)} is not supported")
-            items[k] = self.encode(v, child_path(path, key_label(k)))
+                raise CodecError(f"{_ps(path)}: TensorDict key {k!r} of type {_type_name(k)} is not supported")
+            items[k] = self.encode(v, (path, key_label, k))
         node["v"] = items
         return node
 
-    def _encode_non_tensor_data(self, obj: Any, path: str) -> dict[str, Any]:
+    def _encode_non_tensor_data(self, obj: Any, path: _Path) -> dict[str, Any]:
         device = getattr(obj, "device", None)
         return {
             "t": "nontensordata",
             "cls": self._class_ref_checked(type(obj), path, "nontensordata"),
             "batch_size": [int(x) for x in obj.batch_size],
             "device": None if device is None else str(device),
-            "data": self.encode(obj.data, child_path(path, ".data")),
+            "data": self.encode(obj.data, (path, str, ".data")),
         }
 
-    def _encode_dataproto(self, obj: Any, path: str) -> dict[str, Any]:
+    def _encode_dataproto(self, obj: Any, path: _Path) -> dict[str, Any]:
         cls = type(obj)
         ref = self._class_ref_checked(cls, path, "dataproto")
         node: dict[str, Any] = {"t": "dataproto", "cls": ref}
         for attr in _DATAPROTO_ATTRS:
-            node[attr] = self.encode(getattr(obj, attr), child_path(path, f".{attr}"))
+            node[attr] = self.encode(getattr(obj, attr), (path, _attr_label, attr))
         extra: dict[str, Any] = {}
         for name, value in getattr(obj, "__dict__", {}).items():
             if name in _DATAPROTO_ATTRS:
                 continue
             problem = _extra_attr_problem(cls, name)
             if problem:  # decoding would refuse the whole object: leave the attribute out, as unsupported ones
-                logger.debug("not recording attribute %r of %s: it %s", name, path or "<root>", problem)
+                logger.debug("not recording attribute %r of %s: it %s", name, _ps(path) or "<root>", problem)
                 continue
             snap = self.snapshot()
             allow = self.allow_pickle
             self.allow_pickle = False  # extras are kept only if natively supported
             try:
-                extra[name] = self.encode(value, child_path(path, f".{name}"))
+                extra[name] = self.encode(value, (path, _attr_label, name))
             except CodecError as exc:
                 self.rollback(snap)
-                logger.debug("not recording attribute %s: %s", child_path(path, f".{name}"), exc)
+                logger.debug("not recording attribute %s: %s", child_path(_ps(path), f".{name}"), exc)
             finally:
                 self.allow_pickle = allow
         if extra:
             node["extra"] = extra
         return node
 
-    def _class_ref_checked(self, cls: type, path: str, kind: str) -> str:
+    def _class_ref_checked(self, cls: type, path: _Path, kind: str) -> str:
         """``class_ref(cls)``; refuses local classes, warns once per class that a replay would refuse it."""
         if "<locals>" in cls.__qualname__:
             raise CodecError(
-                f"{path}: class {class_ref(cls)} is defined inside a function and could not be found "
+                f"{_ps(path)}: class {class_ref(cls)} is defined inside a function and could not be found "
                 "when decoding; define it at module level"
             )
         key = (cls, kind)
@@ -732,8 +831,18 @@ class _Encoder:
             problem = classes.replay_problem(cls, kind)
             if problem:
                 logger.warning("skipweave: recording %s (%s) that a replay will refuse unless approved: %s",
-                               path or "<root>", class_ref(cls), problem)
+                               _ps(path) or "<root>", class_ref(cls), problem)
         return class_ref(cls)
+
+
+_FAST_ENCODERS: dict[type, Callable[[_Encoder, Any, _Path], dict[str, Any]]] = {
+    dict: _Encoder._encode_plain_dict,
+    list: _Encoder._encode_plain_seq,
+    tuple: _Encoder._encode_plain_seq,
+    torch.Tensor: _Encoder._encode_tensor,
+    np.ndarray: _Encoder._encode_ndarray,
+}
+"""Exact type -> what :meth:`_Encoder.encode`'s checks would pick for it (looked up before them)."""
 
 
 def _from_numpy(arr: np.ndarray) -> torch.Tensor:
@@ -805,147 +914,160 @@ class _Decoder:
         self.trusted = frozenset((trusted,) if isinstance(trusted, str) else trusted)  # a lone str is one ref
         self._cache: dict[tuple[str, str], Any] = {}  # (kind, key) -> decoded tensor/array (aliasing)
 
-    def _raw(self, node: Mapping[str, Any], path: str) -> torch.Tensor:
+    def _raw(self, node: Mapping[str, Any], path: _Path) -> torch.Tensor:
         key = node.get("k")
         if not isinstance(key, str) or key not in self.tensors:
-            raise CodecError(f"{path}: tensor entry {key!r} is missing from the stored tensors")
+            raise CodecError(f"{_ps(path)}: tensor entry {key!r} is missing from the stored tensors")
         t = self.tensors[key]
         if not isinstance(t, torch.Tensor):
-            raise CodecError(f"{path}: stored entry {key!r} is a {_type_name(t)}, not a tensor")
+            raise CodecError(f"{_ps(path)}: stored entry {key!r} is a {_type_name(t)}, not a tensor")
         return t
 
-    def _class(self, ref: Any, kind: str, path: str) -> type:
+    def _class(self, ref: Any, kind: str, path: _Path) -> type:
         """The class a node names, under :mod:`skipweave.store.classes`' rules (never imports unless trusted)."""
         try:
             return classes.resolve(ref, kind, trusted=self.trusted)
         except CodecError as exc:
-            raise CodecError(f"{path or '<root>'}: {exc}") from None
+            raise CodecError(f"{_ps(path) or '<root>'}: {exc}") from None
 
-    def decode(self, node: Any, path: str) -> Any:
-        if not isinstance(node, Mapping) or "t" not in node:
-            raise CodecError(f"{path}: malformed codec node {node!r:.200}")
+    def decode(self, node: Any, path: _Path) -> Any:
+        if (type(node) is not dict and not isinstance(node, Mapping)) or "t" not in node:
+            raise CodecError(f"{_ps(path)}: malformed codec node {node!r:.200}")
         tag = node["t"]
         try:
             fn = _DECODERS[tag]
         except (KeyError, TypeError):
-            raise CodecError(f"{path}: unknown codec node type {tag!r:.100}") from None
+            raise CodecError(f"{_ps(path)}: unknown codec node type {tag!r:.100}") from None
         try:
             return fn(self, node, path)
         except (CodecError, RecursionError):
             raise  # RecursionError: turned into a CodecError once, at the top (formatting here could recurse)
         except Exception as exc:
-            raise CodecError(f"{path}: cannot decode {tag!r} node: {type(exc).__name__}: {exc}") from exc
+            raise CodecError(f"{_ps(path)}: cannot decode {tag!r} node: {type(exc).__name__}: {exc}") from exc
 
     # -- leaves -----------------------------------------------------------------------------------------
-    def _tensor(self, node: Mapping[str, Any], path: str) -> torch.Tensor:
+    def _tensor(self, node: Mapping[str, Any], path: _Path) -> torch.Tensor:
+        cache = self._cache
         ck = ("tensor", str(node.get("k")))
-        if ck in self._cache:
-            return self._cache[ck]  # type: ignore[no-any-return]
+        if ck in cache:
+            return cache[ck]  # type: ignore[no-any-return]
         raw = self._raw(node, path)
         dtype = _torch_dtype(node["dtype"], path)
         shape = _shape(node, path)
+        # reshape/view only when they change something: each costs microseconds even as a no-op
         if node.get("storage", "native") == "bytes":
-            t = raw.reshape(-1).view(torch.uint8).view(dtype).reshape(shape)
+            t = _flat_bytes(raw).view(dtype)
         else:
             if raw.dtype != dtype:
-                raise CodecError(f"{path}: stored tensor has dtype {raw.dtype}, expected {dtype}")
-            t = raw.reshape(shape)
-        t = _to_recorded_device(t, str(node.get("device", "cpu")))
-        self._cache[ck] = t
+                raise CodecError(f"{_ps(path)}: stored tensor has dtype {raw.dtype}, expected {dtype}")
+            t = raw
+        if t.shape != shape:
+            t = t.reshape(shape)
+        device = node.get("device", "cpu")
+        if device != "cpu":
+            t = _to_recorded_device(t, str(device))
+        cache[ck] = t
         return t
 
-    def _ndarray(self, node: Mapping[str, Any], path: str) -> np.ndarray:
+    def _ndarray(self, node: Mapping[str, Any], path: _Path) -> np.ndarray:
         dt = _np_dtype(node, path)
         shape = _shape(node, path)
-        size = math.prod(shape)
+        kind = dt.kind
         arr: np.ndarray
-        if dt.kind == "O":
+        if kind in ("O", "U", "S"):
+            size = math.prod(shape)
+        if kind == "O":
             for form in ("strs", "json"):
                 if form in node:
                     return self._compact_object_array(node[form], shape, form, path)
             items = node["items"]
             if not isinstance(items, list) or len(items) != size:  # checked before allocating the array
                 got = f"{len(items)} items" if isinstance(items, list) else f"a {_type_name(items)}"
-                raise CodecError(f"{path}: object array has {got}, expected {size}")
+                raise CodecError(f"{_ps(path)}: object array has {got}, expected {size}")
             arr = np.empty(shape, dtype=object)
             flat = arr.reshape(-1)
-            flat_path = path if len(shape) == 1 else child_path(path, ".flat")
+            flat_path = path if len(shape) == 1 else (path, str, ".flat")
             for i, item in enumerate(items):
-                flat[i] = self.decode(item, child_path(flat_path, f"[{i}]"))
+                flat[i] = self.decode(item, (flat_path, _idx_label, i))
             return arr
         if dt.hasobject:
-            raise CodecError(f"{path}: numpy dtype {dt!r} holds Python objects; refusing to build it from bytes")
-        if dt.kind in ("U", "S"):
+            raise CodecError(f"{_ps(path)}: numpy dtype {dt!r} holds Python objects; refusing to build it from bytes")
+        if kind in ("U", "S"):
             items = node["items"]
             if not isinstance(items, list) or len(items) != size:
                 got = f"{len(items)} items" if isinstance(items, list) else f"a {_type_name(items)}"
-                raise CodecError(f"{path}: string array has {got}, expected {size}")
+                raise CodecError(f"{_ps(path)}: string array has {got}, expected {size}")
             if dt.kind == "S":
                 items = [base64.b64decode(s) for s in items]
             elif not all(type(s) is str for s in items):
-                raise CodecError(f"{path}: string array holds values that are not strings")
+                raise CodecError(f"{_ps(path)}: string array holds values that are not strings")
             longest = max(map(len, items), default=0)
             width = dt.itemsize // (4 if dt.kind == "U" else 1)
             if width > longest and dt.itemsize * size > _PADDED_STR_BYTES_LIMIT:
                 raise CodecError(
-                    f"{path}: string array of dtype {dt.str} and {size} items would take {dt.itemsize * size} bytes, "
-                    f"its longest string being {longest} long; refusing a crafted width"
+                    f"{_ps(path)}: string array of dtype {dt.str} and {size} items would take "
+                    f"{dt.itemsize * size} bytes, its longest string being {longest} long; refusing a crafted width"
                 )
             arr = np.array(items, dtype=dt).reshape(shape)
             if arr.dtype != dt:
                 arr = arr.astype(dt)
             return arr
+        cache = self._cache
         ck = ("ndarray", str(node.get("k")))
-        if ck in self._cache:
-            return self._cache[ck]  # type: ignore[no-any-return]
+        if ck in cache:
+            return cache[ck]  # type: ignore[no-any-return]
         raw = self._raw(node, path)
         if node.get("storage", "native") == "bytes":
-            arr = raw.reshape(-1).view(torch.uint8).numpy().view(dt).reshape(shape)
+            arr = _flat_bytes(raw).numpy().view(dt)
+            if arr.shape != shape:
+                arr = arr.reshape(shape)
         else:
-            arr = raw.numpy().reshape(shape)
+            arr = raw.numpy()
+            if arr.shape != shape:
+                arr = arr.reshape(shape)
             if arr.dtype != dt:
-                raise CodecError(f"{path}: stored array has dtype {arr.dtype}, expected {dt}")
-        self._cache[ck] = arr
+                raise CodecError(f"{_ps(path)}: stored array has dtype {arr.dtype}, expected {dt}")
+        cache[ck] = arr
         return arr
 
     @staticmethod
-    def _compact_object_array(elements: Any, shape: tuple[int, ...], form: str, path: str) -> np.ndarray:
+    def _compact_object_array(elements: Any, shape: tuple[int, ...], form: str, path: _Path) -> np.ndarray:
         """An object array from the JSON list of a ``strs``/``json`` node; the elements are not copied."""
         size = math.prod(shape)
         if not isinstance(elements, list) or len(elements) != size:
             got = f"{len(elements)} elements" if isinstance(elements, list) else f"a {_type_name(elements)}"
-            raise CodecError(f"{path}: object array {form!r} holds {got}, expected a list of {size}")
+            raise CodecError(f"{_ps(path)}: object array {form!r} holds {got}, expected a list of {size}")
         if form == "strs" and not set(map(type, elements)) <= {str}:
-            raise CodecError(f"{path}: object array 'strs' holds values that are not strings")
+            raise CodecError(f"{_ps(path)}: object array 'strs' holds values that are not strings")
         # fromiter stores each element as it is; assigning a list to a slice would broadcast nested lists
         return np.fromiter(elements, dtype=object, count=size).reshape(shape)
 
-    def _npscalar(self, node: Mapping[str, Any], path: str) -> Any:
+    def _npscalar(self, node: Mapping[str, Any], path: _Path) -> Any:
         dt = _np_dtype(node, path)
         if dt.hasobject:
-            raise CodecError(f"{path}: numpy dtype {dt!r} holds Python objects; refusing to build it from bytes")
+            raise CodecError(f"{_ps(path)}: numpy dtype {dt!r} holds Python objects; refusing to build it from bytes")
         return np.frombuffer(base64.b64decode(node["b64"]), dtype=dt)[0]
 
-    def _pickle(self, node: Mapping[str, Any], path: str) -> Any:
+    def _pickle(self, node: Mapping[str, Any], path: _Path) -> Any:
         if not self.allow_pickle:
             raise PickleRefused(
-                f"{path or '<root>'} (type {node.get('type')}): this entry was recorded with "
+                f"{_ps(path) or '<root>'} (type {node.get('type')}): this entry was recorded with "
                 "allow_pickle=true; loading it would unpickle data, which can run arbitrary code. Set "
                 "skip.<role>.allow_pickle=true (decode(..., allow_pickle=True)) if you trust this recording"
             )
         raw = self._raw(node, path)
         return pickle.loads(raw.contiguous().numpy().tobytes())
 
-    def _enum(self, node: Mapping[str, Any], path: str) -> Any:
+    def _enum(self, node: Mapping[str, Any], path: _Path) -> Any:
         ref = node.get("cls")
         cls = self._class(ref, "enum", path)
         if "name" in node:
             name = node["name"]
             members = inspect.getattr_static(cls, "_member_map_", None)  # what cls[name] reads, without a call
             if not isinstance(members, Mapping) or not isinstance(name, str) or name not in members:
-                raise CodecError(f"{path}: enum {ref!r} has no member {name!r:.100}")
+                raise CodecError(f"{_ps(path)}: enum {ref!r} has no member {name!r:.100}")
             return members[name]
-        value = self.decode(node["value"], child_path(path, ".value"))
+        value = self.decode(node["value"], (path, str, ".value"))
         if not issubclass(cls, enum.Flag):  # only a Flag combination lacks a member of its own
             members = inspect.getattr_static(cls, "_value2member_map_", None)
             try:
@@ -953,46 +1075,47 @@ class _Decoder:
                     return members[value]
             except TypeError:  # an unhashable value
                 pass
-            raise CodecError(f"{path}: enum {ref!r} has no member of value {value!r:.100}")
+            raise CodecError(f"{_ps(path)}: enum {ref!r} has no member of value {value!r:.100}")
         # a Flag combination: the enum's lookup builds it, as at recording
         return cls(value)
 
     # -- containers -------------------------------------------------------------------------------------
-    def _dict(self, node: Mapping[str, Any], path: str) -> dict[Any, Any]:
+    def _dict(self, node: Mapping[str, Any], path: _Path) -> dict[Any, Any]:
         out: dict[Any, Any] = collections.OrderedDict() if node.get("ordered") else {}
+        decode = self.decode
         if "v" in node:
             for k, v in node["v"].items():
-                out[k] = self.decode(v, child_path(path, key_label(k)))
+                out[k] = decode(v, (path, key_label, k))
         else:
             for kn, vn in node["kv"]:
-                k = self.decode(kn, child_path(path, "<key>"))
-                out[k] = self.decode(vn, child_path(path, key_label(k)))
+                k = decode(kn, (path, str, "<key>"))
+                out[k] = decode(vn, (path, key_label, k))
         return out
 
-    def _seq(self, node: Mapping[str, Any], path: str) -> Any:
-        items = [self.decode(v, child_path(path, f"[{i}]")) for i, v in enumerate(node["v"])]
+    def _seq(self, node: Mapping[str, Any], path: _Path) -> Any:
+        items = [self.decode(v, (path, _idx_label, i)) for i, v in enumerate(node["v"])]
         return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[node["t"]](items)
 
-    def _namedtuple(self, node: Mapping[str, Any], path: str) -> Any:
+    def _namedtuple(self, node: Mapping[str, Any], path: _Path) -> Any:
         ref = node.get("cls")
         cls = self._class(ref, "namedtuple", path)
         fields: tuple[str, ...] = inspect.getattr_static(cls, "_fields")
         recorded = _fields_node(node, path)
         _check_fields(recorded, fields, ref, path)
-        values = {k: self.decode(v, child_path(path, f".{k}")) for k, v in recorded.items()}
+        values = {k: self.decode(v, (path, _attr_label, k)) for k, v in recorded.items()}
         return tuple.__new__(cls, tuple(values[f] for f in fields))
 
-    def _dataclass(self, node: Mapping[str, Any], path: str) -> Any:
+    def _dataclass(self, node: Mapping[str, Any], path: _Path) -> Any:
         ref = node.get("cls")
         cls = self._class(ref, "dataclass", path)
         recorded = _fields_node(node, path)
         _check_fields(recorded, [f.name for f in dataclasses.fields(cls)], ref, path)
         obj: Any = object.__new__(cls)  # no __new__/__init__/__post_init__ of the class runs
         for name, vn in recorded.items():
-            object.__setattr__(obj, name, self.decode(vn, child_path(path, f".{name}")))
+            object.__setattr__(obj, name, self.decode(vn, (path, _attr_label, name)))
         return obj
 
-    def _tensordict_class(self, ref: Any, kind: str, path: str) -> type:
+    def _tensordict_class(self, ref: Any, kind: str, path: _Path) -> type:
         try:
             return self._class(ref, kind, path)
         except CodecError as exc:
@@ -1007,78 +1130,83 @@ class _Decoder:
             return "cpu"
         return None if device is None else str(device)
 
-    def _tensordict(self, node: Mapping[str, Any], path: str) -> Any:
+    def _tensordict(self, node: Mapping[str, Any], path: _Path) -> Any:
         ref = node.get("cls") or "tensordict:TensorDict"
         cls: Any = self._tensordict_class(ref, "tensordict", path)
         device = self._td_device(node)
         if "stack" in node:
             if not _is_lazy_stack_class(cls):
-                raise CodecError(f"{path}: {ref!r} is not a lazy stack of tensordicts; refusing to stack into it")
-            parts = [self.decode(n, child_path(path, f".tensordicts[{i}]")) for i, n in enumerate(node["stack"])]
+                raise CodecError(f"{_ps(path)}: {ref!r} is not a lazy stack of tensordicts; refusing to stack into it")
+            parts = [self.decode(n, (path, _td_label, i)) for i, n in enumerate(node["stack"])]
             for i, part in enumerate(parts):
                 if not (is_tensordict(part) or _is_tensorclass(part)):
-                    raise CodecError(f"{path}.tensordicts[{i}]: a {_type_name(part)} cannot be stacked in a {ref}")
+                    raise CodecError(f"{_ps(path)}.tensordicts[{i}]: a {_type_name(part)} cannot be stacked in a {ref}")
             return cls(*parts, stack_dim=int(node["stack_dim"]))
         if getattr(cls, "__name__", "") != "TensorDict":
             # other TensorDictBase subclasses cannot be rebuilt from items: return a plain TensorDict
             cls = self._tensordict_class("tensordict:TensorDict", "tensordict", path)
-        items = {k: self.decode(v, child_path(path, key_label(k))) for k, v in node["v"].items()}
+        items = {k: self.decode(v, (path, key_label, k)) for k, v in node["v"].items()}
         return cls(items, batch_size=[int(x) for x in node["batch_size"]], device=device)
 
-    def _nontensordata(self, node: Mapping[str, Any], path: str) -> Any:
+    def _nontensordata(self, node: Mapping[str, Any], path: _Path) -> Any:
         ref = node.get("cls")
         cls: Any = self._tensordict_class(ref, "nontensordata", path)
-        data = self.decode(node["data"], child_path(path, ".data"))
+        data = self.decode(node["data"], (path, str, ".data"))
         return cls(data=data, batch_size=[int(x) for x in node["batch_size"]], device=self._td_device(node))
 
-    def _dataproto(self, node: Mapping[str, Any], path: str) -> Any:
+    def _dataproto(self, node: Mapping[str, Any], path: _Path) -> Any:
         cls = self._class(node.get("cls"), "dataproto", path)
         extra = node.get("extra", {})
         if not isinstance(extra, Mapping):
-            raise CodecError(f"{path}: 'extra' is a {_type_name(extra)}, not a mapping")
+            raise CodecError(f"{_ps(path)}: 'extra' is a {_type_name(extra)}, not a mapping")
         for name in extra:
             problem = _extra_attr_problem(cls, name)
             if problem:
-                raise CodecError(f"{path}: recorded attribute {name!r:.100} {problem}; refusing to set it")
+                raise CodecError(f"{_ps(path)}: recorded attribute {name!r:.100} {problem}; refusing to set it")
         obj: Any = object.__new__(cls)  # no __new__/__init__/__setattr__ of the class runs
         for attr in _DATAPROTO_ATTRS:
-            object.__setattr__(obj, attr, self.decode(node[attr], child_path(path, f".{attr}")))
+            object.__setattr__(obj, attr, self.decode(node[attr], (path, _attr_label, attr)))
         for name, vn in extra.items():
-            object.__setattr__(obj, name, self.decode(vn, child_path(path, f".{name}")))
+            object.__setattr__(obj, name, self.decode(vn, (path, _attr_label, name)))
         return obj
 
 
-def _shape(node: Mapping[str, Any], path: str) -> tuple[int, ...]:
+def _shape(node: Mapping[str, Any], path: _Path) -> tuple[int, ...]:
     shape = node["shape"]
-    if not isinstance(shape, list) or not all(type(x) is int and x >= 0 for x in shape):
-        raise CodecError(f"{path}: shape {shape!r:.100} is not a list of non-negative ints")
-    return tuple(shape)
+    if isinstance(shape, list):
+        for x in shape:
+            if type(x) is not int or x < 0:
+                break
+        else:
+            return tuple(shape)
+    raise CodecError(f"{_ps(path)}: shape {shape!r:.100} is not a list of non-negative ints")
 
 
-def _np_dtype(node: Mapping[str, Any], path: str) -> np.dtype[Any]:
+def _np_dtype(node: Mapping[str, Any], path: _Path) -> np.dtype[Any]:
     name = node["dtype"]
     if not isinstance(name, str):
-        raise CodecError(f"{path}: numpy dtype {name!r:.100} is not a string")
-    return np.dtype(name)
+        raise CodecError(f"{_ps(path)}: numpy dtype {name!r:.100} is not a string")
+    dt = _NP_DTYPES.get(name) if type(name) is str else None
+    return np.dtype(name) if dt is None else dt
 
 
-def _fields_node(node: Mapping[str, Any], path: str) -> Mapping[str, Any]:
+def _fields_node(node: Mapping[str, Any], path: _Path) -> Mapping[str, Any]:
     recorded = node["v"]
     if not isinstance(recorded, Mapping):
-        raise CodecError(f"{path}: fields are a {_type_name(recorded)}, not a mapping")
+        raise CodecError(f"{_ps(path)}: fields are a {_type_name(recorded)}, not a mapping")
     return recorded
 
 
-def _check_fields(recorded: Mapping[str, Any], fields: Sequence[str], ref: Any, path: str) -> None:
+def _check_fields(recorded: Mapping[str, Any], fields: Sequence[str], ref: Any, path: _Path) -> None:
     """Refuse a node whose field names are not exactly the class's: only declared fields are ever set."""
     if set(recorded) != set(fields) or len(recorded) != len(fields):
         raise CodecError(
-            f"{path}: recorded fields {list(recorded)} do not match the class's fields {list(fields)} of {ref!r} "
+            f"{_ps(path)}: recorded fields {list(recorded)} do not match the class's fields {list(fields)} of {ref!r} "
             "(the class changed since recording, or the tree was edited)"
         )
 
 
-_DECODERS: dict[str, Callable[[_Decoder, Mapping[str, Any], str], Any]] = {
+_DECODERS: dict[str, Callable[[_Decoder, Mapping[str, Any], _Path], Any]] = {
     "none": lambda d, n, p: None,
     "bool": lambda d, n, p: bool(n["v"]),
     "int": lambda d, n, p: int(n["s"]) if "s" in n else int(n["v"]),

@@ -778,3 +778,39 @@ def test_read_only_and_non_native_arrays_round_trip() -> None:
     out = decode(enc.tree, enc.tensors)
     assert np.array_equal(out["frozen"], frozen) and np.array_equal(out["odd"], odd) and out["odd"].dtype == odd.dtype
     assert np.array_equal(out["plain"], np.arange(3))
+
+
+def test_error_paths_name_the_nested_node() -> None:
+    # paths are built only when an error is raised: check they read as the eager ones did
+    tree = encode({"a": [{(1, "k"): {"x": torch.arange(6).reshape(2, 3)}}], "b": 1}).tree
+    tensor_node = tree["root"]["v"]["a"]["v"][0]["kv"][0][1]["v"]["x"]
+    tensor_node["shape"] = [2, -3]
+    with pytest.raises(CodecError, match=r"^res\['a'\]\[0\]\[\(1, 'k'\)\]\['x'\]: shape \[2, -3\] is not a list"):
+        decode(tree, encode({"a": [{(1, "k"): {"x": torch.arange(6).reshape(2, 3)}}]}).tensors, root_name="res")
+    tensor_node["shape"] = [4, 2]
+    with pytest.raises(CodecError, match=r"^\['a'\]\[0\]\[\(1, 'k'\)\]\['x'\]: cannot decode 'tensor' node"):
+        decode(tree, encode({"a": [{(1, "k"): {"x": torch.arange(6).reshape(2, 3)}}]}).tensors, root_name="")
+    with pytest.raises(PickleRefused, match=r"cannot encode obj\['a'\]\.y\[1\] of type"):
+        encode({"a": Point(1, [2, object()])})
+
+
+def test_stored_shapes_are_restored_with_and_without_a_reshape() -> None:
+    obj = {
+        "flat": torch.arange(5),
+        "matrix": torch.arange(6, dtype=torch.int32).reshape(2, 3),
+        "scalar": torch.tensor(2.5),
+        "u32": np.arange(6, dtype=np.uint32).reshape(3, 2),  # stored as raw bytes
+        "u32_flat": np.arange(4, dtype=np.uint32),
+        "c64": torch.ones(2, 2, dtype=torch.complex64),  # stored as raw bytes
+        "i8": np.arange(3, dtype=np.int64),
+        "empty": np.zeros((0, 3), dtype=np.float32),
+    }
+    enc = encode(obj)
+    out = decode(json.loads(json.dumps(enc.tree)), enc.tensors)
+    for name, value in obj.items():
+        assert type(out[name]) is type(value), name
+        assert out[name].dtype == value.dtype and tuple(out[name].shape) == tuple(value.shape), name
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(out[name], value), name
+        else:
+            np.testing.assert_array_equal(out[name], value)
