@@ -22,6 +22,7 @@ a crafted or copied-together folder does) is served by neither.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import struct
@@ -175,11 +176,13 @@ class JudgedPack:
         path: the group file.
         data: its data file's ``{name, bytes, checksum}``.
         entries: call index -> that call's manifest.
+        passed: ``(call, allow_pickle)`` of the entries :func:`entry_of` judged already (each is judged once).
     """
 
     path: str
     data: dict[str, Any]
     entries: dict[int, dict[str, Any]]
+    passed: set[tuple[int, bool]] = dataclasses.field(default_factory=set, compare=False, repr=False)
 
 
 def check_pack(group: dict[str, Any], path: str, key: EntryKey, first: int, last: int) -> JudgedPack:
@@ -239,7 +242,9 @@ def entry_of(judged: JudgedPack, key: EntryKey, *, allow_pickle: bool) -> dict[s
     manifest = judged.entries.get(key.call)
     if manifest is None:
         raise EntryInvalid(f"group {judged.path} holds no call {key.call}")
-    check_fields(manifest, f"{judged.path} (call {key.call})", key, allow_pickle=allow_pickle)
+    if (key.call, allow_pickle) not in judged.passed:  # a judged group's manifests do not change: judged once
+        check_fields(manifest, f"{judged.path} (call {key.call})", key, allow_pickle=allow_pickle)
+        judged.passed.add((key.call, allow_pickle))
     return manifest
 
 

@@ -104,11 +104,15 @@ def prepare_rng_state(state: Mapping[str, Any]) -> Callable[[], None]:
             steps.append(lambda: random.setstate(py_state))
         nps = state.get("numpy")
         if nps is not None:
-            np_state = (str(nps["bit_generator"]), np.asarray(nps["key"], dtype=np.uint32), int(nps["pos"]),
-                        int(nps["has_gauss"]), float(nps["cached_gaussian"]))
-            if np_state[0] != "MT19937" or np_state[1].shape != (624,) or not 0 <= np_state[2] <= 624:
-                raise ValueError(f"malformed numpy RNG state ({np_state[0]!r}, key of shape {np_state[1].shape}, "
+            key = np.asarray(nps["key"], dtype=np.uint32)
+            np_state = (str(nps["bit_generator"]), key, int(nps["pos"]), int(nps["has_gauss"]),
+                        float(nps["cached_gaussian"]))
+            if np_state[0] != "MT19937" or key.shape != (624,) or not 0 <= np_state[2] <= 624:
+                raise ValueError(f"malformed numpy RNG state ({np_state[0]!r}, key of shape {key.shape}, "
                                  f"pos {np_state[2]})")
+            # the key as Python ints: numpy's MT19937 state setter copies it item by item, and indexing a list is
+            # several times cheaper than indexing an array (the same 624 uint32 values, checked above)
+            np_state = (np_state[0], key.tolist(), *np_state[2:])
             steps.append(lambda: np.random.set_state(np_state))
     except (KeyError, TypeError, OverflowError) as exc:
         raise ValueError(f"malformed RNG state: {type(exc).__name__}: {exc}") from exc

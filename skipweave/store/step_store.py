@@ -94,6 +94,10 @@ LOCK_TIMEOUT_S = 600.0
 INDEX_REFRESH_S = 5.0
 """Seconds a role's in-memory index of recorded steps is trusted before it is rebuilt from the folder."""
 
+FOLDER_TTL_S = 1.0
+"""Seconds a part folder's checked way (:meth:`StepStore.folder`'s ``lstat`` of every folder below the dump dir) is
+reused by :meth:`StepStore.load` while the folder's own stamp is unchanged; then it is checked again whole."""
+
 PACK_CACHE_BYTES = 64 << 20
 """Bytes of verified group data files a store keeps in memory (least recently used dropped first), so the hits of a
 group's entries read and verify its data file once."""
@@ -124,8 +128,8 @@ class Staged:
         tree: the codec's JSON tree, serialised.
         tensors: flat ``name -> tensor`` mapping (contiguous CPU tensors; owned copies after :meth:`owned`).
         pickled: some value was pickled (``allow_pickle``).
-        nbytes: about the bytes the entry's payload files take (the tree and the tensor file, its header estimated),
-            the memory a pending write holds.
+        nbytes: bytes the entry's payload files take (the tree and the tensor file), about the memory a pending
+            write holds.
     """
 
     tree: bytes
@@ -259,8 +263,13 @@ class StepStore:
         # Entries handed to the background writer and not yet committed: part -> call -> its future (done when
         # the write ended, committed or not). Such a part counts as recorded here: a call it serves waits.
         self._pending: dict[tuple[int, str, str], dict[int, concurrent.futures.Future[Any]]] = {}
-        # part -> (folder stamp when listed, its group files as (first, last, name)); see _packs_of
-        self._groups: dict[tuple[int, str, str], tuple[tuple[int, int] | None, tuple[tuple[int, int, str], ...]]] = {}
+        # part -> (folder stamp when listed, its group files as (first, last, name), the calls with a manifest of
+        # their own); see _packs_of and load
+        self._groups: dict[tuple[int, str, str], tuple[tuple[int, int] | None, tuple[tuple[int, int, str], ...],
+                                                       frozenset[int]]] = {}
+        self._paths: dict[tuple[int, str], str] = {}  # (step, target) -> its folder's path (names checked)
+        # (step, target) -> (the folder's stamp, monotonic time) when its way was last checked (folder()); see load
+        self._ways: dict[tuple[int, str], tuple[tuple[int, int], float]] = {}
         # group file path -> ((inode, mtime ns, size), judged group, its verified data split by call, or None); LRU
         self._pack_cache: collections.OrderedDict[str, tuple[tuple[int, int, int], JudgedPack, _Split | None]] \
             = collections.OrderedDict()
@@ -321,6 +330,39 @@ class StepStore:
         """
         return inside(self.dump_dir, self.namespace, self.role, str(step), target, create=create)
 
+    def _folder_path(self, step: int, target: str) -> str:
+        """The path of a step's target folder (joined once; what :meth:`folder` returns, unchecked)."""
+        path = self._paths.get((step, target))
+        if path is None:
+            if len(self._paths) > 4096:
+                self._paths.clear()
+            path = self._paths[(step, target)] = os.path.join(
+                role_dir(self.dump_dir, self.namespace, self.role), str(step), target)
+        return path
+
+    def _checked_folder(self, step: int, target: str) -> tuple[str, tuple[int, int] | None]:
+        """:meth:`folder` and the folder's stamp now: the way is checked again whole when the folder's stamp
+        changed since it was last checked, or :data:`FOLDER_TTL_S` after (one ``lstat`` instead of one per folder
+        below the dump dir).
+
+        Raises:
+            UnsafePath: a folder on the way is a symlink or a file.
+        """
+        path = self._folder_path(step, target)
+        stamp = folder_stamp(path)
+        now = time.monotonic()
+        with self._lock:
+            seen = self._ways.get((step, target))
+        if stamp is not None and seen is not None and seen[0] == stamp and now - seen[1] < FOLDER_TTL_S:
+            return path, stamp
+        folder = self.folder(step, target)  # stamp taken before: a change made meanwhile shows at the next call
+        if stamp is not None:
+            with self._lock:
+                if len(self._ways) > 4096:
+                    self._ways.clear()
+                self._ways[(step, target)] = (stamp, now)
+        return folder, stamp
+
     def _warn_unsafe(self, exc: OSError) -> None:
         text = str(exc)
         with self._lock:
@@ -338,7 +380,7 @@ class StepStore:
         """
         self.key(step, target, shard, 0)
         part = (step, target, shard)
-        stamp = folder_stamp(os.path.join(role_dir(self.dump_dir, self.namespace, self.role), str(step), target))
+        stamp = folder_stamp(self._folder_path(step, target))
         try:
             folder = self.folder(step, target)
             names = os.listdir(folder)
@@ -353,7 +395,7 @@ class StepStore:
         with self._lock:
             if len(self._groups) > 4096:
                 self._groups.clear()
-            self._groups[part] = (stamp, groups)
+            self._groups[part] = (stamp, groups, frozenset(own))
         calls = sorted(own.union(*(range(first, last + 1) for first, last, _ in groups)))
         closed = False
         if shard + PART_SUFFIX in names:
@@ -371,7 +413,7 @@ class StepStore:
         judgement anyway.
         """
         part = (step, target, shard)
-        stamp = folder_stamp(os.path.join(role_dir(self.dump_dir, self.namespace, self.role), str(step), target))
+        stamp = folder_stamp(self._folder_path(step, target))
         with self._lock:
             seen = self._entries.get(part)
         if seen is not None and stamp is not None and seen[0] == stamp:
@@ -432,7 +474,7 @@ class StepStore:
             if part in self._writing or part in self._pending:
                 return True
             seen = self._closed.get(part)
-        stamp = folder_stamp(os.path.join(role_dir(self.dump_dir, self.namespace, self.role), str(step), target))
+        stamp = folder_stamp(self._folder_path(step, target))
         if seen is not None and seen == stamp:
             return True
         # stamp taken before reading: a change made while reading shows at the next call
@@ -505,7 +547,12 @@ class StepStore:
         """
         from skipweave.store import tensorfile  # torch: imported on first use, not by the CLI
 
-        folder = self.folder(key.step, key.target)
+        folder, stamp = self._checked_folder(key.step, key.target)
+        with self._lock:
+            listed = self._groups.get((key.step, key.target, key.shard))
+        if listed is not None and stamp is not None and listed[0] == stamp and key.call not in listed[2]:
+            # the folder is as it was listed, and held no manifest of the call's own: served from its group
+            return self._load_grouped(key, folder, listed[1])
         where = manifest_path(self.dump_dir, key)
         try:
             manifest = read_manifest(where)
@@ -538,7 +585,7 @@ class StepStore:
 
     def _packs_of(self, step: int, target: str, shard: str) -> tuple[tuple[int, int, str], ...]:
         """The group files of a part as ``(first, last, name)``, listed again only when the folder changed."""
-        stamp = folder_stamp(os.path.join(role_dir(self.dump_dir, self.namespace, self.role), str(step), target))
+        stamp = folder_stamp(self._folder_path(step, target))
         with self._lock:
             seen = self._groups.get((step, target, shard))
         if seen is not None and stamp is not None and seen[0] == stamp:
@@ -547,13 +594,17 @@ class StepStore:
         with self._lock:
             return self._groups.get((step, target, shard), (None, ()))[1]
 
-    def _covering(self, key: EntryKey) -> tuple[int, int, str] | None:
-        """The one group file holding ``key``'s call, ``None`` when none does.
+    def _covering(self, key: EntryKey, groups: tuple[tuple[int, int, str], ...] | None = None
+                  ) -> tuple[int, int, str] | None:
+        """The one group file holding ``key``'s call, ``None`` when none does (among ``groups`` when given: the part's
+        group files as listed, see :meth:`_packs_of`).
 
         Raises:
             EntryInvalid: two group files claim the call (no writer makes that): neither serves it.
         """
-        found = [g for g in self._packs_of(key.step, key.target, key.shard) if g[0] <= key.call <= g[1]]
+        if groups is None:
+            groups = self._packs_of(key.step, key.target, key.shard)
+        found = [g for g in groups if g[0] <= key.call <= g[1]]
         if len(found) > 1:
             raise EntryInvalid(f"call {key.call} of {key.target} step {key.step} shard {key.shard} is claimed by "
                                f"{len(found)} group files ({', '.join(g[2] for g in found)}): none is served")
@@ -597,9 +648,11 @@ class StepStore:
                 held -= int(dropped[1].data["bytes"]) if dropped[2] is not None else 0
         return judged, tensors
 
-    def _load_grouped(self, key: EntryKey, folder: str) -> Loaded:
-        """:meth:`load` of an entry that has no manifest of its own: from the group file holding its call."""
-        group = self._covering(key)
+    def _load_grouped(self, key: EntryKey, folder: str,
+                      groups: tuple[tuple[int, int, str], ...] | None = None) -> Loaded:
+        """:meth:`load` of an entry that has no manifest of its own: from the group file holding its call (among
+        ``groups`` when given, see :meth:`_covering`)."""
+        group = self._covering(key, groups)
         if group is None:
             raise FileNotFoundError(manifest_path(self.dump_dir, key))
         first, last, name = group
@@ -797,7 +850,7 @@ class StepStore:
             payload["effects"] = effects
         encoded = codec.encode(payload, allow_pickle=self.allow_pickle, trusted=self.trusted_classes)
         tree = json.dumps(encoded.tree, separators=(",", ":")).encode()  # now: the tree may hold host objects
-        return Staged(tree, encoded.tensors, encoded.pickled, len(tree) + tensorfile.estimate_size(encoded.tensors))
+        return Staged(tree, encoded.tensors, encoded.pickled, len(tree) + tensorfile.file_size(encoded.tensors))
 
     def commit(self, key: EntryKey, staged: Staged, meta: EntryMeta) -> tuple[int, EntryKey]:
         """Write and commit one staged entry (see :meth:`record`; ``meta.displace`` as in :meth:`record_own`).

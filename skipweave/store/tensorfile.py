@@ -173,30 +173,31 @@ def _prefix(tensors: Mapping[str, torch.Tensor],
 
 
 def file_size(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None) -> int:
-    """Bytes :func:`write` writes for ``tensors`` (header included).
+    """Bytes :func:`write` writes for ``tensors`` (header included), exactly, without serialising the header: its
+    length is summed from its parts (the header JSON :func:`_prefix` makes is compact and its layout fixed), so a
+    small entry's staging does not build its header twice.
 
     Raises:
         ValueError: a tensor cannot be stored.
     """
-    prefix, order = _prefix(tensors, metadata)
-    return len(prefix) + sum(t.numel() * t.element_size() for _, t in order)
-
-
-def estimate_size(tensors: Mapping[str, torch.Tensor]) -> int:
-    """About the bytes :func:`write` writes for ``tensors`` (the tensors' bytes exactly, the header estimated), at a
-    fraction of :func:`file_size`'s cost (no header is serialised): what a pending entry holds in memory.
-
-    Raises:
-        ValueError: a tensor cannot be stored (as :func:`file_size`).
-    """
-    total = 8
-    for name, t in tensors.items():
-        if t.dtype not in _CODES:
+    if metadata:
+        prefix, order = _prefix(tensors, metadata)
+        return len(prefix) + sum(t.numel() * t.element_size() for _, t in order)
+    order = sorted(tensors.items(), key=lambda kv: (-kv[1].element_size(), kv[0]))
+    header = 2 + max(len(order) - 1, 0)  # the braces, the commas between entries
+    offset = 0
+    for name, t in order:
+        code = _CODES.get(t.dtype)
+        if code is None:
             raise ValueError(f"tensor {name!r} has dtype {t.dtype}, which safetensors cannot store")
         if t.layout != torch.strided or t.device.type != "cpu" or not t.is_contiguous():
             raise ValueError(f"tensor {name!r} must be a contiguous CPU tensor")
-        total += t.numel() * t.element_size() + len(name) + 48 + 12 * t.dim()
-    return total
+        nbytes = t.numel() * t.element_size()
+        shape = ",".join(map(str, t.shape))
+        # "name":{"dtype":"CODE","shape":[..],"data_offsets":[a,b]}
+        header += len(json.dumps(name)) + len(code) + len(shape) + len(str(offset)) + len(str(offset + nbytes)) + 43
+        offset += nbytes
+    return 8 + header + (-header % 8) + offset
 
 
 def write(
@@ -488,8 +489,9 @@ def tensor_at(data: memoryview, span: Span) -> torch.Tensor:
     lo, hi, _name, dtype, shape = span
     if hi == lo:
         return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(data[lo:hi], dtype=dtype).reshape(shape).clone()
+    # one copy, into a buffer the tensor owns (cheaper than a view of the section cloned)
+    return torch.frombuffer(bytearray(data[lo:hi]), dtype=dtype).reshape(shape)
 
 
 __all__ = ["CHUNK", "COMPRESSED_SUFFIX", "MAX_RATIO", "PROGRESS_MIN", "Span", "TooCompressible", "bars_enabled",
-           "byte_bar", "estimate_size", "file_size", "progress_enabled", "read", "read_whole", "tensor_at", "write"]
+           "byte_bar", "file_size", "progress_enabled", "read", "read_whole", "tensor_at", "write"]

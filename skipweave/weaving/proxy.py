@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from typing import Any
 
 from skipweave import report
@@ -751,8 +751,9 @@ class SkipProxy:
         same = d.served == d.step
         if same and self.store.fresh(d.step, self.target.name, d.shard):
             return Match(None, False, False, 0)  # recorded afresh by this run: nothing in it serves this call
-        with self._lock:
-            claimed = set(self._claimed.get((d.step, d.shard), ())) if same else set()
+        # the live set, not a copy (one per hit, of up to a step's calls): only asked for membership below, which
+        # is safe while another thread adds to it (a slot claimed meanwhile is then seen, as it should be)
+        claimed: Collection[int] = self._claimed.get((d.step, d.shard), ()) if same else ()
         try:
             # an entry this process still writes in the background is read once committed (not this proxy's own
             # recordings of the step: never served to it)

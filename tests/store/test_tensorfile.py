@@ -123,3 +123,20 @@ def test_progress_bar_shows_on_stderr_when_forced(tmp_path: Path, monkeypatch: p
     tensorfile.read(path, size=size, checksum=checksum, desc="replaying")
     err = capfd.readouterr().err
     assert "recording" in err and "replaying" in err
+
+
+def test_file_size_is_the_written_size_for_any_names_dtypes_and_shapes(tmp_path: Path) -> None:
+    """file_size sums the header's length from its parts (no header is serialised): it must match what write()
+    writes, byte for byte, for names JSON escapes, empty and 0-d tensors, and every dtype's sort order."""
+    import random
+
+    rng = random.Random(0)
+    dtypes = [torch.int64, torch.float32, torch.uint8, torch.bool, torch.float16, torch.bfloat16, torch.int8]
+    names = ["t{}", "0005/t{}", "ü{}", 'q"{}', "\x00\n{}", "0001/tree{}"]
+    for trial in range(200):
+        tensors = {rng.choice(names).format(i): torch.zeros([rng.randint(0, 40) for _ in range(rng.randint(0, 3))],
+                                                            dtype=rng.choice(dtypes)) for i in range(rng.randint(0, 7))}
+        path = tmp_path / f"{trial}.safetensors"
+        written, _ = tensorfile.write(str(path), tensors)
+        assert tensorfile.file_size(tensors) == written == path.stat().st_size, {k: (t.dtype, t.shape)
+                                                                                  for k, t in tensors.items()}
