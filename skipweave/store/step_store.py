@@ -1023,7 +1023,10 @@ class StepStore:
             parts.setdefault((key.step, key.target, key.shard), key)
         for key in parts.values():
             try:
-                self._write_part(key, "open")
+                if self._part_state(key) == "open":  # already open (a group commit per wake): no file rewritten
+                    self._touch()
+                else:
+                    self._write_part(key, "open")
             except OSError as exc:
                 leftovers.setdefault(key, []).append(f"its part state ({type(exc).__name__}: {exc})")
         for key, left in leftovers.items():
@@ -1295,6 +1298,14 @@ class StepStore:
             parts = sorted(p for p in self._open if not self._running.get(p, 0))
         for part in parts:
             self.close_part(*part)
+
+    def _part_state(self, key: EntryKey) -> str | None:
+        """The state ``{shard}.part.json`` gives (``open``, ``closed``), ``None`` when it is missing or unreadable."""
+        with contextlib.suppress(OSError, ValueError, RecursionError, AttributeError):
+            with open(open_regular(part_path(self.dump_dir, key)), encoding="utf-8") as fh:
+                state = json.loads(fh.read(1 << 16)).get("state")
+                return state if isinstance(state, str) else None
+        return None
 
     def _write_part(self, key: EntryKey, state: str) -> None:
         folder = self.folder(key.step, key.target)

@@ -47,6 +47,9 @@ RATIO_SLACK = 1 << 20
 COMPRESSED_SUFFIX = ".zst"
 """Ending of a tensor file written with ``compress`` (``r0-0003.<token>.tensors.safetensors.zst``)."""
 
+SMALL_FILE = 4 << 20
+"""A file of at most this many bytes is joined in memory and written with one ``write``."""
+
 PROGRESS_MIN = 256 << 20
 """Payloads larger than this show a progress bar (see :func:`progress_enabled`)."""
 
@@ -124,10 +127,17 @@ def byte_bar(total: int, desc: str) -> Any:
                 dynamic_ncols=True)
 
 
+_NUMPY_NATIVE = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                           torch.float32, torch.float64})
+"""dtypes whose numpy view has a one-letter buffer format, so its bytes are one cast away (no reshape or view)."""
+
+
 def _byte_view(t: torch.Tensor) -> memoryview:
     """The bytes of a contiguous CPU tensor, without a copy."""
     if t.numel() == 0:
         return memoryview(b"")
+    if t.dtype in _NUMPY_NATIVE and t.dim():
+        return memoryview(t.numpy()).cast("B")
     return t.reshape(-1).view(torch.uint8).numpy().data.cast("B")
 
 
@@ -243,6 +253,8 @@ def write(
     written = 0
     try:
         pieces = [memoryview(prefix)] + [c for v in views if len(v) for c in _chunks(v)]
+        if len(pieces) > 2 and total <= SMALL_FILE:  # many small tensors (a group of entries): one write, one hash
+            pieces = [memoryview(b"".join(pieces))]
         if compress is None:
             for piece in pieces:
                 _write_all(fd, piece)
