@@ -137,7 +137,7 @@ def _byte_view(t: torch.Tensor) -> memoryview:
     if t.numel() == 0:
         return memoryview(b"")
     if t.dtype in _NUMPY_NATIVE and t.dim():
-        return memoryview(t.numpy()).cast("B")
+        return t.numpy().data.cast("B")
     return t.reshape(-1).view(torch.uint8).numpy().data.cast("B")
 
 
