@@ -12,7 +12,8 @@ not yet committed.
 - **Small entries in groups.** Whatever is queued when the writer wakes is committed together (up to
   :data:`BATCH_ENTRIES` entries, :data:`BATCH_BYTES` bytes) with one group sync
   (:meth:`~skipweave.store.step_store.StepStore.commit_many`), so thousands of per-sample entries do not pay
-  three fsyncs each.
+  three fsyncs each; the small entries of one part among them, with contiguous calls, become one group (two files
+  for the lot, :mod:`skipweave.store.pack`) instead of three files each.
 - **Flushed at the end.** :func:`flush` (``skipweave.flush()``) waits for every pending entry, with a progress
   bar when that takes over :data:`BAR_AFTER_S`; it runs at unweave (so at Hydra's job end), at interpreter
   exit and at a ``multiprocessing`` child's exit. A replay in this process of an entry still pending waits for
