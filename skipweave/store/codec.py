@@ -581,34 +581,31 @@ class _Encoder:
 
     def _encode_plain_dict(self, obj: dict[Any, Any], path: _Path) -> dict[str, Any]:
         """``_guarded(obj, path, self._encode_container)`` of an exact ``dict``, with one call less per dict."""
-        oid = id(obj)
-        stack = self._stack
-        if oid in stack:
-            raise CodecError(f"{_ps(path)}: reference cycle through a {_type_name(obj)} cannot be encoded")
-        stack.add(oid)
+        oid = self._push(obj, path)
         try:
             return self._encode_mapping(obj, path, {"t": "dict"})
         finally:
-            stack.discard(oid)
+            self._stack.discard(oid)
 
     def _encode_plain_seq(self, obj: list[Any] | tuple[Any, ...], path: _Path) -> dict[str, Any]:
         """``_guarded(obj, path, self._encode_container)`` of an exact ``list`` or ``tuple``."""
-        oid = id(obj)
-        stack = self._stack
-        if oid in stack:
-            raise CodecError(f"{_ps(path)}: reference cycle through a {_type_name(obj)} cannot be encoded")
-        stack.add(oid)
+        oid = self._push(obj, path)
         try:
             encode = self.encode
             return {"t": type(obj).__name__, "v": [encode(v, (path, _idx_label, i)) for i, v in enumerate(obj)]}
         finally:
-            stack.discard(oid)
+            self._stack.discard(oid)
 
-    def _guarded(self, obj: Any, path: _Path, fn: Callable[[Any, _Path], dict[str, Any]]) -> dict[str, Any]:
+    def _push(self, obj: Any, path: _Path) -> int:
+        """Enter a container being encoded (its ``id``, to remove when done); a cycle through it raises CodecError."""
         oid = id(obj)
         if oid in self._stack:
             raise CodecError(f"{_ps(path)}: reference cycle through a {_type_name(obj)} cannot be encoded")
         self._stack.add(oid)
+        return oid
+
+    def _guarded(self, obj: Any, path: _Path, fn: Callable[[Any, _Path], dict[str, Any]]) -> dict[str, Any]:
+        oid = self._push(obj, path)
         try:
             return fn(obj, path)
         finally:

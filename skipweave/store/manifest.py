@@ -157,16 +157,25 @@ def read_manifest(path: str) -> dict[str, Any]:
         FileNotFoundError: no manifest (the entry was never committed).
         EntryInvalid: unreadable JSON, another format version, or missing fields.
     """
+    return check_structure(read_json(path, MANIFEST_MAX_BYTES, "manifest"), path)
+
+
+def read_json(path: str, limit: int, what: str) -> Any:
+    """Parse a JSON file of at most ``limit`` bytes, opened without following a symlink (a manifest, a group file).
+
+    Raises:
+        FileNotFoundError: no such file.
+        EntryInvalid: unreadable, larger than ``limit``, or not JSON (``what`` names the file in the message).
+    """
     try:
         with open(open_regular(path), encoding="utf-8") as fh:
-            if os.fstat(fh.fileno()).st_size > MANIFEST_MAX_BYTES:
-                raise ValueError(f"larger than {MANIFEST_MAX_BYTES} bytes")
-            data = json.load(fh)
+            if os.fstat(fh.fileno()).st_size > limit:
+                raise ValueError(f"larger than {limit} bytes")
+            return json.load(fh)
     except FileNotFoundError:
         raise
     except (OSError, ValueError, RecursionError) as exc:
-        raise EntryInvalid(f"manifest {path} is unreadable: {exc}") from exc
-    return check_structure(data, path)
+        raise EntryInvalid(f"{what} {path} is unreadable: {exc}") from exc
 
 
 def check_structure(data: Any, path: str) -> dict[str, Any]:

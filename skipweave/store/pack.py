@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +36,7 @@ from skipweave.store.manifest import (
     check_fields,
     check_identity,
     check_structure,
+    read_json,
 )
 from skipweave.store.paths import open_regular
 
@@ -153,15 +153,7 @@ def read_pack(path: str) -> dict[str, Any]:
         FileNotFoundError: no group file.
         EntryInvalid: unreadable JSON, too large, another format version or kind.
     """
-    try:
-        with open(open_regular(path), encoding="utf-8") as fh:
-            if os.fstat(fh.fileno()).st_size > PACK_MAX_BYTES:
-                raise ValueError(f"larger than {PACK_MAX_BYTES} bytes")
-            data = json.load(fh)
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError, RecursionError) as exc:
-        raise EntryInvalid(f"group {path} is unreadable: {exc}") from exc
+    data = read_json(path, PACK_MAX_BYTES, "group")
     if not isinstance(data, dict) or type(data.get("format_version")) is not int \
             or data.get("format_version") != FORMAT_VERSION or data.get("kind") != PACK_KIND:
         raise EntryInvalid(f"group {path} is not a group file of format version {FORMAT_VERSION}")

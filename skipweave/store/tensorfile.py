@@ -161,6 +161,20 @@ def _layout(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | N
     return prefix, [_byte_view(t) for _, t in order]
 
 
+def _dtype_code(name: str, t: torch.Tensor) -> str:
+    """The safetensors dtype code of a tensor write() can store.
+
+    Raises:
+        ValueError: its dtype has no code, or it is not a contiguous CPU tensor.
+    """
+    code = _CODES.get(t.dtype)
+    if code is None:
+        raise ValueError(f"tensor {name!r} has dtype {t.dtype}, which safetensors cannot store")
+    if t.layout != torch.strided or t.device.type != "cpu" or not t.is_contiguous():
+        raise ValueError(f"tensor {name!r} must be a contiguous CPU tensor")
+    return code
+
+
 def _prefix(tensors: Mapping[str, torch.Tensor],
             metadata: Mapping[str, str] | None) -> tuple[bytes, list[tuple[str, torch.Tensor]]]:
     order = sorted(tensors.items(), key=lambda kv: (-kv[1].element_size(), kv[0]))
@@ -169,11 +183,7 @@ def _prefix(tensors: Mapping[str, torch.Tensor],
         header["__metadata__"] = dict(metadata)
     offset = 0
     for name, t in order:
-        code = _CODES.get(t.dtype)
-        if code is None:
-            raise ValueError(f"tensor {name!r} has dtype {t.dtype}, which safetensors cannot store")
-        if t.layout != torch.strided or t.device.type != "cpu" or not t.is_contiguous():
-            raise ValueError(f"tensor {name!r} must be a contiguous CPU tensor")
+        code = _dtype_code(name, t)
         nbytes = t.numel() * t.element_size()
         header[name] = {"dtype": code, "shape": list(t.shape), "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
@@ -197,11 +207,7 @@ def file_size(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] |
     header = 2 + max(len(order) - 1, 0)  # the braces, the commas between entries
     offset = 0
     for name, t in order:
-        code = _CODES.get(t.dtype)
-        if code is None:
-            raise ValueError(f"tensor {name!r} has dtype {t.dtype}, which safetensors cannot store")
-        if t.layout != torch.strided or t.device.type != "cpu" or not t.is_contiguous():
-            raise ValueError(f"tensor {name!r} must be a contiguous CPU tensor")
+        code = _dtype_code(name, t)
         nbytes = t.numel() * t.element_size()
         shape = ",".join(map(str, t.shape))
         # "name":{"dtype":"CODE","shape":[..],"data_offsets":[a,b]}
