@@ -67,7 +67,7 @@ from skipweave.store.manifest import (
     seconds_of,
     verify_payload,
 )
-from skipweave.store.pack import check_pack, entry_of, read_pack
+from skipweave.store.pack import check_pack, entry_of, read_data, read_pack
 from skipweave.store.paths import is_real_dir, is_step_name, name_problem, remove_tree
 from skipweave.store.step_store import StepStore, calls_in, part_lock
 
@@ -145,9 +145,12 @@ class EntryScan:
     def created_unix(self) -> float | None:
         """Creation time from the manifest (unix seconds), if known."""
         value = (self.manifest or {}).get("created_unix")
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, int | float):
             return None
-        return float(value)
+        try:
+            return float(value) if math.isfinite(value) else None
+        except OverflowError:  # an int beyond a float's range: not a time a clock gives
+            return None
 
     @property
     def generation_seconds(self) -> float:
@@ -502,10 +505,9 @@ def _scan_target(result: DumpScan, store: StepStore, step: int, target: str, fol
                 claimed.update(entry.files)
                 entries.append(entry)
         own = {e.key.call for e in entries}
-        claims = collections.Counter(c for first, last, _ in groups.get(shard, []) for c in range(first, last + 1))
         for first, last, name in groups.get(shard, []):
             grouped_entries = _scan_group(folder, store.key(step, target, shard, first), first, last, name,
-                                          payloads.get(pack_stem(shard, first, last), []), own=own, claims=claims,
+                                          payloads.get(pack_stem(shard, first, last), []), own=own,
                                           checksums=result.checksums, allow_pickle=result.allow_pickle)
             for entry in grouped_entries:
                 claimed.update(entry.files)
@@ -552,8 +554,7 @@ def _scan_entry(
 
 
 def _scan_group(folder: str, key: EntryKey, first: int, last: int, name: str, data_names: list[str], *,
-                own: set[int], claims: collections.Counter[int], checksums: bool,
-                allow_pickle: bool) -> list[EntryScan]:
+                own: set[int], checksums: bool, allow_pickle: bool) -> list[EntryScan]:
     """The entries of one group file: one per call it holds that has no manifest of its own (such a call is
     served by its manifest). The group's files and bytes are shared out over them."""
     path = os.path.join(folder, name)
@@ -570,10 +571,7 @@ def _scan_group(folder: str, key: EntryKey, first: int, last: int, name: str, da
     for i, call in enumerate(calls):
         verdict = by_call[call]
         reason = verdict.reason
-        if reason is None and claims[call] > 1:
-            reason = f"call {call} is claimed by {claims[call]} group files: none is served"
-        status = Status.REFUSED if verdict.refused and reason == verdict.reason else \
-            Status.CORRUPT if reason else Status.COMPLETE
+        status = Status.REFUSED if verdict.refused else Status.CORRUPT if reason else Status.COMPLETE
         share = total // len(calls) + (total % len(calls) if i == 0 else 0)
         out.append(EntryScan(
             key=dataclasses.replace(key, call=call), path=path, status=status, reason=reason, files=files,
@@ -585,8 +583,10 @@ def _scan_group(folder: str, key: EntryKey, first: int, last: int, name: str, da
 def check_group(path: str, key: EntryKey, first: int, last: int, *, checksums: bool,
                 allow_pickle: bool = False) -> tuple[Any, dict[int, Verdict]] | None:
     """Judge every entry of a group file the way :meth:`StepStore.load` would, without decoding it: the group
-    (:func:`~skipweave.store.pack.check_pack`), its data file (size, and with ``checksums`` every byte), then
-    each entry's pickle against ``allow_pickle``.
+    (:func:`~skipweave.store.pack.check_pack`), its data file (its size; with ``checksums`` every byte and its
+    header, each call's tree included, :func:`~skipweave.store.pack.read_data`), each call against the folder's
+    other group files (a call two of them claim, with no manifest of its own, is served by neither), then each
+    entry's pickle against ``allow_pickle``.
 
     Returns:
         The parsed group file (``None`` when unreadable) and a :class:`Verdict` per call ``first..last``; ``None``
@@ -598,16 +598,28 @@ def check_group(path: str, key: EntryKey, first: int, last: int, *, checksums: b
         return None
     except EntryInvalid as exc:
         return None, {c: Verdict(None, str(exc)) for c in range(first, last + 1)}
+    folder = os.path.dirname(path)
     try:
         judged = check_pack(group, path, key, first, last)
-        verify_payload(os.path.dirname(path), {"payload": [judged.data]}, checksums=checksums)
+        if checksums:
+            read_data(folder, judged, first, last)
+        else:
+            verify_payload(folder, {"payload": [judged.data]}, checksums=False)
     except EntryInvalid as exc:
         entries = group.get("entries")
         return group, {c: Verdict(entries[c - first] if isinstance(entries, list) and len(entries) > c - first
                                   and isinstance(entries[c - first], dict) else None, str(exc))
                        for c in range(first, last + 1)}
+    try:
+        own, groups = calls_in(os.listdir(folder), key.shard)
+    except OSError:
+        own, groups = set(), ()
+    claims = collections.Counter(c for f, la, _ in groups for c in range(max(f, first), min(la, last) + 1))
     out: dict[int, Verdict] = {}
     for call, manifest in judged.entries.items():
+        if claims[call] > 1 and call not in own:
+            out[call] = Verdict(manifest, f"call {call} is claimed by {claims[call]} group files: none is served")
+            continue
         try:
             entry_of(judged, dataclasses.replace(key, call=call), allow_pickle=allow_pickle)
             out[call] = Verdict(manifest, None)

@@ -233,13 +233,23 @@ _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
 value of another type (``"generation_seconds": "fast"``) makes the entry invalid instead of failing there."""
 
 
+def _finite(value: Any) -> bool:
+    """A number a float holds, finite (an int beyond a float's range is not: ``float()`` of it raises)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def seconds_of(manifest: dict[str, Any], field: str = "generation_seconds") -> float:
     """A non-negative finite number of seconds from a manifest field, 0.0 when missing or not one."""
     value = manifest.get(field)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return 0.0
+    if not _finite(value):
+        return 0.0
     value = float(value)
-    return value if math.isfinite(value) and value >= 0 else 0.0
+    return value if value >= 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -306,7 +316,7 @@ def check_fields(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_pi
     for field, kinds in _OPTIONAL_TYPES.items():
         value = manifest.get(field)
         if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)
-                                  or (isinstance(value, float) and not math.isfinite(value))):
+                                  or (float in kinds and not _finite(value))):
             raise EntryInvalid(f"manifest {path} has {field}={value!r:.80}, not a {kinds[0].__name__}")
     if not isinstance(manifest.get("input_fingerprint"), str):
         raise EntryInvalid(f"manifest {path} has an input_fingerprint that is not a string")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,10 @@ beside their bytes)."""
 DATA_MAX_BYTES = 32 << 20
 """Most payload bytes one group holds; a reader reads (and verifies) a group's data file whole."""
 
+DATA_READ_MAX = 2 * DATA_MAX_BYTES
+"""Most bytes a reader takes a group's data file (or its decompressed contents) to have: a group file naming a
+larger one is not one skipweave wrote, and is refused before any memory is allocated for it."""
+
 
 def tensor_name(call: int, name: str) -> str:
     """Name of an entry's tensor (or, for ``name`` ``tree``, of its tree) in a group's data file."""
@@ -70,6 +75,28 @@ def pack_tensors(entries: list[tuple[int, bytes, dict[str, Any]]]) -> dict[str, 
         for name, t in tensors.items():
             out[tensor_name(call, name)] = t
     return out
+
+
+def read_data(folder: str, judged: JudgedPack, first: int, last: int) -> tuple[memoryview, dict[int, Any]]:
+    """Read a judged group's data file whole, verify it (size, checksum, safetensors header) and index it by call
+    (:func:`index`): the data section and ``call -> (tree span, tensor spans by name)``. What a run serves from and
+    what ``skipweave verify`` checks.
+
+    Raises:
+        EntryInvalid: the data file is missing, larger than :data:`DATA_READ_MAX`, corrupt, or holds no 1-D uint8
+            tree for one of the calls ``first..last``.
+    """
+    from skipweave.store import tensorfile
+
+    path = os.path.join(folder, judged.data["name"])
+    section, spans = tensorfile.read_whole(path, size=int(judged.data["bytes"]), checksum=str(judged.data["checksum"]),
+                                           limit=DATA_READ_MAX)
+    by_call = index(spans, judged.path)
+    missing = [c for c in range(first, last + 1) if c not in by_call]
+    if missing:
+        raise EntryInvalid(f"group {judged.path}: its data file holds no tree for call {missing[0]}"
+                           f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}")
+    return section, by_call
 
 
 def index(spans: dict[str, Any], where: str) -> dict[int, tuple[Any, dict[str, Any]]]:
@@ -204,7 +231,8 @@ def check_pack(group: dict[str, Any], path: str, key: EntryKey, first: int, last
     data = group.get("data")
     if not isinstance(data, dict) or not isinstance(data.get("name"), str) \
             or parse_pack_data_name(data["name"]) != pack_stem(key.shard, first, last) \
-            or type(data.get("bytes")) is not int or data["bytes"] < 0 or not isinstance(data.get("checksum"), str):
+            or type(data.get("bytes")) is not int or not 0 <= data["bytes"] <= DATA_READ_MAX \
+            or not isinstance(data.get("checksum"), str):
         raise EntryInvalid(f"group {path} names no data file of its own "
                            f"({pack_stem(key.shard, first, last)}.<token>.pack.safetensors, with bytes and checksum)")
     entries = group.get("entries")

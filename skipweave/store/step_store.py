@@ -79,8 +79,8 @@ from skipweave.store.pack import (
     build_pack,
     check_pack,
     entry_of,
-    index,
     pack_tensors,
+    read_data,
     read_pack,
 )
 from skipweave.store.paths import UnsafePath, check_name, inside, lock_path, open_dir, open_regular, same_folder
@@ -620,7 +620,6 @@ class StepStore:
             EntryInvalid: the group file or its data file is unsound (see :func:`~skipweave.store.pack.check_pack`).
             UnsafePath: a folder on the way is a symlink or a file.
         """
-        from skipweave.store import tensorfile
 
         folder = folder or self.folder(key.step, key.target)
         path = os.path.join(folder, name)
@@ -635,10 +634,7 @@ class StepStore:
                                                                                           first, last)
         tensors = None
         if data:
-            section, spans = tensorfile.read_whole(os.path.join(folder, judged.data["name"]),
-                                                   size=int(judged.data["bytes"]),
-                                                   checksum=str(judged.data["checksum"]))
-            tensors = (section, index(spans, path))
+            tensors = read_data(folder, judged, first, last)
         with self._lock:
             self._pack_cache[path] = (ident, judged, tensors)
             self._pack_cache.move_to_end(path)

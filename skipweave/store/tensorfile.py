@@ -451,21 +451,27 @@ def _allocate(header_bytes: bytes | bytearray, data_size: int, path: str) -> dic
                                                                                                  path)}
 
 
-def read_whole(path: str, *, size: int, checksum: str) -> tuple[memoryview, dict[str, Span]]:
+def read_whole(path: str, *, size: int, checksum: str, limit: int) -> tuple[memoryview, dict[str, Span]]:
     """Read a small safetensors file (plain or compressed) whole into one buffer, verify it against its manifest
     item, and return the data section and its tensors' spans by name, without making any tensor (see
     :func:`tensor_at`): a group of small entries is read with one ``read``, and each hit makes only its own tensors.
 
+    Args:
+        limit: the most bytes the file, and its decompressed contents, may take; a manifest naming more is refused
+            before anything is allocated.
+
     Raises:
         EntryInvalid: the file is missing, has another size, does not match its checksum, is not a valid
-            (compressed) safetensors file, or decompresses to more than :data:`MAX_RATIO` times its size.
+            (compressed) safetensors file, or it or its contents take more than ``limit`` bytes.
     """
-    raw = bytearray(size)
+    if not 0 <= size <= limit:
+        raise EntryInvalid(f"payload {path}: a manifest size of {size} bytes is beyond the {limit} this file may have")
     try:
         with open(open_regular(path), "rb", buffering=0) as fh:
-            actual = os.fstat(fh.fileno()).st_size
+            actual = os.fstat(fh.fileno()).st_size  # before allocating: the manifest's size is only a claim
             if actual != size:
                 raise EntryInvalid(f"payload {path} has {actual} bytes, manifest says {size}")
+            raw = bytearray(size)
             _readinto_exact(fh, memoryview(raw), path)
     except UnsafePath as exc:
         raise EntryInvalid(f"payload {path} is not a file skipweave wrote: {exc}") from None
@@ -481,14 +487,14 @@ def read_whole(path: str, *, size: int, checksum: str) -> tuple[memoryview, dict
 
         import zstandard
 
-        limit = size * MAX_RATIO + RATIO_SLACK
+        limit = min(limit, size * MAX_RATIO + RATIO_SLACK)
         out = bytearray()
         try:
             with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)) as reader:
                 while chunk := reader.read(CHUNK):
                     out += chunk
                     if len(out) > limit:
-                        raise EntryInvalid(f"payload {path} decompresses to more than {MAX_RATIO}x its size")
+                        raise EntryInvalid(f"payload {path} decompresses to more than {limit} bytes")
         except zstandard.ZstdError as exc:
             raise EntryInvalid(f"payload {path} is not a valid compressed file: {exc}") from exc
         data = out

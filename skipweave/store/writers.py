@@ -148,7 +148,10 @@ def recorded_of(manifest: dict[str, Any], call: int) -> Recorded:
         if isinstance(run, str) and isinstance(host, str) and type(pid) is int:
             writer = (run, host, pid)
     created = manifest.get("created_unix")
-    created_f = float(created) if isinstance(created, (int, float)) and not isinstance(created, bool) else 0.0
+    try:
+        created_f = float(created) if isinstance(created, (int, float)) and not isinstance(created, bool) else 0.0
+    except OverflowError:  # an int beyond a float's range: not a time a clock gives
+        created_f = 0.0
     return Recorded(
         call=call,
         fingerprint=fp if isinstance(fp, str) else "",

@@ -112,6 +112,28 @@ def _data_file(folder: Path) -> Path:
     return data
 
 
+def _set_data_item(folder: Path, **fields: Any) -> None:
+    """Give the group's data item (and each entry's copy of it) other fields, as a consistent crafter would."""
+    def change(group: dict[str, Any]) -> None:
+        group["data"].update(fields)
+        for entry in group["entries"]:
+            entry["payload"][0].update(fields)
+    _edit_group(folder, change)
+
+
+def _rewrite_data(folder: Path, old: bytes, new: bytes) -> None:
+    """Change the data file's bytes and make the group's size and checksum match again (a self-consistent crafter:
+    checksums detect damage, not tampering)."""
+    from skipweave.store.manifest import bytes_checksum
+
+    data = _data_file(folder)
+    raw = data.read_bytes()
+    assert old in raw
+    raw = raw.replace(old, new, 1)
+    data.write_bytes(raw)
+    _set_data_item(folder, bytes=len(raw), checksum=bytes_checksum(raw))
+
+
 def _flip_a_byte(folder: Path) -> None:
     data = _data_file(folder)
     raw = bytearray(data.read_bytes())
@@ -139,6 +161,14 @@ CRAFTED = {
     "group file of a newer format": lambda f: _edit_group(f, lambda g: g.update(format_version=2)),
     "a fingerprint that is not a string": lambda f: _edit_group(
         f, lambda g: g["entries"][4].update(input_fingerprint=7)),
+    "a data file claimed to take 4 GiB": lambda f: _set_data_item(f, bytes=4 << 30),  # refused before allocating
+    "a data file claimed to take 10**30 bytes": lambda f: _set_data_item(f, bytes=10**30),
+    "a generation time beyond a float": lambda f: _edit_group(
+        f, lambda g: g["entries"][4].update(generation_seconds=10**400)),
+    "a creation time beyond a float": lambda f: _edit_group(f, lambda g: g["entries"][4].update(created_unix=10**400)),
+    "a data file whose tree of a call is misnamed": lambda f: _rewrite_data(f, b'"0004/tree"', b'"x004/tree"'),
+    "a data file whose tree of a call is not uint8": lambda f: _rewrite_data(
+        f, b'"0004/tree":{"dtype":"U8"', b'"0004/tree":{"dtype":"I8"'),
 }
 
 
@@ -156,6 +186,9 @@ def test_a_damaged_or_crafted_group_is_never_served_and_verify_and_gc_agree(tmp_
     found = scan(str(tmp_path), checksums=True)
     statuses = {e.key.call: e.status.value for e in found.entries()}
     assert statuses.get(4) == "corrupt", statuses  # the judgement of the run, in the CLI
+    from skipweave.cli.main import main as cli
+
+    assert cli(["ls", str(tmp_path), "--json"]) == 0 and cli(["verify", str(tmp_path)]) == 1
     assert set(statuses.values()) == {"corrupt"} and len(statuses) == CALLS  # judged whole: every call of it
     actions = plan_gc(found)
     (whole,) = [a for a in actions if a.kind.value == "corrupt_entry"]  # one removal for the group, not ten
@@ -181,6 +214,11 @@ def test_a_call_two_groups_claim_is_served_by_neither_and_the_others_are(tmp_pat
     statuses = {(e.key.call, e.path.endswith("r0-0004-0009.pack.json")): e.status.value
                 for e in scan(str(tmp_path), checksums=True).entries()}
     assert statuses[(7, True)] == statuses[(7, False)] == "corrupt" and statuses[(2, False)] == "complete"
+    from skipweave.cli.main import main as cli
+
+    assert cli(["verify", str(tmp_path)]) == 1
+    assert cli(["gc", str(tmp_path), "--yes", "--min-age", "0"]) == 0  # the judgement gc re-checks under the lock
+    assert cli(["verify", str(tmp_path)]) == 0
 
 
 def _items_group(tmp_path: Path, calls: range, folder: Path) -> Path:

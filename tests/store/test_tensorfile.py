@@ -140,3 +140,16 @@ def test_file_size_is_the_written_size_for_any_names_dtypes_and_shapes(tmp_path:
         written, _ = tensorfile.write(str(path), tensors)
         assert tensorfile.file_size(tensors) == written == path.stat().st_size, {k: (t.dtype, t.shape)
                                                                                   for k, t in tensors.items()}
+
+
+def test_read_whole_refuses_a_claimed_size_beyond_its_limit_before_allocating(tmp_path: Path) -> None:
+    """A group file's data size is a claim: a crafted 1 TiB must be refused, not allocated (MemoryError, or the
+    kernel's OOM killer for a size that fits the address space)."""
+    path = tmp_path / "g.safetensors"
+    written, checksum = tensorfile.write(str(path), {"0000/tree": torch.zeros(3, dtype=torch.uint8)})
+    with pytest.raises(EntryInvalid, match="beyond"):
+        tensorfile.read_whole(str(path), size=1 << 40, checksum=checksum, limit=1 << 20)
+    with pytest.raises(EntryInvalid, match="manifest says"):  # a size within the limit but not the file's: refused too
+        tensorfile.read_whole(str(path), size=written + 7, checksum=checksum, limit=1 << 20)
+    section, spans = tensorfile.read_whole(str(path), size=written, checksum=checksum, limit=1 << 20)
+    assert list(spans) == ["0000/tree"] and len(section) == 3

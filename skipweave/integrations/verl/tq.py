@@ -37,6 +37,7 @@ from skipweave import report
 from skipweave.config.schema import RoleConfig
 from skipweave.policy.actions import choose_step
 from skipweave.store.layout import list_steps
+from skipweave.store.manifest import seconds_of
 from skipweave.store.step_store import StepStore
 from skipweave.weaving.proxy import SkipProxy, shard_label
 
@@ -222,7 +223,7 @@ class TqSubmitProxy(_TqProxy):
         written = inject([x.result for x in loaded], [str(u) for u in batch["uid"]], n=n, step=step)
         report.event(report.HIT, role=self.role.role, target=self.target.name, step=step, served=served,
                      nbytes=sum(x.bytes for x in loaded), seconds=time.perf_counter() - t0,
-                     saved=sum(float(x.manifest.get("generation_seconds") or 0.0) for x in loaded))
+                     saved=sum(seconds_of(x.manifest) for x in loaded))
         logger.info("skipweave: V1 step %d: %d recorded trajectories of step %d injected for %d prompts",
                     step, written, served, len(batch["uid"]))
         return None
