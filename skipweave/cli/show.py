@@ -36,7 +36,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("path", metavar="PATH", help="a manifest, a payload file, or a folder holding one entry")
     parser.add_argument("--call", type=int, default=None, metavar="N",
-                        help="with a group file of small entries (or its data file): the call to show")
+                        help="with a target folder, or a group file of small entries (or its data file): the call "
+                             "to show")
     parser.add_argument("--verify", action="store_true", help="also check payload checksums (reads every byte)")
     parser.add_argument("--all", action="store_true", help=f"list every leaf (default: the first {_MAX_ROWS})")
     parser.add_argument("--allow-pickle", action="store_true",
@@ -45,48 +46,70 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def resolve_manifest(path: str, call: int | None = None) -> str:
-    """Return the manifest (or the group file holding ``call``) that ``path`` designates.
+def resolve_manifest(path: str, call: int | None = None) -> tuple[str, int | None]:
+    """Return the manifest that ``path`` designates, or the group file holding the entry and its call.
+
+    ``path`` may also be an entry's manifest path where the entry sits in a group (``r0-0001.manifest.json`` when
+    call 1 of shard r0 is grouped: what a person builds from ``skipweave ls``), or a target folder with ``call``.
 
     Raises:
         NotAnEntry: ``path`` does not exist, or is a file or folder that names no single entry; or it is a group
             file (or its data file) and ``call`` is not one of its calls.
     """
     from skipweave.store.inspect import payload_stem
-    from skipweave.store.layout import MANIFEST_SUFFIX, PACK_SUFFIX, TMP_PREFIX, parse_pack_name
+    from skipweave.store.layout import MANIFEST_SUFFIX, PACK_SUFFIX, TMP_PREFIX, parse_manifest_name, parse_pack_name
 
     path = os.path.abspath(path)
     if os.path.isdir(path):
-        names = sorted(n for n in os.listdir(path) if n.endswith(MANIFEST_SUFFIX) and not n.startswith("."))
-        groups = sorted(n for n in os.listdir(path) if parse_pack_name(n) is not None)
+        listing = os.listdir(path)
+        names = sorted(n for n in listing if n.endswith(MANIFEST_SUFFIX) and not n.startswith("."))
+        groups = sorted(n for n in listing if parse_pack_name(n) is not None)
+        if call is not None:
+            own = [n for n in names if (m := parse_manifest_name(n)) is not None and m[1] == call]
+            shards = {m[0] for n in own if (m := parse_manifest_name(n)) is not None}
+            held = [n for n in groups if (g := parse_pack_name(n)) is not None and g[1] <= call <= g[2]
+                    and g[0] not in shards]  # a call's own manifest serves it, not its group
+            found = [*own, *held]
+            if len(found) == 1:
+                return os.path.join(path, found[0]), (call if held else None)
+            if not found:
+                raise NotAnEntry(f"{path} holds no entry of call {call}; `skipweave ls` lists what is recorded")
+            listed = "\n  ".join(os.path.join(path, n) for n in found)
+            raise NotAnEntry(f"{path} holds call {call} of several shards; name one:\n  {listed}")
         if groups:
             listed = "\n  ".join(os.path.join(path, n) for n in groups[:10])
-            raise NotAnEntry(f"{path} holds groups of small entries; name one with --call N:\n  {listed}")
+            raise NotAnEntry(f"{path} holds groups of small entries; name the call with --call N:\n  {listed}")
         if len(names) == 1:
-            return os.path.join(path, names[0])
+            return os.path.join(path, names[0]), None
         if not names:
             raise NotAnEntry(f"{path} holds no entry (no *{MANIFEST_SUFFIX}); `skipweave ls DUMP_DIR` lists them")
         listed = "\n  ".join(os.path.join(path, n) for n in names[:10])
         more = f"\n  ... and {len(names) - 10} more" if len(names) > 10 else ""
         raise NotAnEntry(f"{path} holds {len(names)} entries; name one:\n  {listed}{more}")
-    if not os.path.exists(path):
-        raise NotAnEntry(f"{path} does not exist")
     folder, name = os.path.split(path)
+    entry = parse_manifest_name(name)
+    if not os.path.exists(path):
+        if entry is not None and os.path.isdir(folder):  # a grouped entry, named by the manifest it would have
+            held = [n for n in os.listdir(folder) if (g := parse_pack_name(n)) is not None and g[0] == entry[0]
+                    and g[1] <= entry[1] <= g[2]]
+            if len(held) == 1:
+                return os.path.join(folder, held[0]), entry[1]
+        raise NotAnEntry(f"{path} does not exist")
     if name.startswith(TMP_PREFIX):
         raise NotAnEntry(f"{path} is a temporary file of an unfinished write, not an entry")
     if name.endswith(MANIFEST_SUFFIX):
-        return path
+        return path, None
     stem = payload_stem(name)
     if stem is None and parse_pack_name(name) is None:
         raise NotAnEntry(f"{path} is not an entry's manifest or payload file")
     group = name if stem is None else stem + PACK_SUFFIX
     grouped = parse_pack_name(group)
     if grouped is None:
-        return os.path.join(folder, f"{stem}{MANIFEST_SUFFIX}")
+        return os.path.join(folder, f"{stem}{MANIFEST_SUFFIX}"), None
     if call is None or not grouped[1] <= call <= grouped[2]:
         raise NotAnEntry(f"{path} is a group of small entries, calls {grouped[1]}..{grouped[2]}; name one with "
                          "--call N")
-    return os.path.join(folder, group)
+    return os.path.join(folder, group), call
 
 
 def describe(manifest_path: str, *, checksums: bool, allow_pickle: bool = False,
@@ -211,8 +234,8 @@ def _leaf_bytes(row: dict[str, Any]) -> int | None:
 def run(args: argparse.Namespace) -> int:
     """Show one entry; return 0 (valid), 1 (corrupt) or 2 (``PATH`` is not an entry)."""
     try:
-        manifest_path = resolve_manifest(args.path, args.call)
-        doc = describe(manifest_path, checksums=args.verify, allow_pickle=args.allow_pickle, call=args.call)
+        manifest_path, call = resolve_manifest(args.path, args.call)
+        doc = describe(manifest_path, checksums=args.verify, allow_pickle=args.allow_pickle, call=call)
     except NotAnEntry as exc:
         print(f"skipweave show: {exc}", file=sys.stderr)
         return EXIT_USAGE

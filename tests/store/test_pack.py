@@ -319,4 +319,9 @@ def test_compressed_groups_round_trip_and_show_summarises_a_grouped_entry(tmp_pa
         ("['ids']", "tensor", [512], 4096), ("['call']", "int", [], None)]  # the tree read from the data file
     assert cli(["show", str(folder / "r0-0000-0009.pack.json")]) == 2  # which call: --call N
     assert "--call N" in capsys.readouterr().err
+    # the manifest path a grouped entry would have, and the target folder with --call, name it too
+    for args in ([str(folder / "r0-0003.manifest.json")], [str(folder), "--call", "3"]):
+        assert cli(["show", *args, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["manifest"]["call_index"] == 3
+    assert cli(["show", str(folder), "--call", str(CALLS)]) == 2 and "no entry of call" in capsys.readouterr().err
     assert cli(["verify", str(tmp_path)]) == 0
