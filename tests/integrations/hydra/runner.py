@@ -105,12 +105,13 @@ def hydra_app(script: str, *overrides: str, out: Path, python: str = sys.executa
 
 
 def recorded_steps(dump_dir: Path, namespace: str = "default", role: str = "rollout") -> list[int]:
-    """Steps holding at least one committed entry (a manifest) under ``dump_dir``."""
+    """Steps holding at least one committed entry (a manifest, or a group file of small entries) under ``dump_dir``."""
     root = dump_dir / namespace / role
     if not root.is_dir():
         return []
     return sorted(
-        int(p.name) for p in root.iterdir() if p.name.isdigit() and any(p.glob("*/*.manifest.json"))
+        int(p.name) for p in root.iterdir()
+        if p.name.isdigit() and (any(p.glob("*/*.manifest.json")) or any(p.glob("*/*.pack.json")))
     )
 
 
