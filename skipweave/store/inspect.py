@@ -29,7 +29,6 @@ files, incomplete parts, set-aside folders) is kept while it is younger than ``m
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import enum
@@ -67,7 +66,7 @@ from skipweave.store.manifest import (
     seconds_of,
     verify_payload,
 )
-from skipweave.store.pack import check_pack, entry_of, read_data, read_pack
+from skipweave.store.pack import check_pack, claims, entry_of, read_data, read_pack
 from skipweave.store.paths import is_real_dir, is_step_name, name_problem, remove_tree
 from skipweave.store.step_store import StepStore, calls_in, part_lock
 
@@ -614,11 +613,11 @@ def check_group(path: str, key: EntryKey, first: int, last: int, *, checksums: b
         own, groups = calls_in(os.listdir(folder), key.shard)
     except OSError:
         own, groups = set(), ()
-    claims = collections.Counter(c for f, la, _ in groups for c in range(max(f, first), min(la, last) + 1))
+    claimed = claims(groups, (first, last))
     out: dict[int, Verdict] = {}
     for call, manifest in judged.entries.items():
-        if claims[call] > 1 and call not in own:
-            out[call] = Verdict(manifest, f"call {call} is claimed by {claims[call]} group files: none is served")
+        if claimed[call] > 1 and call not in own:
+            out[call] = Verdict(manifest, f"call {call} is claimed by {claimed[call]} group files: none is served")
             continue
         try:
             entry_of(judged, dataclasses.replace(key, call=call), allow_pickle=allow_pickle)

@@ -22,10 +22,12 @@ a crafted or copied-together folder does) is served by neither.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +60,13 @@ DATA_MAX_BYTES = 32 << 20
 DATA_READ_MAX = 2 * DATA_MAX_BYTES
 """Most bytes a reader takes a group's data file (or its decompressed contents) to have: a group file naming a
 larger one is not one skipweave wrote, and is refused before any memory is allocated for it."""
+
+
+def claims(groups: Iterable[tuple[int, int, str]], within: tuple[int, int] | None = None) -> collections.Counter[int]:
+    """How many of a part's group files (``(first, last, name)``) claim each call, counted over ``within`` only when
+    given: a call two of them claim, with no manifest of its own, is served by neither (runs and the CLI alike)."""
+    lo, hi = within if within is not None else (0, 1 << 62)
+    return collections.Counter(c for first, last, _ in groups for c in range(max(first, lo), min(last, hi) + 1))
 
 
 def tensor_name(call: int, name: str) -> str:

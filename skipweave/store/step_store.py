@@ -78,6 +78,7 @@ from skipweave.store.pack import (
     JudgedPack,
     build_pack,
     check_pack,
+    claims,
     entry_of,
     pack_tensors,
     read_data,
@@ -442,13 +443,13 @@ class StepStore:
                 continue
         packed: list[Recorded] = []
         if grouped - own:
-            claims = collections.Counter(c for first, last, _ in groups for c in range(first, last + 1))
+            claimed = claims(groups)
             for first, last, name in groups:
                 try:
                     judged, _ = self._open_pack(self.key(step, target, shard, first), first, last, name)
                 except (EntryInvalid, OSError):
                     continue
-                packed += [recorded_of(m, c) for c, m in judged.entries.items() if c not in own and claims[c] == 1]
+                packed += [recorded_of(m, c) for c, m in judged.entries.items() if c not in own and claimed[c] == 1]
         entries = tuple(sorted([*(f[2] for f in files.values()), *packed], key=lambda r: r.call))
         with self._lock:
             if len(self._entries) > 4096:  # bounded: a long run does not keep every step's summary
