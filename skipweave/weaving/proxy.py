@@ -52,7 +52,7 @@ from skipweave.store import codec
 from skipweave.store.fingerprint import fingerprint
 from skipweave.store.manifest import EntryInvalid, seconds_of
 from skipweave.store.paths import UnsafePath
-from skipweave.store.rng import capture_rng_state, prepare_rng_state
+from skipweave.store.rng import RngMarks, capture_rng_state, prepare_rng_state, rng_changes, rng_marks
 from skipweave.store.step_store import EntryMeta, StepStore
 from skipweave.store.write_behind import WRITER
 from skipweave.store.writers import is_concurrent_other, started_unix, this_writer
@@ -96,7 +96,7 @@ class _Decision:
     """
 
     __slots__ = ("step", "call", "shard", "served", "fp", "replace", "no_store", "running", "slot", "wait",
-                 "done", "thread", "concurrent", "instance", "waited", "validation", "unserved")
+                 "done", "thread", "concurrent", "instance", "waited", "validation", "unserved", "rng_before")
 
     def __init__(self, step: int, call: int, shard: str, served: int | None) -> None:
         self.step, self.call, self.shard, self.served = step, call, shard, served
@@ -113,6 +113,7 @@ class _Decision:
         self.waited = False  # single flight waited for another call already (never twice)
         self.validation = False  # a validation call (recorded apart: shard val_<shard>, never served to training)
         self.unserved = ""  # why the entry found for this call was not served (for a replay-only run's message)
+        self.rng_before: RngMarks | None = None  # the generators' marks right before the real call (restore_rng)
 
 
 class ReplayMissing(RuntimeError):
@@ -590,6 +591,8 @@ class SkipProxy:
             self._register(d)  # a call that became a miss only when its entry could not be served
         if not d.no_store:
             d.running = self.store.call_started(d.step, self.target.name, d.shard)
+            if self.role.restore_rng:
+                d.rng_before = rng_marks()  # last: what the call changes is recorded (see _snapshot)
         try:
             yield
         except BaseException:
@@ -880,9 +883,15 @@ class SkipProxy:
                 self._call_ended(d)
 
     def _snapshot(self, d: _Decision) -> tuple[Any, dict[str, Any] | None]:
-        """What a record keeps of the host besides the result, taken right after the real call: the RNG state
-        and the declared effects' values."""
-        rng = capture_rng_state() if self.role.restore_rng else None
+        """What a record keeps of the host besides the result, taken right after the real call: the state of the
+        generators the call changed (see :func:`~skipweave.store.rng.rng_changes`) and the declared effects'
+        values."""
+        if not self.role.restore_rng:
+            rng = None
+        elif d.rng_before is not None:  # only the generators the call changed (restored alone on replay)
+            rng = rng_changes(d.rng_before)
+        else:
+            rng = capture_rng_state()
         return rng, (self._effects_after(d) if self._effects else None)
 
     async def _after_live_off_loop(self, result: Any, d: _Decision, seconds: float) -> Any:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,7 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from skipweave.store.codec import decode, encode
-from skipweave.store.rng import capture_rng_state, restore_rng_state
+from skipweave.store.rng import capture_rng_state, restore_rng_state, rng_changes, rng_marks
 
 
 def _draw() -> tuple[list[float], list[float], list[float], list[float], list[float]]:
@@ -74,3 +76,86 @@ def test_cuda_states_skipped_without_cuda(caplog: pytest.LogCaptureFixture) -> N
 def test_unknown_format() -> None:
     with pytest.raises(ValueError, match="format"):
         restore_rng_state({"format": 42})
+
+
+# ---------------------------------------------------------------- what a call changed (rng_marks / rng_changes)
+def _changed_by(call: Any) -> dict[str, Any] | None:
+    before = rng_marks()
+    call()
+    return rng_changes(before)
+
+
+def test_a_call_that_draws_nothing_changes_nothing() -> None:
+    random.seed(1)
+    np.random.seed(2)
+    torch.manual_seed(3)
+    assert _changed_by(lambda: None) is None  # (numpy, just seeded: read through its public API once)
+    assert _changed_by(lambda: None) is None
+    assert _changed_by(lambda: sum(range(10))) is None
+
+
+@pytest.mark.parametrize(("draw", "section"), [
+    (lambda: random.random(), "python"),
+    (lambda: np.random.rand(), "numpy"),
+    (lambda: torch.rand(1), "torch_cpu"),
+    (lambda: np.random.seed(7), "numpy"),
+    (lambda: torch.manual_seed(9), "torch_cpu"),
+])
+def test_exactly_the_generator_a_call_advanced_is_recorded(draw: Any, section: str) -> None:
+    random.seed(1)
+    np.random.seed(2)
+    torch.manual_seed(3)
+    _changed_by(lambda: None)
+    changes = _changed_by(draw)
+    assert changes is not None and set(changes) == {"format", section}
+    expected = _draw()
+    restore_rng_state(changes)  # the others are left as they are: as the real call leaves them
+    assert _draw()[_SECTION_DRAWS[section]] == expected[_SECTION_DRAWS[section]]
+
+
+_SECTION_DRAWS = {"python": 0, "numpy": 2, "torch_cpu": 4}
+
+
+def test_a_cached_gaussian_taken_without_moving_the_twister_is_seen() -> None:
+    """Both generators hand out a cached second gaussian without drawing: their twister state does not move."""
+    random.seed(1)
+    random.gauss(0, 1)  # one gaussian cached in gauss_next
+    changes = _changed_by(lambda: random.gauss(0, 1))  # takes the cached one
+    assert changes is not None and changes["python"]["gauss_next"] is None
+    np.random.seed(2)
+    np.random.standard_normal()  # numpy caches the pair's second value (has_gauss 1)
+    assert np.random.get_state()[3] == 1
+    _changed_by(lambda: None)  # the probe now knows this state (its twister bytes, and has_gauss 1)
+    changes = _changed_by(lambda: np.random.standard_normal())  # takes it, no draw from the twister
+    assert changes is not None and changes["numpy"]["has_gauss"] == 0
+    assert _changed_by(lambda: None) is None  # now known again, with nothing cached
+
+
+def test_without_probes_the_public_api_decides_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a probe is unusable (another Python, another numpy layout), the states are read and compared
+    through the public API before and after the call: slower, the same outcome."""
+    from skipweave.store import rng
+
+    monkeypatch.setattr(rng._PYTHON, "address", -1)
+    monkeypatch.setattr(rng._NUMPY, "address", -1)
+    assert _changed_by(lambda: None) is None
+    changes = _changed_by(lambda: (random.random(), np.random.rand()))
+    assert changes is not None and set(changes) == {"format", "python", "numpy"}
+    np.random.seed(3)
+    np.random.standard_normal()
+    changes = _changed_by(lambda: np.random.standard_normal())  # the cached gaussian, no draw
+    assert changes is not None and set(changes) == {"format", "numpy"}
+
+
+def test_probes_agree_with_the_public_state() -> None:
+    """The probes read the very bytes the public API reports (this CPython and numpy: both are usable)."""
+    from skipweave.store import rng
+
+    rng_marks()
+    assert rng._PYTHON.address > 0 and rng._NUMPY.address > 0
+    np.random.seed(5)
+    np.random.rand(3)
+    assert ctypes.string_at(rng._NUMPY.address, 2500) == rng._numpy_bytes(np.random.get_state())
+    random.seed(5)
+    random.random()
+    assert ctypes.string_at(rng._PYTHON.address, 2500) == rng._python_bytes(random.getstate())

@@ -117,6 +117,24 @@ def test_replay_restores_rng_state_the_real_call_left(mod: Any, tmp_path: Path, 
     assert (live == replay) is restore
 
 
+def test_replay_leaves_the_generators_the_call_did_not_touch(mod: Any, tmp_path: Path) -> None:
+    """Gen.generate draws from torch and Python's random, never from numpy: a hit restores those two and leaves
+    numpy as the host has it, as the real call would have."""
+    cfg = _cfg(tmp_path, mod.__name__)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    _run(mod, [1], cfg)
+    live_torch = float(torch.rand(1))
+    skipweave.flush()
+    np.random.seed(1)
+    expected = np.random.rand(3)
+    np.random.seed(1)
+    torch.manual_seed(5)  # torch differs before the call: the hit sets it to what the call left
+    outs = _run(mod, [1], cfg)
+    assert outs[0].meta_info["skipweave"]["status"] == "hit"
+    assert np.array_equal(np.random.rand(3), expected) and float(torch.rand(1)) == live_torch
+
+
 def test_fingerprint_mismatch_warn_regenerate_error(mod: Any, tmp_path: Path, caplog: Any) -> None:
     name = mod.__name__
     skipweave.weave(_cfg(tmp_path, name))
