@@ -443,12 +443,18 @@ def section_small(opts: argparse.Namespace) -> list[Row]:
         row("small", "record, write-through (write_buffer: 0) per entry", ms["through"], "ms", group=group,
             key="small.through", note="each entry's three files fsynced before its call returns"),
         hit,
-        row("small", "record, no RNG state (restore_rng: false), amortized", ms["record_norng"], "ms",
-            group=group, key="small.record_norng", note="the same entries, no RNG state captured or stored"),
-        row("small", "record, no RNG state, the call's own return", ms["return_norng"], "ms", group=group,
+        row("small", "record, restore_rng: false, amortized", ms["record_norng"], "ms",
+            group=group, key="small.record_norng", note="the same entries, no generator looked at"),
+        row("small", "record, restore_rng: false, the call's own return", ms["return_norng"], "ms", group=group,
             key="small.return_norng"),
-        row("small", "hit per entry, no RNG state", [x * 1000 for x in ms["hit_norng"]], "us", group=group,
+        row("small", "hit per entry, restore_rng: false", [x * 1000 for x in ms["hit_norng"]], "us", group=group,
             key="small.hit_norng", note="no RNG state read or restored"),
+        row("small", "record, each call draws from torch's generator, amortized", ms["record_draws"], "ms",
+            group=group, key="small.record_draws", note="its 5 KiB state recorded with every entry"),
+        row("small", "record, each call draws, the call's own return", ms["return_draws"], "ms", group=group,
+            key="small.return_draws"),
+        row("small", "hit per entry, each call draws", [x * 1000 for x in ms["hit_draws"]], "us", group=group,
+            key="small.hit_draws", note="torch's state restored at every hit"),
     ]
 
 

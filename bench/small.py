@@ -13,7 +13,9 @@ an empty store, then again to replay. Per round:
   returns), for comparison;
 * ``hit``: seconds per entry of the replay;
 * ``record_norng``, ``return_norng``, ``hit_norng``: ``record``, ``record_return`` and ``hit`` with ``restore_rng:
-  false``, so no RNG state is captured, stored or restored: what the RNG state costs per entry.
+  false``, so no generator is even looked at: what watching the RNG state costs per entry;
+* ``record_draws``, ``return_draws``, ``hit_draws``: the same with a function that draws from torch's generator at
+  every call, so torch's state (5 KiB) is recorded with every entry and restored at every hit.
 """
 
 from __future__ import annotations
@@ -35,17 +37,23 @@ SAMPLE = None
 
 def sample(step, i):
     return {"ids": SAMPLE, "index": i}
+
+
+def sample_drawing(step, i):
+    torch.rand(1)  # e.g. sampling in the call: torch's generator moves
+    return {"ids": SAMPLE, "index": i}
 '''
 
 STEPS = 4
 
 
-def _run(host: Any, entries: int) -> float:
+def _run(host: Any, entries: int, fn: str = "sample") -> float:
     per_step = entries // STEPS
+    call = getattr(host, fn)
     t0 = time.perf_counter()
     for step in range(1, STEPS + 1):
         for i in range(per_step):
-            host.sample(step, i)
+            call(step, i)
     return time.perf_counter() - t0
 
 
@@ -61,24 +69,26 @@ def measure(entries: int, kb: float, rounds: int, folder: str) -> dict[str, Any]
     host.SAMPLE = torch.arange(int(kb * 1024) // 8, dtype=torch.int64)
     entries -= entries % STEPS
     out: dict[str, list[float]] = {"record": [], "record_return": [], "through": [], "hit": [], "record_norng": [],
-                                   "return_norng": [], "hit_norng": []}
-    # case -> (write_buffer, restore_rng, the keys of its call's own return and of its replay)
-    cases = {"record": (None, True, "record_return", "hit"), "through": (0, True, None, None),
-             "record_norng": (None, False, "return_norng", "hit_norng")}
+                                   "return_norng": [], "hit_norng": [], "record_draws": [], "return_draws": [],
+                                   "hit_draws": []}
+    # case -> (write_buffer, restore_rng, the keys of its call's own return and of its replay, the function)
+    cases = {"record": (None, True, "record_return", "hit", "sample"), "through": (0, True, None, None, "sample"),
+             "record_norng": (None, False, "return_norng", "hit_norng", "sample"),
+             "record_draws": (None, True, "return_draws", "hit_draws", "sample_drawing")}
     try:
         for r in range(rounds):
-            for case, (buffer, rng, returns, hits) in cases.items():
+            for case, (buffer, rng, returns, hits, fn) in cases.items():
                 dump = os.path.join(folder, f"{case}{r}")
                 role: dict[str, Any] = {"enable": True, "dump_dir": dump, "step": {"source": "arg", "arg": 0,
                                                                                   "path": ""},
-                                        "calls_per_step": entries // STEPS, "targets": {"s": f"{name}:sample"},
+                                        "calls_per_step": entries // STEPS, "targets": {"s": f"{name}:{fn}"},
                                         "restore_rng": rng}
                 if buffer is not None:
                     role["write_buffer"] = buffer
                 plan = {"skip": {"rollout": role}}
                 skipweave.weave(plan)
                 t0 = time.perf_counter()
-                returned = _run(host, entries)
+                returned = _run(host, entries, fn)
                 skipweave.flush()
                 total = time.perf_counter() - t0
                 skipweave.unweave()
@@ -87,7 +97,7 @@ def measure(entries: int, kb: float, rounds: int, folder: str) -> dict[str, Any]
                     out[returns].append(returned / entries)
                     before = skipweave.counters()["hits"]
                     skipweave.weave(plan)
-                    out[hits].append(_run(host, entries) / entries)
+                    out[hits].append(_run(host, entries, fn) / entries)
                     skipweave.unweave()
                     assert skipweave.counters()["hits"] - before == entries, "the replay missed entries"
                 shutil.rmtree(dump, ignore_errors=True)

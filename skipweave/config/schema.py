@@ -243,7 +243,9 @@ class RoleConfig:
         bypass: which calls always run live.
         fingerprint: input fingerprint settings.
         shard: how several processes' entries are kept apart.
-        restore_rng: restore the RNG state the real call left behind on replay.
+        restore_rng: on replay, restore the generators the real call changed (python `random`, numpy's global
+            generator, torch CPU and CUDA) to the state it left them in; the ones it did not change are neither
+            recorded nor touched.
         allow_pickle: let results the safe codec cannot hold be pickled (and loaded).
         trusted_classes: ``pkg.mod:Class`` classes a replay may rebuild besides the ones the codec approves by
             itself (dataclasses, enums and namedtuples already imported, verl's ``DataProto``, tensordict);

@@ -70,7 +70,8 @@ def test_quick_run_writes_the_documented_table(tmp_path: Path) -> None:
     assert by_key["returns.16 MB.behind"]["peak_mb"] is not None
     for key in ("small.record", "small.hit"):
         assert by_key[key]["median"] > 0 and isinstance(by_key[key]["ok"], bool), by_key[key]
-    for key in ("small.return", "small.through", "small.record_norng", "small.return_norng", "small.hit_norng"):
+    for key in ("small.return", "small.through", "small.record_norng", "small.return_norng", "small.hit_norng",
+                "small.record_draws", "small.return_draws", "small.hit_draws"):
         assert by_key[key]["median"] > 0, key
     # 2e. bytes on disk and replay seconds per compress setting
     for payload in ("verl batch", "token ids"):
