@@ -137,11 +137,30 @@ class Staged:
     tensors: dict[str, Any]
     pickled: bool
     nbytes: int
+    buffers: tuple[Any, ...] = ()
+    """The :data:`~skipweave.store.buffers.POOL` buffers the owned copies live in (see :meth:`owned`)."""
 
     def owned(self) -> Staged:
-        """The same entry owning its tensors (each cloned), so the host may change its result in place right after
-        (a background write still records the result as it was returned). Costs one copy of the tensors."""
-        return dataclasses.replace(self, tensors={k: t.clone() for k, t in self.tensors.items()})
+        """The same entry owning its tensors (each copied), so the host may change its result in place right after
+        (a background write still records the result as it was returned). Costs one copy of the tensors; a large
+        one is made into a reused buffer (:mod:`skipweave.store.buffers`), which whoever writes the entry hands
+        back once it is written (:meth:`release`)."""
+        from skipweave.store.buffers import POOL
+
+        tensors: dict[str, Any] = {}
+        buffers: list[Any] = []
+        for name, tensor in self.tensors.items():
+            tensors[name], buffer = POOL.copy(tensor)
+            if buffer is not None:
+                buffers.append(buffer)
+        return dataclasses.replace(self, tensors=tensors, buffers=tuple(buffers))
+
+    def release(self) -> None:
+        """Hand this entry's reused buffers back (:meth:`owned`): call once nothing reads its tensors any more."""
+        if self.buffers:
+            from skipweave.store.buffers import POOL
+
+            POOL.give(self.buffers)
 
 
 @dataclass(frozen=True)

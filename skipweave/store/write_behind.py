@@ -44,6 +44,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from skipweave.store.buffers import POOL, POOL_IDLE_S
 from skipweave.store.layout import EntryKey
 from skipweave.store.step_store import EntryMeta, Staged, StepStore
 
@@ -225,10 +226,12 @@ class WriteBehind:
         while True:
             with self._cond:
                 while not self._queue:
-                    self._cond.wait()
+                    if not self._cond.wait(POOL_IDLE_S) and not self._queue:
+                        POOL.clear()  # idle: the copy buffers kept for the next recordings go
                 batch = self._take_locked()
                 self._busy = batch
             for item, outcome in zip(batch, _write(batch), strict=True):
+                item.staged.release()  # written (or failed): its copies are read no more
                 try:
                     item.on_done(outcome)
                 except Exception:  # noqa: BLE001 - a hook's bug must not stop the writer
@@ -247,6 +250,7 @@ class WriteBehind:
 
     def _after_fork(self) -> None:
         self._reset()
+        POOL.after_fork()  # the parent's buffers are copies in this child: not kept
 
 
 def _write(batch: list[_Pending]) -> list[Outcome]:

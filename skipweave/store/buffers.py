@@ -1,0 +1,99 @@
+"""Reused memory for the copies a background record makes of large results.
+
+A recording handed to the background writer is copied first (the host may change its result in place as soon as
+it has it). A large copy into fresh memory spends most of its time in the kernel, touching each new page: 250 MB
+took 0.16 s into fresh memory and 0.05 s into memory touched before (measured here, `bench/run.py` section
+`returns`). So the writer hands each committed entry's copies back to :data:`POOL`, and the next recording of a
+like size copies into them: a training that records a rollout of about the same size at every step pays the
+page faults once.
+
+Bounded: the pool keeps at most :data:`POOL_MAX_BYTES` of buffers, and the writer empties it once it has been idle
+for :data:`POOL_IDLE_S`; a forked child starts with it empty. Tensors under :data:`POOL_MIN_BYTES` are plainly
+cloned: the allocator reuses small blocks already.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+POOL_MIN_BYTES = 1 << 20
+"""Smallest tensor (bytes) copied through the pool."""
+
+POOL_MAX_BYTES = 1 << 30
+"""Most bytes of buffers the pool keeps between recordings."""
+
+POOL_IDLE_S = 10.0
+"""Seconds without a recording after which the writer empties the pool."""
+
+
+class CopyPool:
+    """Buffers (flat ``uint8`` CPU tensors) that copies of recorded tensors are made into and handed back to."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free: list[Any] = []
+        self._bytes = 0
+
+    @property
+    def held(self) -> int:
+        """Bytes of buffers kept now."""
+        with self._lock:
+            return self._bytes
+
+    def copy(self, tensor: Any) -> tuple[Any, Any | None]:
+        """An owned copy of ``tensor`` (a CPU tensor, as the codec stages them) and the buffer it lives in, to hand
+        back with :meth:`give` once nothing reads the copy any more; ``None`` for a plain ``clone`` (small, not
+        contiguous, or of a dtype a byte buffer cannot be viewed as)."""
+        import torch
+
+        nbytes = tensor.numel() * tensor.element_size()
+        if nbytes < POOL_MIN_BYTES or tensor.device.type != "cpu" or not tensor.is_contiguous():
+            return tensor.clone(), None
+        buffer = self._take(nbytes)
+        try:
+            if buffer is None:
+                buffer = torch.empty(nbytes, dtype=torch.uint8)
+            copy = buffer[:nbytes].view(tensor.dtype).view(tensor.shape)
+        except (RuntimeError, TypeError):  # a dtype a byte buffer cannot be viewed as: a plain clone
+            if buffer is not None:
+                self.give([buffer])
+            return tensor.clone(), None
+        copy.copy_(tensor)
+        return copy, buffer
+
+    def _take(self, nbytes: int) -> Any | None:
+        """The smallest kept buffer of ``nbytes`` to twice as many (a much larger one stays for a larger copy)."""
+        with self._lock:
+            fits = [b for b in self._free if nbytes <= b.numel() <= 2 * nbytes]
+            if not fits:
+                return None
+            best = min(fits, key=lambda b: b.numel())
+            self._free.remove(best)
+            self._bytes -= best.numel()
+            return best
+
+    def give(self, buffers: list[Any] | tuple[Any, ...]) -> None:
+        """Hand back buffers :meth:`copy` returned, once nothing reads their copies; kept while the pool has room."""
+        with self._lock:
+            for buffer in buffers:
+                if self._bytes + buffer.numel() <= POOL_MAX_BYTES:
+                    self._free.append(buffer)
+                    self._bytes += buffer.numel()
+
+    def after_fork(self) -> None:
+        """In a forked child: start empty, with a lock of its own (another thread may have held the parent's)."""
+        self.__init__()  # type: ignore[misc]
+
+    def clear(self) -> None:
+        """Let every kept buffer go."""
+        with self._lock:
+            if self._free:
+                logger.debug("skipweave: releasing %d bytes of copy buffers", self._bytes)
+            self._free, self._bytes = [], 0
+
+
+POOL = CopyPool()
