@@ -8,8 +8,11 @@ host's own work is nil and what the call costs is skipweave's. Per round, back t
 * ``raw``: the bytes skipweave writes (``bench.io_cases.raw_buffers``) written to one file and fsynced, the
   floor of a recording that blocks;
 * ``behind``: the call with the default ``write_buffer`` (the result is encoded and copied, the background
-  writer commits it): seconds until the call returned, then seconds until ``skipweave.flush()`` returned
-  (the writing the host did not wait for), and the peak memory above the batch while it ran;
+  writer commits it), as the first recording of a process (its copy into fresh memory): seconds until the call
+  returned, then seconds until ``skipweave.flush()`` returned (the writing the host did not wait for), and the
+  peak memory above the batch while it ran;
+* ``behind_warm``: the same call once more, right after (a training's next step): its copy goes into the buffers
+  the first one's writer handed back (``skipweave.store.buffers``); ``kept_bytes``: what the pool keeps then;
 * ``through``: the call with ``write_buffer: 0`` (the record commits before the call returns).
 """
 
@@ -38,6 +41,7 @@ def generate(step):
 def measure(mb: float, rounds: int, folder: str) -> dict[str, Any]:
     """Run every case ``rounds`` times; ``{case: {"seconds": [...], ...}}`` plus the batch's size."""
     import skipweave
+    from skipweave.store.buffers import POOL
 
     logging.getLogger("skipweave").setLevel(logging.WARNING)
     name = "skipweave_bench_returns_host"
@@ -49,6 +53,7 @@ def measure(mb: float, rounds: int, folder: str) -> dict[str, Any]:
     out: dict[str, dict[str, list[float]]] = {
         "raw": {"seconds": []},
         "behind": {"seconds": [], "flush_s": [], "peak_extra": []},
+        "behind_warm": {"seconds": [], "kept_bytes": []},
         "through": {"seconds": []},
     }
     try:
@@ -67,6 +72,7 @@ def measure(mb: float, rounds: int, folder: str) -> dict[str, Any]:
                 if buffer is not None:
                     role["write_buffer"] = buffer
                 skipweave.weave({"skip": {"rollout": role}})
+                POOL.clear()  # each round's first recording copies into fresh memory, as a process's first does
                 gc.collect()
                 base = rss_bytes()
                 reset_peak()
@@ -78,12 +84,19 @@ def measure(mb: float, rounds: int, folder: str) -> dict[str, Any]:
                 if case == "behind":
                     out[case]["flush_s"].append(time.perf_counter() - t1)
                     out[case]["peak_extra"].append(float(max(0, peak_bytes() - base)))
+                    t0 = time.perf_counter()
+                    host.generate(2)
+                    out["behind_warm"]["seconds"].append(time.perf_counter() - t0)
+                    skipweave.flush()
+                    out["behind_warm"]["kept_bytes"].append(float(POOL.held))
                 skipweave.unweave()
                 assert skipweave.counters()["record_failures"] == 0
                 shutil.rmtree(dump, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {"cases": out, "bytes": nbytes, "mb": mb, "rounds": rounds}
+    from skipweave.store.buffers import POOL_IDLE_S
+
+    return {"cases": out, "bytes": nbytes, "mb": mb, "rounds": rounds, "pool_idle_s": POOL_IDLE_S}
 
 
 if __name__ == "__main__":
