@@ -240,8 +240,12 @@ class _Probe:
 
     A probe only ever says "unchanged", and only once it was verified in this process: on a scratch generator, its
     bytes equal the public API's state before and after a draw, and, on the global generator, they equal it once.
-    Where that fails (another layout, another Python), :meth:`mark` gives ``None`` and the state is read by the
-    public API and recorded, as before probes.
+    Where that fails (another layout, another Python), the public API is read before and after the call instead.
+
+    numpy's legacy generator also caches a second gaussian (``has_gauss``), outside the bytes read; the probe
+    knows it from the public API's last read (:meth:`learn`) while the twister bytes stay as they were then. One
+    case escapes that: the host itself setting numpy's state (``np.random.set_state``) to the same twister words
+    with another cached gaussian, just before a call that takes exactly that one gaussian and draws nothing else.
     """
 
     def __init__(self, kind: str) -> None:
