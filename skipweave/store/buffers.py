@@ -29,6 +29,10 @@ POOL_MAX_BYTES = 1 << 30
 POOL_IDLE_S = 10.0
 """Seconds without a recording after which the writer empties the pool."""
 
+POOL_SLACK = 1.25
+"""A copy goes into a kept buffer at most this many times its size: the memory a pending copy holds over its
+bytes (counted against ``write_buffer`` with them, see :attr:`~skipweave.store.step_store.Staged.held`)."""
+
 
 class CopyPool:
     """Buffers (flat ``uint8`` CPU tensors) that copies of recorded tensors are made into and handed back to."""
@@ -66,23 +70,27 @@ class CopyPool:
         return copy, buffer
 
     def _take(self, nbytes: int) -> Any | None:
-        """The smallest kept buffer of ``nbytes`` to twice as many (a much larger one stays for a larger copy)."""
+        """The smallest kept buffer of ``nbytes`` up to :data:`POOL_SLACK` times as many (a much larger one stays
+        for a larger copy)."""
         with self._lock:
-            fits = [b for b in self._free if nbytes <= b.numel() <= 2 * nbytes]
+            fits = [i for i, b in enumerate(self._free) if nbytes <= b.numel() <= nbytes * POOL_SLACK]
             if not fits:
                 return None
-            best = min(fits, key=lambda b: b.numel())
-            self._free.remove(best)
+            best = self._free.pop(min(fits, key=lambda i: self._free[i].numel()))
             self._bytes -= best.numel()
             return best
 
     def give(self, buffers: list[Any] | tuple[Any, ...]) -> None:
-        """Hand back buffers :meth:`copy` returned, once nothing reads their copies; kept while the pool has room."""
+        """Hand back buffers :meth:`copy` returned, once nothing reads their copies. The newest are kept: the
+        oldest go when the pool would hold over :data:`POOL_MAX_BYTES` (sizes change as a training goes on)."""
         with self._lock:
             for buffer in buffers:
-                if self._bytes + buffer.numel() <= POOL_MAX_BYTES:
-                    self._free.append(buffer)
-                    self._bytes += buffer.numel()
+                if buffer.numel() > POOL_MAX_BYTES:
+                    continue
+                self._free.append(buffer)
+                self._bytes += buffer.numel()
+                while self._bytes > POOL_MAX_BYTES:
+                    self._bytes -= self._free.pop(0).numel()
 
     def after_fork(self) -> None:
         """In a forked child: start empty, with a lock of its own (another thread may have held the parent's)."""

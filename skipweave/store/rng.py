@@ -95,9 +95,8 @@ def rng_changes(before: RngMarks) -> dict[str, Any] | None:
     before it), in :func:`capture_rng_state`'s form with the unchanged generators left out; ``None`` when the call
     changed none.
 
-    A generator is left out only when it is as it was: torch's state compares equal byte for byte; Python's and
-    numpy's Mersenne Twister states compare equal, and so does their cached gaussian (numpy's is read through the
-    public API when one was cached before the call, since it can be handed out without a draw).
+    A generator is left out only when it is as it was: torch's state compares equal byte for byte, and so do
+    Python's and numpy's whole states (their Mersenne Twister and their cached gaussian, see :class:`_Probe`).
 
     Raises:
         RuntimeError: torch cannot read a CUDA generator state.
@@ -139,12 +138,10 @@ def _python_section(version: Any, internal: tuple[int, ...], gauss: Any) -> dict
 
 
 def _numpy_section(np_state: tuple[Any, ...]) -> dict[str, Any]:
-    """numpy's section from ``np.random.get_state(legacy=True)``; the probe learns the state read."""
+    """numpy's section from ``np.random.get_state(legacy=True)``."""
     bit_generator, key, pos, has_gauss, cached_gaussian = np_state
-    own_key = np.array(key, dtype=np.uint32, copy=True)
-    _NUMPY.learn(own_key, int(pos), int(has_gauss), float(cached_gaussian))
-    return {"bit_generator": str(bit_generator), "key": own_key, "pos": int(pos), "has_gauss": int(has_gauss),
-            "cached_gaussian": float(cached_gaussian)}
+    return {"bit_generator": str(bit_generator), "key": np.array(key, dtype=np.uint32, copy=True), "pos": int(pos),
+            "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)}
 
 
 def restore_rng_state(state: Mapping[str, Any]) -> None:
@@ -192,12 +189,7 @@ def prepare_rng_state(state: Mapping[str, Any]) -> Callable[[], None]:
             # the key as Python ints: numpy's MT19937 state setter copies it item by item, and indexing a list is
             # several times cheaper than indexing an array (the same 624 uint32 values, checked above)
             np_state = (np_state[0], key.tolist(), *np_state[2:])
-
-            def restore_numpy() -> None:
-                np.random.set_state(np_state)
-                _NUMPY.learn(key, np_state[2], np_state[3], np_state[4])
-
-            steps.append(restore_numpy)
+            steps.append(lambda: np.random.set_state(np_state))
     except (KeyError, TypeError, OverflowError) as exc:
         raise ValueError(f"malformed RNG state: {type(exc).__name__}: {exc}") from exc
     cpu = state.get("torch_cpu")
@@ -234,117 +226,143 @@ _MT_STATE_BYTES = 624 * 4 + 4
 
 
 class _Probe:
-    """Reads a generator's Mersenne Twister state as bytes where the generator keeps it (about 1 µs, against
-    15-75 µs for its public API): numpy's through its bit generator's public ``ctypes.state_address``, Python's
-    at the start of CPython's ``Random`` object, just after its object header.
+    """Reads a generator's whole state as bytes where the generator keeps it (about 1 µs, against 15-75 µs for
+    its public API), to compare before and after a call.
 
-    A probe only ever says "unchanged", and only once it was verified in this process: on a scratch generator, its
-    bytes equal the public API's state before and after a draw, and, on the global generator, they equal it once.
-    Where that fails (another layout, another Python), the public API is read before and after the call instead.
+    - Python's ``random``: CPython's ``Random`` object holds its Mersenne Twister (``int index``, ``uint32
+      state[624]``) right after its object header; its cached gaussian is the public ``gauss_next`` attribute.
+    - numpy's legacy global generator: its bit generator's twister (``uint32 key[624]``, ``int pos``) at the
+      public ``ctypes.state_address``; its cached gaussian (``has_gauss``, ``gauss``), which numpy gives only
+      through the slow ``get_state``, inside the ``RandomState`` object, at offsets found on a scratch one.
 
-    numpy's legacy generator also caches a second gaussian (``has_gauss``), outside the bytes read; the probe
-    knows it from the public API's last read (:meth:`learn`) while the twister bytes stay as they were then. One
-    case escapes that: the host itself setting numpy's state (``np.random.set_state``) to the same twister words
-    with another cached gaussian, just before a call that takes exactly that one gaussian and draws nothing else.
+    A probe is used only once verified in this process: on a scratch generator, the bytes it reads equal the
+    public API's state over several distinct states (draws, cached gaussians set with ``set_state``), and on the
+    global generator they equal it once. Where that fails (another layout, another Python, a global generator
+    that is not a Mersenne Twister), the public API is read before and after the call instead, with the same
+    outcome. A probe follows the generator the public functions use (``random.getstate``'s instance, numpy's
+    global bit generator): one replaced (``importlib.reload(random)``, ``np.random.set_bit_generator``) is bound
+    and verified again.
     """
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.address = 0  # 0: not bound yet; -1: unusable here
-        self.owner: Any = None  # keeps the generator whose memory is read alive
-        self.known: tuple[bytes, int, float] | None = None  # numpy: (bytes, has_gauss, gauss) last read publicly
+        self.owner: Any = None  # the generator object read (kept alive, and checked to still be the one in use)
+        self.gauss_at: tuple[int, int] = (0, 0)  # numpy: addresses of has_gauss (int) and gauss (double)
+        self.rs: Any = None  # numpy: the RandomState whose cached gaussian is read
+
+    def _current(self) -> bool:
+        """Whether the generator read is still the one the public functions use."""
+        if self.kind == "python":
+            return random.getstate.__self__ is self.owner  # type: ignore[attr-defined]
+        rs = np.random.get_state.__self__  # type: ignore[attr-defined]
+        return rs is self.rs and getattr(rs, "_bit_generator", None) is self.owner
 
     def _bind(self) -> None:
         try:
             if self.kind == "numpy":
-                def locate(rs: Any) -> tuple[Any, int]:
-                    bit_generator = rs._bit_generator
-                    return bit_generator, int(bit_generator.ctypes.state_address)
-                scratch: Any = np.random.RandomState(12345)
-                owner, address = locate(scratch)
-                ok = self._agrees(address, _numpy_bytes(scratch.get_state()))
-                scratch.random_sample(700)  # over 624 draws: the words are regenerated and the position wraps
-                ok = ok and self._agrees(address, _numpy_bytes(scratch.get_state()))
-                owner, address = locate(np.random.get_state.__self__)  # type: ignore[attr-defined]
-                ok = ok and self._agrees(address, _numpy_bytes(np.random.get_state()))
+                offsets = _gauss_offsets()
+                rs = np.random.get_state.__self__  # type: ignore[attr-defined]
+                if offsets is None or type(rs) is not np.random.RandomState:
+                    raise TypeError("numpy's global generator is not a verified RandomState")
+                owner = rs._bit_generator
+                if type(owner) is not np.random.MT19937:
+                    raise TypeError(f"numpy's global bit generator is a {type(owner).__name__}")
+                address = int(owner.ctypes.state_address)
+                gauss_at = (id(rs) + offsets[0], id(rs) + offsets[1])
+                ok = _numpy_probe_bytes(address, gauss_at) == _numpy_bytes(np.random.get_state())
+                self.gauss_at = gauss_at
+                self.rs = rs
             else:
-                inst = random.getstate.__self__  # type: ignore[attr-defined]
-                if sys.implementation.name != "cpython" or type(inst).__basicsize__ < 16 + _MT_STATE_BYTES:
+                owner = random.getstate.__self__  # type: ignore[attr-defined]
+                if sys.implementation.name != "cpython" or type(owner).__basicsize__ < 16 + _MT_STATE_BYTES:
                     raise TypeError("not CPython's Random")
                 rnd = random.Random(12345)
-                ok = self._agrees(id(rnd) + 16, _python_bytes(rnd.getstate()))
+                ok = ctypes.string_at(id(rnd) + 16, _MT_STATE_BYTES) == _python_bytes(rnd.getstate())
                 rnd.random()
-                ok = ok and self._agrees(id(rnd) + 16, _python_bytes(rnd.getstate()))
-                owner, address = inst, id(inst) + 16
-                ok = ok and self._agrees(address, _python_bytes(inst.getstate()))
+                ok = ok and ctypes.string_at(id(rnd) + 16, _MT_STATE_BYTES) == _python_bytes(rnd.getstate())
+                address = id(owner) + 16
+                ok = ok and ctypes.string_at(address, _MT_STATE_BYTES) == _python_bytes(owner.getstate())
         except Exception as exc:  # noqa: BLE001 - any surprise: no probe, the public API every time
             logger.debug("skipweave: no fast RNG probe for %s here (%s: %s)", self.kind, type(exc).__name__, exc)
             ok = False
         if ok:
             self.owner, self.address = owner, address
         else:
-            logger.debug("skipweave: no fast RNG probe for %s here; its state is recorded with every entry", self.kind)
-            self.address = -1
-
-    @staticmethod
-    def _agrees(address: int, expected: bytes) -> bool:
-        return ctypes.string_at(address, _MT_STATE_BYTES) == expected
+            logger.debug("skipweave: no fast RNG probe for %s here: its state is read through the public API before "
+                         "and after each recorded call", self.kind)
+            self.owner, self.rs, self.address = None, None, -1
 
     def _usable(self) -> bool:
+        if self.address > 0 and not self._current():
+            self.address = 0  # another generator object is in use now: bind to it
         if self.address == 0:
             self._bind()
         return self.address > 0
 
-    def _raw(self) -> bytes:
-        return ctypes.string_at(self.address, _MT_STATE_BYTES)
-
     def mark(self) -> Any:
-        """A token of the generator's state now, for :meth:`unchanged` after the call (``None``: not known, so it
-        counts as changed)."""
+        """A token of the generator's state now; equal tokens are equal states (see :meth:`unchanged`)."""
         if self.kind == "python":
-            return (self._raw(), self.owner.gauss_next) if self._usable() else random.getstate()
-        if not self._usable():
-            st = np.random.get_state(legacy=True)
-            assert isinstance(st, tuple)
-            return _numpy_bytes(st), int(st[3]), float(st[4])
-        raw, known = self._raw(), self.known
-        if known is None or known[0] != raw:  # drawn from since the public API last read it: read it now
-            self._read_numpy()
-            known = self.known
-            if known is None or known[0] != raw:  # another thread drew meanwhile
-                return None
-        return known
+            if self._usable():
+                return ctypes.string_at(self.address, _MT_STATE_BYTES), self.owner.gauss_next
+            return random.getstate()
+        if self._usable():
+            return _numpy_probe_bytes(self.address, self.gauss_at)
+        st = np.random.get_state(legacy=True)
+        return _numpy_bytes(st) if isinstance(st, tuple) else repr(st)
 
     def unchanged(self, token: Any) -> bool:
         """Whether the generator is as :meth:`mark` saw it (``token``)."""
-        if token is None:
-            return False
-        if self.kind == "python" or not self._usable():
-            return bool(self.mark() == token)
-        if self._raw() != token[0]:
-            return False
-        if token[1] == 0:  # no cached gaussian, and none can be cached without a draw from the twister
-            return True
-        self._read_numpy()  # one was cached: it may have been handed out without a draw
-        return self.known == token
+        return token is not None and bool(self.mark() == token)
 
-    def _read_numpy(self) -> tuple[Any, ...]:
-        st = np.random.get_state(legacy=True)
-        assert isinstance(st, tuple)
-        self.learn(st[1], st[2], st[3], st[4])
-        return st
 
-    def learn(self, key: np.ndarray, pos: int, has_gauss: int, gauss: float) -> None:
-        """numpy: the state just read or set through the public API (the bytes are taken from it, so a state
-        another thread moved meanwhile is simply not known)."""
-        if self.address > 0:
-            raw = _numpy_bytes(("MT19937", key, pos))
-            self.known = (raw, int(has_gauss), float(gauss)) if self._raw() == raw else None
+def _numpy_probe_bytes(address: int, gauss_at: tuple[int, int]) -> bytes:
+    return (ctypes.string_at(address, _MT_STATE_BYTES) + ctypes.string_at(gauss_at[0], 4)
+            + ctypes.string_at(gauss_at[1], 8))
+
+
+_GAUSS_OFFSETS: list[tuple[int, int] | None] = []
+
+
+def _gauss_offsets() -> tuple[int, int] | None:
+    """Where a ``RandomState`` keeps ``has_gauss`` (a C ``int``) and ``gauss`` (a ``double``), as offsets into the
+    object: the one pair of offsets that holds them over four distinct states of a scratch generator (and whose
+    twister bytes, at ``ctypes.state_address``, match too); ``None`` when no single pair does."""
+    if _GAUSS_OFFSETS:
+        return _GAUSS_OFFSETS[0]
+    found: tuple[int, int] | None = None
+    try:
+        import struct
+
+        rs: Any = np.random.RandomState(12345)
+        size = type(rs).__basicsize__
+        address = int(rs._bit_generator.ctypes.state_address)
+        candidates: set[tuple[int, int]] | None = None
+        for draws, has_gauss, gauss in ((0, 1, 0.123456789), (700, 0, -2.5), (5, 1, 3.75e10), (1, 0, 0.0)):
+            rs.random_sample(draws)
+            state = rs.get_state()
+            rs.set_state((state[0], state[1], state[2], has_gauss, gauss))
+            raw = ctypes.string_at(id(rs), size)
+            if ctypes.string_at(address, _MT_STATE_BYTES) != _numpy_bytes(rs.get_state())[:_MT_STATE_BYTES]:
+                raise TypeError("the twister bytes do not match")
+            ints = {o for o in range(0, size - 3, 4) if struct.unpack_from("=i", raw, o)[0] == has_gauss}
+            doubles = {o for o in range(0, size - 7, 4) if struct.unpack_from("=d", raw, o)[0] == gauss}
+            pairs = {(i, d) for i in ints for d in doubles if 4 <= d - i <= 16}
+            candidates = pairs if candidates is None else candidates & pairs
+        if candidates is not None and len(candidates) == 1:
+            found = candidates.pop()
+    except Exception as exc:  # noqa: BLE001 - no probe: the public API
+        logger.debug("skipweave: numpy's cached gaussian could not be located (%s: %s)", type(exc).__name__, exc)
+    _GAUSS_OFFSETS.append(found)
+    return found
 
 
 def _numpy_bytes(state: Any) -> bytes:
-    """numpy's ``mt19937_state`` bytes (``uint32 key[624]``, ``int pos``, native order) of a public state."""
-    return np.asarray(state[1], dtype=np.uint32).tobytes() + np.int32(state[2]).tobytes()
+    """The bytes :func:`_numpy_probe_bytes` reads, of a public legacy state ``(name, key, pos, has_gauss, gauss)``:
+    numpy's ``mt19937_state`` (``uint32 key[624]``, ``int pos``), then ``int has_gauss`` and ``double gauss``, in
+    native order."""
+    return (np.asarray(state[1], dtype=np.uint32).tobytes() + np.int32(state[2]).tobytes()
+            + np.int32(state[3]).tobytes() + np.float64(state[4]).tobytes())
 
 
 def _python_bytes(state: tuple[Any, ...]) -> bytes:

@@ -139,6 +139,8 @@ class Staged:
     nbytes: int
     buffers: tuple[Any, ...] = ()
     """The :data:`~skipweave.store.buffers.POOL` buffers the owned copies live in (see :meth:`owned`)."""
+    slack: int = 0
+    """Bytes of those buffers beyond the copies in them."""
 
     def owned(self) -> Staged:
         """The same entry owning its tensors (each copied), so the host may change its result in place right after
@@ -149,11 +151,22 @@ class Staged:
 
         tensors: dict[str, Any] = {}
         buffers: list[Any] = []
-        for name, tensor in self.tensors.items():
-            tensors[name], buffer = POOL.copy(tensor)
-            if buffer is not None:
-                buffers.append(buffer)
-        return dataclasses.replace(self, tensors=tensors, buffers=tuple(buffers))
+        slack = 0
+        try:
+            for name, tensor in self.tensors.items():
+                tensors[name], buffer = POOL.copy(tensor)
+                if buffer is not None:
+                    buffers.append(buffer)
+                    slack += buffer.numel() - tensor.numel() * tensor.element_size()
+        except BaseException:  # (out of memory): the buffers taken so far go back
+            POOL.give(buffers)
+            raise
+        return dataclasses.replace(self, tensors=tensors, buffers=tuple(buffers), slack=slack)
+
+    @property
+    def held(self) -> int:
+        """Bytes of memory the pending entry holds: its payload's, and what its reused buffers hold beyond it."""
+        return self.nbytes + self.slack
 
     def release(self) -> None:
         """Hand this entry's reused buffers back (:meth:`owned`): call once nothing reads its tensors any more."""

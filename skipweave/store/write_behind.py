@@ -129,16 +129,16 @@ class WriteBehind:
         try:
             with self._cond:
                 held = self._held.get(sid, 0)
-                if held and held + staged.nbytes > budget:
+                if held and held + staged.held > budget:
                     t0 = time.perf_counter()
                     logger.debug("skipweave: role %s: write buffer full (%d bytes pending, %d more for %s, "
                                  "write_buffer=%d); waiting for the writer", store.role, held, staged.nbytes, key,
                                  budget)
-                    while self._held.get(sid, 0) and self._held.get(sid, 0) + staged.nbytes > budget:
+                    while self._held.get(sid, 0) and self._held.get(sid, 0) + staged.held > budget:
                         self._cond.wait()
                     logger.debug("skipweave: role %s: waited %.3f s for write buffer room for %s", store.role,
                                  time.perf_counter() - t0, key)
-                self._held[sid] = self._held.get(sid, 0) + staged.nbytes
+                self._held[sid] = self._held.get(sid, 0) + staged.held
                 self._queue.append(item)
         except BaseException as exc:  # interrupted while waiting (Ctrl-C): not queued, nothing waits for it
             store.pending_done(key)
@@ -241,7 +241,7 @@ class WriteBehind:
             with self._cond:
                 for item in batch:
                     sid = id(item.store)
-                    self._held[sid] = self._held.get(sid, 0) - item.staged.nbytes
+                    self._held[sid] = self._held.get(sid, 0) - item.staged.held
                     if self._held[sid] <= 0:
                         del self._held[sid]
                     self._written += item.staged.nbytes

@@ -592,7 +592,11 @@ class SkipProxy:
         if not d.no_store:
             d.running = self.store.call_started(d.step, self.target.name, d.shard)
             if self.role.restore_rng:
-                d.rng_before = rng_marks()  # last: what the call changes is recorded (see _snapshot)
+                try:
+                    d.rng_before = rng_marks()  # last: what the call changes is recorded (see _snapshot)
+                except Exception as exc:  # (a broken CUDA setup): never fail the call; the whole state is tried after
+                    logger.debug("skipweave: RNG marks before %s failed (%s: %s)", self.target.name,
+                                 type(exc).__name__, exc)
         try:
             yield
         except BaseException:
@@ -900,7 +904,10 @@ class SkipProxy:
         and the copy handed to the background writer (or, writing through, the whole write) run in a worker
         thread while the loop serves other tasks. The caller gets the result once it is staged, so nothing it
         does to it afterwards reaches the recording."""
-        snapshot = self._snapshot(d)
+        try:
+            snapshot: tuple[Any, dict[str, Any] | None] | None = self._snapshot(d)
+        except Exception:  # noqa: BLE001 - taken again in the worker, where the record's failure is reported
+            snapshot = None
         return await asyncio.to_thread(self._after_live, result, d, seconds, snapshot)
 
     def _record_live(self, result: Any, d: _Decision, seconds: float,

@@ -49,12 +49,26 @@ def test_small_odd_and_mismatched_tensors_are_plain_clones() -> None:
     assert other is not None and other is not big and pool.held == 4 * MB
 
 
-def test_the_pool_keeps_no_more_than_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_best_fit_is_taken_wherever_it_is_kept() -> None:
+    """Rollout lengths change from step to step: buffers of several sizes are kept, the best fit is taken."""
+    pool = CopyPool()
+    bufs = [pool.copy(torch.zeros(n * MB, dtype=torch.uint8))[1] for n in (4, 2, 3)]
+    pool.give(bufs)
+    _, two = pool.copy(torch.zeros(2 * MB, dtype=torch.uint8))
+    _, three = pool.copy(torch.zeros(int(2.5 * MB), dtype=torch.uint8))  # 3 MB is within 1.25x, 4 MB is not
+    assert two is bufs[1] and three is bufs[2] and pool.held == 4 * MB
+
+
+def test_the_pool_keeps_the_newest_buffers_within_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(buffers, "POOL_MAX_BYTES", 3 * MB)
     pool = CopyPool()
-    kept = [pool.copy(torch.zeros(2 * MB, dtype=torch.uint8))[1] for _ in range(2)]
-    pool.give(kept)
-    assert pool.held == 2 * MB
+    old, new = (pool.copy(torch.zeros(2 * MB, dtype=torch.uint8))[1] for _ in range(2))
+    pool.give([old])
+    pool.give([new])  # the older one goes to make room
+    assert pool.held == 2 * MB and pool._take(2 * MB) is new
+    pool.give([pool.copy(torch.zeros(4 * MB, dtype=torch.uint8))[1]])  # over the bound alone: not kept
+    assert pool.held == 0
+    pool.give([old])
     pool.clear()
     assert pool.held == 0
 

@@ -154,8 +154,46 @@ def test_probes_agree_with_the_public_state() -> None:
     rng_marks()
     assert rng._PYTHON.address > 0 and rng._NUMPY.address > 0
     np.random.seed(5)
-    np.random.rand(3)
-    assert ctypes.string_at(rng._NUMPY.address, 2500) == rng._numpy_bytes(np.random.get_state())
+    np.random.standard_normal()  # a gaussian cached: has_gauss 1
+    assert rng._numpy_probe_bytes(rng._NUMPY.address, rng._NUMPY.gauss_at) == rng._numpy_bytes(np.random.get_state())
     random.seed(5)
     random.random()
     assert ctypes.string_at(rng._PYTHON.address, 2500) == rng._python_bytes(random.getstate())
+
+
+def test_a_cached_gaussian_set_back_by_the_host_or_the_call_is_seen() -> None:
+    """numpy's cached gaussian changes without its twister moving when a state is set: a host rewinding to a
+    checkpoint, or a call setting one, is seen all the same."""
+    np.random.seed(2)
+    np.random.standard_normal()
+    checkpoint = np.random.get_state()  # a gaussian cached
+    np.random.standard_normal()  # handed out: the same twister words, none cached
+    _changed_by(lambda: None)
+    np.random.set_state(checkpoint)  # the host rewinds
+    changes = _changed_by(lambda: np.random.standard_normal())  # the call takes the cached one, draws nothing
+    assert changes is not None and changes["numpy"]["has_gauss"] == 0
+    st = np.random.get_state()
+    changes = _changed_by(lambda: np.random.set_state((st[0], st[1], st[2], 1, 0.5)))
+    assert changes is not None and (changes["numpy"]["has_gauss"], changes["numpy"]["cached_gaussian"]) == (1, 0.5)
+
+
+def test_a_generator_replaced_by_the_host_is_followed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``importlib.reload(random)`` or ``np.random.set_bit_generator`` put another generator object behind the
+    public functions: the probes read that one."""
+    import copy
+
+    rng_marks()
+    other = random.Random(3)
+    for name in ("getstate", "setstate", "random", "seed"):
+        monkeypatch.setattr(random, name, getattr(other, name))
+    assert _changed_by(lambda: None) is None
+    changes = _changed_by(lambda: random.random())
+    assert changes is not None and set(changes) == {"format", "python"}
+    original = np.random.get_bit_generator()
+    np.random.set_bit_generator(copy.deepcopy(original))
+    try:
+        assert _changed_by(lambda: None) is None
+        changes = _changed_by(lambda: np.random.rand())
+        assert changes is not None and set(changes) == {"format", "numpy"}
+    finally:
+        np.random.set_bit_generator(original)
