@@ -417,8 +417,8 @@ def _spans(header_bytes: bytes | bytearray | memoryview, data_size: int, path: s
             dtype = _DTYPES.get(info["dtype"])
             if dtype is None:
                 raise ValueError(f"tensor {name!r} has unknown dtype {info['dtype']!r}")
-            shape = [int(x) for x in info["shape"]]
-            lo, hi = (int(x) for x in info["data_offsets"])
+            shape = list(map(int, info["shape"]))
+            lo, hi = map(int, info["data_offsets"])  # (exactly two: else ValueError)
             numel = 1
             for d in shape:
                 if d < 0:
