@@ -323,7 +323,18 @@ def check_fields(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_pi
     pickled = manifest.get("pickled", False)
     if not isinstance(pickled, bool):
         raise EntryInvalid(f"manifest {path} has pickled={pickled!r}, expected true or false")
-    if pickled and not allow_pickle:
+    check_pickle(manifest, path, key, allow_pickle=allow_pickle)
+
+
+def check_pickle(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_pickle: bool) -> None:
+    """The last check of :func:`check_fields`: pickled data against ``allow_pickle``. Alone for a manifest that
+    passed :func:`check_fields` with ``allow_pickle=True`` already (a group's entries, judged once per group file
+    by :func:`~skipweave.store.pack.check_pack`), the only part of the judgement that depends on the reader.
+
+    Raises:
+        EntryRefused: the entry claims pickled data and ``allow_pickle`` is off.
+    """
+    if manifest.get("pickled", False) is True and not allow_pickle:
         raise EntryRefused(
             f"entry {path} was recorded with allow_pickle=true; loading it would unpickle data, which can run "
             f"arbitrary code. Set skip.{key.role}.allow_pickle=true if you trust this recording"

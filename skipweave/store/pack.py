@@ -23,7 +23,6 @@ a crafted or copied-together folder does) is served by neither.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import json
 import os
 import struct
@@ -38,6 +37,7 @@ from skipweave.store.manifest import (
     PayloadFile,
     check_fields,
     check_identity,
+    check_pickle,
     check_structure,
     read_json,
 )
@@ -203,14 +203,13 @@ class JudgedPack:
     Attributes:
         path: the group file.
         data: its data file's ``{name, bytes, checksum}``.
-        entries: call index -> that call's manifest.
-        passed: ``(call, allow_pickle)`` of the entries :func:`entry_of` judged already (each is judged once).
+        entries: call index -> that call's manifest (each passed
+            :func:`~skipweave.store.manifest.check_fields` with pickle allowed; :func:`entry_of` judges pickle).
     """
 
     path: str
     data: dict[str, Any]
     entries: dict[int, dict[str, Any]]
-    passed: set[tuple[int, bool]] = dataclasses.field(default_factory=set, compare=False, repr=False)
 
 
 def check_pack(group: dict[str, Any], path: str, key: EntryKey, first: int, last: int) -> JudgedPack:
@@ -219,7 +218,7 @@ def check_pack(group: dict[str, Any], path: str, key: EntryKey, first: int, last
     The group names the part it sits in (role, target, step, shard of ``key``) and the range its name gives; its
     data file is named for the group; it holds exactly one manifest per call ``first..last``, each of which names
     its own call (:func:`~skipweave.store.manifest.check_identity`), lists the group's data file as its one payload
-    item and passes :func:`~skipweave.store.manifest.check_fields` (pickle is judged per entry, by
+    item and passes :func:`~skipweave.store.manifest.check_fields` (pickle is judged per entry and reader, by
     :func:`entry_of`). The data file's bytes are checked by the reader.
 
     Args:
@@ -271,9 +270,9 @@ def entry_of(judged: JudgedPack, key: EntryKey, *, allow_pickle: bool) -> dict[s
     manifest = judged.entries.get(key.call)
     if manifest is None:
         raise EntryInvalid(f"group {judged.path} holds no call {key.call}")
-    if (key.call, allow_pickle) not in judged.passed:  # a judged group's manifests do not change: judged once
-        check_fields(manifest, f"{judged.path} (call {key.call})", key, allow_pickle=allow_pickle)
-        judged.passed.add((key.call, allow_pickle))
+    # check_pack judged its fields (with pickle allowed); a judged group's manifests do not change: only the
+    # reader's own policy is left
+    check_pickle(manifest, f"{judged.path} (call {key.call})", key, allow_pickle=allow_pickle)
     return manifest
 
 

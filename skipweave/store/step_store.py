@@ -373,16 +373,27 @@ class StepStore:
                 role_dir(self.dump_dir, self.namespace, self.role), str(step), target)
         return path
 
-    def _checked_folder(self, step: int, target: str) -> tuple[str, tuple[int, int] | None]:
-        """:meth:`folder` and the folder's stamp now: the way is checked again whole when the folder's stamp
-        changed since it was last checked, or :data:`FOLDER_TTL_S` after (one ``lstat`` instead of one per folder
-        below the dump dir).
+    def stamp(self, step: int, target: str) -> tuple[int, int] | None:
+        """The :func:`~skipweave.store.layout.folder_stamp` of a step's target folder now (one ``lstat``).
+
+        A replay takes it once, after waiting for this process's pending writes, and hands it to
+        :meth:`part_calls` and :meth:`load`, so the caches both keep by the folder's stamp are judged against the
+        same look at the folder.
+        """
+        return folder_stamp(self._folder_path(step, target))
+
+    def _checked_folder(self, step: int, target: str,
+                        stamp: tuple[int, int] | None = None) -> tuple[str, tuple[int, int] | None]:
+        """:meth:`folder` and the folder's stamp (``stamp`` when given, else taken now): the way is checked again
+        whole when the folder's stamp changed since it was last checked, or :data:`FOLDER_TTL_S` after (one
+        ``lstat`` instead of one per folder below the dump dir).
 
         Raises:
             UnsafePath: a folder on the way is a symlink or a file.
         """
         path = self._folder_path(step, target)
-        stamp = folder_stamp(path)
+        if stamp is None:
+            stamp = folder_stamp(path)
         now = time.monotonic()
         with self._lock:
             seen = self._ways.get((step, target))
@@ -437,16 +448,23 @@ class StepStore:
                     closed = json.loads(fh.read(1 << 16)).get("state") == "closed"
         return PartInfo(tuple(calls), closed)
 
-    def part_calls(self, step: int, target: str, shard: str) -> tuple[Recorded, ...]:
+    def part_calls(self, step: int, target: str, shard: str, *,
+                   stamp: tuple[int, int] | None = None) -> tuple[Recorded, ...]:
         """The committed entries of a part with their writer and input fingerprint, sorted by call index.
 
         Kept until the part's folder changes (one ``lstat`` per call); after a change only manifests that are
         new or changed (by size or modification time) are read again, so a step of many calls costs one read
-        per record, not one per entry. An unreadable manifest is left out here; serving it would fail its
-        judgement anyway.
+        per record, not one per entry. Only the calls the folder's listing shows a manifest of their own for are
+        looked at (a grouped call has none: its summary comes from its group file). An unreadable manifest is
+        left out here; serving it would fail its judgement anyway.
+
+        Args:
+            stamp: the folder's :meth:`stamp`, when the caller took it just now (a replay takes one for its whole
+                read, see :meth:`load`); taken here when ``None``.
         """
         part = (step, target, shard)
-        stamp = folder_stamp(self._folder_path(step, target))
+        if stamp is None:
+            stamp = folder_stamp(self._folder_path(step, target))
         with self._lock:
             seen = self._entries.get(part)
         if seen is not None and stamp is not None and seen[0] == stamp:
@@ -455,10 +473,12 @@ class StepStore:
         files: dict[str, tuple[int, int, Recorded]] = {}
         calls = self.part_info(step, target, shard).calls
         with self._lock:
-            groups = self._groups.get(part, (None, ()))[1]
+            listed = self._groups.get(part)
+        groups = listed[1] if listed is not None else ()
+        with_manifest = listed[2].intersection(calls) if listed is not None else frozenset()
         grouped = {c for first, last, _ in groups for c in range(first, last + 1)}
         own: set[int] = set()
-        for call in calls:
+        for call in sorted(with_manifest):
             path = manifest_path(self.dump_dir, self.key(step, target, shard, call))
             try:
                 st = os.lstat(path)
@@ -566,8 +586,11 @@ class StepStore:
         with self._lock:
             self._index.pop((target, shard), None)
 
-    def load(self, key: EntryKey) -> Loaded:
+    def load(self, key: EntryKey, *, stamp: tuple[int, int] | None = None) -> Loaded:
         """Read, judge, verify and decode one entry.
+
+        ``stamp``: the folder's :meth:`stamp`, when the caller took it just now (and read the part's entries with
+        it, see :meth:`part_calls`); taken here when ``None``.
 
         Raises:
             FileNotFoundError: the entry was never committed.
@@ -580,7 +603,7 @@ class StepStore:
         """
         from skipweave.store import tensorfile  # torch: imported on first use, not by the CLI
 
-        folder, stamp = self._checked_folder(key.step, key.target)
+        folder, stamp = self._checked_folder(key.step, key.target, stamp)
         with self._lock:
             listed = self._groups.get((key.step, key.target, key.shard))
         if listed is not None and stamp is not None and listed[0] == stamp and key.call not in listed[2]:

@@ -417,8 +417,8 @@ def _spans(header_bytes: bytes | bytearray | memoryview, data_size: int, path: s
             dtype = _DTYPES.get(info["dtype"])
             if dtype is None:
                 raise ValueError(f"tensor {name!r} has unknown dtype {info['dtype']!r}")
-            shape = [int(x) for x in info["shape"]]
-            lo, hi = (int(x) for x in info["data_offsets"])
+            shape = list(map(int, info["shape"]))
+            lo, hi = map(int, info["data_offsets"])  # (exactly two: else ValueError)
             numel = 1
             for d in shape:
                 if d < 0:
@@ -513,8 +513,10 @@ def tensor_at(data: memoryview, span: Span) -> torch.Tensor:
     lo, hi, _name, dtype, shape = span
     if hi == lo:
         return torch.empty(shape, dtype=dtype)
-    # one copy, into a buffer the tensor owns (cheaper than a view of the section cloned)
-    return torch.frombuffer(bytearray(data[lo:hi]), dtype=dtype).reshape(shape)
+    # one copy, into a buffer the tensor owns (cheaper than a view of the section cloned); frombuffer makes it 1-D
+    # with as many elements as the span holds, which _spans checked against the shape: a 1-D shape needs no reshape
+    flat = torch.frombuffer(bytearray(data[lo:hi]), dtype=dtype)
+    return flat if len(shape) == 1 else flat.reshape(shape)
 
 
 __all__ = ["CHUNK", "COMPRESSED_SUFFIX", "MAX_RATIO", "PROGRESS_MIN", "Span", "TooCompressible", "bars_enabled",

@@ -35,6 +35,7 @@ RUN_STARTED_ENV = "SKIPWEAVE_RUN_STARTED"
 _lock = threading.Lock()
 _started_unix = time.time()
 _writer: Writer | None = None
+_pid = os.getpid()  # this process's pid (set again in a forked child, see _forked)
 _made_here: str | None = None  # the run id this process made (not inherited)
 
 
@@ -119,14 +120,27 @@ def end_run() -> None:
 
 
 def this_writer() -> Writer:
-    """The writer this process records as (kept; made afresh after a fork or a change of the run id)."""
+    """The writer this process records as (kept; made afresh after a fork or a change of the run id).
+
+    The run id is read from the environment on every call (a change of :data:`RUN_ENV` is seen at once); the pid is
+    this process's as noted at import and after every fork (:func:`_forked`), not asked of the system each time.
+    """
     global _writer
-    run, pid = os.environ.get(RUN_ENV, ""), os.getpid()
+    run = os.environ.get(RUN_ENV, "")
     cached = _writer
-    if cached is not None and cached.run == run and cached.pid == pid:
+    if cached is not None and cached.run == run and cached.pid == _pid:
         return cached
-    _writer = Writer(run_id(), platform.node(), pid)
+    _writer = Writer(run_id(), platform.node(), _pid)
     return _writer
+
+
+def _forked() -> None:
+    """In a forked child: note its own pid (its writer is made afresh at the next :func:`this_writer`)."""
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def started_unix() -> float:

@@ -677,14 +677,15 @@ class SkipProxy:
         in a worker thread, off the event loop."""
         if d.served is None or d.no_store:
             return None
-        match = self._match(d, args, kwargs)
+        matched = self._match(d, args, kwargs)
+        match, stamp = matched if matched is not None else (None, None)
         if match is None or match.call is None:
             d.served = None
             return None
         d.slot = match.call
         key = self.store.key(d.served, self.target.name, d.shard, match.call)
         try:
-            return match, key, self.store.load(key)
+            return match, key, self.store.load(key, stamp=stamp)
         except FileNotFoundError:  # removed since the part was read: a plain miss, recorded at the call's position
             d.served = d.slot = None
         except UnsafePath as exc:  # a symlink or a file where a folder should be: never touched
@@ -751,13 +752,15 @@ class SkipProxy:
         )
         return True, result
 
-    def _match(self, d: _Decision, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Match | None:
-        """The entry of the serving step's part that serves ``d`` (see :mod:`skipweave.policy.matching`);
-        ``None`` when the part cannot be read (the call runs live without recording)."""
+    def _match(self, d: _Decision, args: tuple[Any, ...],
+               kwargs: Mapping[str, Any]) -> tuple[Match, tuple[int, int] | None] | None:
+        """The entry of the serving step's part that serves ``d`` (see :mod:`skipweave.policy.matching`) and the
+        part folder's stamp the part was read with (for :meth:`StepStore.load`); ``None`` when the part cannot be
+        read (the call runs live without recording)."""
         assert d.served is not None
         same = d.served == d.step
         if same and self.store.fresh(d.step, self.target.name, d.shard):
-            return Match(None, False, False, 0)  # recorded afresh by this run: nothing in it serves this call
+            return Match(None, False, False, 0), None  # recorded afresh by this run: nothing in it serves this call
         # the live set, not a copy (one per hit, of up to a step's calls): only asked for membership below, which
         # is safe while another thread adds to it (a slot claimed meanwhile is then seen, as it should be)
         claimed: Collection[int] = self._claimed.get((d.step, d.shard), ()) if same else ()
@@ -765,7 +768,9 @@ class SkipProxy:
             # an entry this process still writes in the background is read once committed (not this proxy's own
             # recordings of the step: never served to it)
             self.store.wait_pending(d.served, self.target.name, d.shard, skip=claimed)
-            entries = self.store.part_calls(d.served, self.target.name, d.shard)
+            # one look at the folder, after the wait (what was pending is committed now), for the part and the load
+            stamp = self.store.stamp(d.served, self.target.name)
+            entries = self.store.part_calls(d.served, self.target.name, d.shard, stamp=stamp)
         except Exception as exc:  # a symlinked or unreadable folder: never fail the training call
             logger.warning("skipweave: role %s target %s step %d: the recordings of step %d are unreadable "
                            "(%s: %s); running live without recording", self.role.role, self.target.name,
@@ -785,7 +790,7 @@ class SkipProxy:
             self._warn_shared(d, what)
         elif match.call is not None and same:
             self._claim(d.step, d.shard, match.call)
-        return match
+        return match, stamp
 
     def _view(self, step: int, shard: str, entries: tuple[Any, ...]) -> PartView:
         """The part's :class:`PartView`, judged again when its entries changed (``part_calls`` hands back the same
