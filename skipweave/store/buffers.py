@@ -7,8 +7,9 @@ took 0.16 s into fresh memory and 0.05 s into memory touched before (measured he
 like size copies into them: a training that records a rollout of about the same size at every step pays the
 page faults once.
 
-Bounded: the pool keeps at most :data:`POOL_MAX_BYTES` of buffers, and the writer empties it once it has been idle
-for :data:`POOL_IDLE_S`; a forked child starts with it empty. Tensors under :data:`POOL_MIN_BYTES` are plainly
+Bounded: the pool keeps at most :data:`POOL_MAX_BYTES` of buffers (the newest), a buffer not taken again within
+:data:`POOL_IDLE_S` goes, and the writer empties the pool once it has been idle that long; a forked child starts
+with it empty. Tensors under :data:`POOL_MIN_BYTES` are plainly
 cloned: the allocator reuses small blocks already.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -27,7 +29,7 @@ POOL_MAX_BYTES = 1 << 30
 """Most bytes of buffers the pool keeps between recordings."""
 
 POOL_IDLE_S = 10.0
-"""Seconds without a recording after which the writer empties the pool."""
+"""Seconds a kept buffer waits to be taken again, and without a recording before the writer empties the pool."""
 
 POOL_SLACK = 1.25
 """A copy goes into a kept buffer at most this many times its size: the memory a pending copy holds over its
@@ -39,7 +41,7 @@ class CopyPool:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._free: list[Any] = []
+        self._free: list[tuple[float, Any]] = []  # (monotonic seconds when handed back, buffer), oldest first
         self._bytes = 0
 
     @property
@@ -73,24 +75,33 @@ class CopyPool:
         """The smallest kept buffer of ``nbytes`` up to :data:`POOL_SLACK` times as many (a much larger one stays
         for a larger copy)."""
         with self._lock:
-            fits = [i for i, b in enumerate(self._free) if nbytes <= b.numel() <= nbytes * POOL_SLACK]
+            self._drop_stale_locked()
+            fits = [i for i, (_, b) in enumerate(self._free) if nbytes <= b.numel() <= nbytes * POOL_SLACK]
             if not fits:
                 return None
-            best = self._free.pop(min(fits, key=lambda i: self._free[i].numel()))
+            _, best = self._free.pop(min(fits, key=lambda i: self._free[i][1].numel()))
             self._bytes -= best.numel()
             return best
 
     def give(self, buffers: list[Any] | tuple[Any, ...]) -> None:
         """Hand back buffers :meth:`copy` returned, once nothing reads their copies. The newest are kept: the
-        oldest go when the pool would hold over :data:`POOL_MAX_BYTES` (sizes change as a training goes on)."""
+        oldest go when the pool would hold over :data:`POOL_MAX_BYTES`, and a buffer not taken again within
+        :data:`POOL_IDLE_S` goes (its size is no longer recorded: the rollouts got longer, say)."""
+        now = time.monotonic()
         with self._lock:
             for buffer in buffers:
                 if buffer.numel() > POOL_MAX_BYTES:
                     continue
-                self._free.append(buffer)
+                self._free.append((now, buffer))
                 self._bytes += buffer.numel()
                 while self._bytes > POOL_MAX_BYTES:
-                    self._bytes -= self._free.pop(0).numel()
+                    self._bytes -= self._free.pop(0)[1].numel()
+            self._drop_stale_locked()
+
+    def _drop_stale_locked(self) -> None:
+        cutoff = time.monotonic() - POOL_IDLE_S
+        while self._free and self._free[0][0] < cutoff:  # (kept oldest first)
+            self._bytes -= self._free.pop(0)[1].numel()
 
     def after_fork(self) -> None:
         """In a forked child: start empty, with a lock of its own (another thread may have held the parent's)."""

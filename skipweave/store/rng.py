@@ -48,20 +48,21 @@ def capture_rng_state() -> dict[str, Any]:
             }
 
         Python's internal state tuple of 625 ints is kept as an int64 array (all values are < 2**32) so it
-        is stored compactly as a tensor rather than as 625 JSON nodes.
+        is stored compactly as a tensor rather than as 625 JSON nodes. ``numpy`` is left out when numpy's global
+        generator is not a Mersenne Twister (``np.random.set_bit_generator(PCG64(...))``): numpy has no legacy
+        state for it, and a WARNING says once that it is not recorded.
 
     Raises:
         RuntimeError: if torch cannot read a CUDA generator state (e.g. a broken CUDA setup).
     """
     py_version, py_internal, py_gauss = random.getstate()
-    np_state = np.random.get_state(legacy=True)
-    assert isinstance(np_state, tuple)  # legacy=True always gives the 5-tuple
     state: dict[str, Any] = {
         "format": RNG_STATE_FORMAT,
         "python": _python_section(py_version, py_internal, py_gauss),
-        "numpy": _numpy_section(np_state),
         "torch_cpu": torch.get_rng_state(),
     }
+    if _numpy_legacy():
+        state["numpy"] = _numpy_section(np.random.get_state(legacy=True))
     if torch.cuda.is_available():
         state["torch_cuda"] = list(torch.cuda.get_rng_state_all())
     return state
@@ -104,10 +105,8 @@ def rng_changes(before: RngMarks) -> dict[str, Any] | None:
     state: dict[str, Any] = {}
     if not _PYTHON.unchanged(before.python):
         state["python"] = _python_section(*random.getstate())
-    if not _NUMPY.unchanged(before.numpy):
-        np_state = np.random.get_state(legacy=True)
-        assert isinstance(np_state, tuple)
-        state["numpy"] = _numpy_section(np_state)
+    if not _NUMPY.unchanged(before.numpy) and _numpy_legacy():
+        state["numpy"] = _numpy_section(np.random.get_state(legacy=True))
     cpu = torch.get_rng_state()
     if not torch.equal(cpu, before.torch_cpu):
         state["torch_cpu"] = cpu
@@ -137,7 +136,24 @@ def _python_section(version: Any, internal: tuple[int, ...], gauss: Any) -> dict
             "gauss_next": None if gauss is None else float(gauss)}
 
 
-def _numpy_section(np_state: tuple[Any, ...]) -> dict[str, Any]:
+def _numpy_legacy() -> bool:
+    """Whether numpy's global generator has a legacy state to record (a Mersenne Twister); a WARNING once if not."""
+    rs = getattr(np.random.get_state, "__self__", None)
+    bit_generator = getattr(rs, "_bit_generator", None)
+    if bit_generator is None or isinstance(bit_generator, np.random.MT19937):
+        return True
+    kind = type(bit_generator).__name__
+    if kind not in _NOT_LEGACY:
+        _NOT_LEGACY.add(kind)
+        logger.warning("skipweave: numpy's global generator is a %s, not a Mersenne Twister: its state is not "
+                       "recorded or restored (python random and torch still are)", kind)
+    return False
+
+
+_NOT_LEGACY: set[str] = set()
+
+
+def _numpy_section(np_state: Any) -> dict[str, Any]:
     """numpy's section from ``np.random.get_state(legacy=True)``."""
     bit_generator, key, pos, has_gauss, cached_gaussian = np_state
     return {"bit_generator": str(bit_generator), "key": np.array(key, dtype=np.uint32, copy=True), "pos": int(pos),
@@ -246,19 +262,33 @@ class _Probe:
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self.address = 0  # 0: not bound yet; -1: unusable here
-        self.owner: Any = None  # the generator object read (kept alive, and checked to still be the one in use)
-        self.gauss_at: tuple[int, int] = (0, 0)  # numpy: addresses of has_gauss (int) and gauss (double)
-        self.rs: Any = None  # numpy: the RandomState whose cached gaussian is read
+        # what is read, as one tuple (replaced whole, so a thread reads one consistent binding): None while not
+        # bound yet, () where unusable, else (generator object, address, numpy: gauss addresses, its RandomState)
+        self.bound: tuple[Any, ...] | None = None
 
-    def _current(self) -> bool:
+    @property
+    def address(self) -> int:
+        """The address read: 0 not bound yet, -1 unusable here."""
+        bound = self.bound
+        return 0 if bound is None else (bound[1] if bound else -1)
+
+    @address.setter
+    def address(self, value: int) -> None:  # tests turn a probe off with -1
+        self.bound = () if value < 0 else None
+
+    @property
+    def gauss_at(self) -> tuple[int, int]:
+        bound = self.bound
+        return bound[2] if bound else (0, 0)
+
+    def _current(self, bound: tuple[Any, ...]) -> bool:
         """Whether the generator read is still the one the public functions use."""
         if self.kind == "python":
-            return random.getstate.__self__ is self.owner  # type: ignore[attr-defined]
+            return random.getstate.__self__ is bound[0]  # type: ignore[attr-defined]
         rs = np.random.get_state.__self__  # type: ignore[attr-defined]
-        return rs is self.rs and getattr(rs, "_bit_generator", None) is self.owner
+        return rs is bound[3] and getattr(rs, "_bit_generator", None) is bound[0]
 
-    def _bind(self) -> None:
+    def _bind(self) -> tuple[Any, ...]:
         try:
             if self.kind == "numpy":
                 offsets = _gauss_offsets()
@@ -271,8 +301,7 @@ class _Probe:
                 address = int(owner.ctypes.state_address)
                 gauss_at = (id(rs) + offsets[0], id(rs) + offsets[1])
                 ok = _numpy_probe_bytes(address, gauss_at) == _numpy_bytes(np.random.get_state())
-                self.gauss_at = gauss_at
-                self.rs = rs
+                bound: tuple[Any, ...] = (owner, address, gauss_at, rs)
             else:
                 owner = random.getstate.__self__  # type: ignore[attr-defined]
                 if sys.implementation.name != "cpython" or type(owner).__basicsize__ < 16 + _MT_STATE_BYTES:
@@ -283,33 +312,36 @@ class _Probe:
                 ok = ok and ctypes.string_at(id(rnd) + 16, _MT_STATE_BYTES) == _python_bytes(rnd.getstate())
                 address = id(owner) + 16
                 ok = ok and ctypes.string_at(address, _MT_STATE_BYTES) == _python_bytes(owner.getstate())
+                bound = (owner, address, (0, 0), None)
         except Exception as exc:  # noqa: BLE001 - any surprise: no probe, the public API every time
             logger.debug("skipweave: no fast RNG probe for %s here (%s: %s)", self.kind, type(exc).__name__, exc)
             ok = False
-        if ok:
-            self.owner, self.address = owner, address
-        else:
+        if not ok:
             logger.debug("skipweave: no fast RNG probe for %s here: its state is read through the public API before "
                          "and after each recorded call", self.kind)
-            self.owner, self.rs, self.address = None, None, -1
+            bound = ()
+        self.bound = bound
+        return bound
 
-    def _usable(self) -> bool:
-        if self.address > 0 and not self._current():
-            self.address = 0  # another generator object is in use now: bind to it
-        if self.address == 0:
-            self._bind()
-        return self.address > 0
+    def _binding(self) -> tuple[Any, ...]:
+        """The binding to read through now (bound again when another generator object is in use), ``()`` if none."""
+        bound = self.bound
+        if bound and not self._current(bound):
+            bound = None  # another generator object is in use now: bind to it
+        return self._bind() if bound is None else bound
 
     def mark(self) -> Any:
         """A token of the generator's state now; equal tokens are equal states (see :meth:`unchanged`)."""
+        bound = self._binding()  # a local: the object read stays alive and its addresses consistent meanwhile
         if self.kind == "python":
-            if self._usable():
-                return ctypes.string_at(self.address, _MT_STATE_BYTES), self.owner.gauss_next
+            if bound:
+                return ctypes.string_at(bound[1], _MT_STATE_BYTES), bound[0].gauss_next
             return random.getstate()
-        if self._usable():
-            return _numpy_probe_bytes(self.address, self.gauss_at)
-        st = np.random.get_state(legacy=True)
-        return _numpy_bytes(st) if isinstance(st, tuple) else repr(st)
+        if bound:
+            return _numpy_probe_bytes(bound[1], bound[2])
+        if not _numpy_legacy():
+            return "not recorded"  # (a PCG64, say): never recorded, so never changed
+        return _numpy_bytes(np.random.get_state(legacy=True))
 
     def unchanged(self, token: Any) -> bool:
         """Whether the generator is as :meth:`mark` saw it (``token``)."""

@@ -73,6 +73,17 @@ def test_the_pool_keeps_the_newest_buffers_within_its_bound(monkeypatch: pytest.
     assert pool.held == 0
 
 
+def test_a_buffer_not_taken_again_goes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A size no longer recorded (the rollouts got longer) is not kept for the rest of a run."""
+    monkeypatch.setattr(buffers, "POOL_IDLE_S", 0.05)
+    pool = CopyPool()
+    stale, fresh = (pool.copy(torch.zeros(n * MB, dtype=torch.uint8))[1] for n in (2, 3))
+    pool.give([stale])
+    time.sleep(0.1)
+    pool.give([fresh])
+    assert pool.held == 3 * MB and pool._take(2 * MB) is None
+
+
 HOST = '''
 import torch
 

@@ -197,3 +197,22 @@ def test_a_generator_replaced_by_the_host_is_followed(monkeypatch: pytest.Monkey
         assert changes is not None and set(changes) == {"format", "numpy"}
     finally:
         np.random.set_bit_generator(original)
+
+
+def test_a_global_generator_that_is_not_a_mersenne_twister_is_left_out(caplog: pytest.LogCaptureFixture) -> None:
+    """``np.random.set_bit_generator(PCG64(...))``: numpy has no legacy state for it; recording goes on without it
+    (and without numpy's RuntimeWarning), the other generators still recorded."""
+    import warnings
+
+    original = np.random.get_bit_generator()
+    np.random.set_bit_generator(np.random.PCG64(7))
+    try:
+        with warnings.catch_warnings(), caplog.at_level(logging.WARNING, logger="skipweave.store.rng"):
+            warnings.simplefilter("error")
+            changes = _changed_by(lambda: (np.random.rand(), torch.rand(1)))
+            assert changes is not None and set(changes) == {"format", "torch_cpu"}
+            assert "numpy" not in capture_rng_state()
+        assert "not a Mersenne Twister" in caplog.text
+    finally:
+        np.random.set_bit_generator(original)
+    assert _changed_by(lambda: np.random.rand()) is not None  # back to the twister: numpy recorded again
