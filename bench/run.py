@@ -449,18 +449,23 @@ def section_small(opts: argparse.Namespace) -> list[Row]:
         row("small", "record, write-through (write_buffer: 0) per entry", ms["through"], "ms", group=group,
             key="small.through", note="each entry's three files fsynced before its call returns"),
         hit,
-        row("small", "record, restore_rng: false, amortized", ms["record_norng"], "ms",
-            group=group, key="small.record_norng", note="the same entries, no generator looked at"),
-        row("small", "record, restore_rng: false, the call's own return", ms["return_norng"], "ms", group=group,
-            key="small.return_norng"),
-        row("small", "hit per entry, restore_rng: false", [x * 1000 for x in ms["hit_norng"]], "us", group=group,
-            key="small.hit_norng", note="no RNG state read or restored"),
-        row("small", "record, each call draws from torch's generator, amortized", ms["record_draws"], "ms",
-            group=group, key="small.record_draws", note="its 5 KiB state recorded with every entry"),
-        row("small", "record, each call draws, the call's own return", ms["return_draws"], "ms", group=group,
-            key="small.return_draws"),
-        row("small", "hit per entry, each call draws", [x * 1000 for x in ms["hit_draws"]], "us", group=group,
-            key="small.hit_draws", note="torch's state restored at every hit"),
+        *_variant_rows(ms, group, "norng", "restore_rng: false", "the same entries, no generator looked at",
+                       "no RNG state read or restored"),
+        *_variant_rows(ms, group, "draws", "each call draws from torch's generator",
+                       "its 5 KiB state recorded with every entry", "torch's state restored at every hit"),
+    ]
+
+
+def _variant_rows(ms: dict[str, list[float]], group: str, case: str, what: str, record_note: str,
+                  hit_note: str) -> list[Row]:
+    """The amortized record, the call's own return and the hit of one variant of the small-entry case."""
+    return [
+        row("small", f"record, {what}, amortized", ms[f"record_{case}"], "ms", group=group,
+            key=f"small.record_{case}", note=record_note),
+        row("small", f"record, {what}, the call's own return", ms[f"return_{case}"], "ms", group=group,
+            key=f"small.return_{case}"),
+        row("small", f"hit per entry, {what}", [x * 1000 for x in ms[f"hit_{case}"]], "us", group=group,
+            key=f"small.hit_{case}", note=hit_note),
     ]
 
 
