@@ -2,15 +2,15 @@
 
 A recording handed to the background writer is copied first (the host may change its result in place as soon as
 it has it). A large copy into fresh memory spends most of its time in the kernel, touching each new page: 250 MB
-took 0.16 s into fresh memory and 0.05 s into memory touched before (measured here, `bench/run.py` section
-`returns`). So the writer hands each committed entry's copies back to :data:`POOL`, and the next recording of a
-like size copies into them: a training that records a rollout of about the same size at every step pays the
-page faults once.
+took 0.11-0.13 s into fresh memory and 0.025 s into memory touched before (measured here; `bench/run.py` section
+`returns` shows both). So the writer hands each committed entry's copies back to :data:`POOL`, and the next
+recording of a like size copies into them: a training that records a rollout of about the same size at every step
+pays the page faults once.
 
 Bounded: the pool keeps at most :data:`POOL_MAX_BYTES` of buffers (the newest), a buffer not taken again within
 :data:`POOL_IDLE_S` goes, and the writer empties the pool once it has been idle that long; a forked child starts
-with it empty. Tensors under :data:`POOL_MIN_BYTES` are plainly
-cloned: the allocator reuses small blocks already.
+with it empty. Tensors under :data:`POOL_MIN_BYTES` are plainly cloned: the allocator reuses small blocks
+already.
 """
 
 from __future__ import annotations

@@ -136,8 +136,8 @@ def test_without_probes_the_public_api_decides_alike(monkeypatch: pytest.MonkeyP
     through the public API before and after the call: slower, the same outcome."""
     from skipweave.store import rng
 
-    monkeypatch.setattr(rng._PYTHON, "address", -1)
-    monkeypatch.setattr(rng._NUMPY, "address", -1)
+    monkeypatch.setattr(rng._PYTHON, "bound", ())
+    monkeypatch.setattr(rng._NUMPY, "bound", ())
     assert _changed_by(lambda: None) is None
     changes = _changed_by(lambda: (random.random(), np.random.rand()))
     assert changes is not None and set(changes) == {"format", "python", "numpy"}
