@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 import platform
@@ -14,6 +13,7 @@ from typing import Any
 
 import xxhash
 
+from skipweave.store import jsonio
 from skipweave.store.layout import EntryKey, parse_payload_name
 from skipweave.store.paths import UnsafePath, open_regular
 from skipweave.store.writers import this_writer
@@ -171,7 +171,7 @@ def read_json(path: str, limit: int, what: str) -> Any:
         with open(open_regular(path), encoding="utf-8") as fh:
             if os.fstat(fh.fileno()).st_size > limit:
                 raise ValueError(f"larger than {limit} bytes")
-            return json.load(fh)
+            return jsonio.loads(fh.read())
     except FileNotFoundError:
         raise
     except (OSError, ValueError, RecursionError) as exc:

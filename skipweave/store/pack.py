@@ -75,12 +75,11 @@ def tensor_name(call: int, name: str) -> str:
 
 
 def pack_tensors(entries: list[tuple[int, bytes, dict[str, Any]]]) -> dict[str, Any]:
-    """The tensors of a group's data file from ``(call, tree bytes, tensors)`` per entry (trees as uint8)."""
-    import torch
-
+    """The tensors of a group's data file from ``(call, tree bytes, tensors)`` per entry (the trees as ``bytes``,
+    which :func:`~skipweave.store.tensorfile.write` stores as 1-D uint8 tensors)."""
     out: dict[str, Any] = {}
     for call, tree, tensors in entries:
-        out[tensor_name(call, "tree")] = torch.frombuffer(bytearray(tree), dtype=torch.uint8)
+        out[tensor_name(call, "tree")] = tree
         for name, t in tensors.items():
             out[tensor_name(call, name)] = t
     return out

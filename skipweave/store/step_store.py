@@ -42,6 +42,7 @@ from typing import Any
 import filelock
 import safetensors  # noqa: F401 - its version goes into every manifest (library_versions)
 
+from skipweave.store import jsonio
 from skipweave.store.atomic import fsync_dir, sync_files, tmp_name, write_bytes_atomic
 from skipweave.store.layout import (
     MANIFEST_SUFFIX,
@@ -628,7 +629,7 @@ class StepStore:
         from skipweave.store import codec
 
         try:
-            tree = json.loads(tree_bytes)
+            tree = jsonio.loads(tree_bytes)
         except (ValueError, RecursionError) as exc:
             raise EntryInvalid(f"payload of {where} is unreadable: {exc}") from exc
         payload = codec.decode(tree, tensors, allow_pickle=self.allow_pickle, trusted=self.trusted_classes)
@@ -901,7 +902,7 @@ class StepStore:
         if effects is not None:
             payload["effects"] = effects
         encoded = codec.encode(payload, allow_pickle=self.allow_pickle, trusted=self.trusted_classes)
-        tree = json.dumps(encoded.tree, separators=(",", ":")).encode()  # now: the tree may hold host objects
+        tree = jsonio.dumps(encoded.tree)  # now: the tree may hold host objects
         return Staged(tree, encoded.tensors, encoded.pickled, len(tree) + tensorfile.file_size(encoded.tensors))
 
     def commit(self, key: EntryKey, staged: Staged, meta: EntryMeta) -> tuple[int, EntryKey]:
@@ -1192,7 +1193,7 @@ class StepStore:
                                first=first, last=last, data=data, entries=manifests)
             tmp_group = _tmp_in(folder, stem + PACK_SUFFIX)
             made.append(tmp_group)
-            _write_new(dir_fd, tmp_group, json.dumps(group, separators=(",", ":")).encode(), sync=sync)
+            _write_new(dir_fd, tmp_group, jsonio.dumps(group), sync=sync)
         except BaseException:
             _remove(dir_fd, made)
             raise

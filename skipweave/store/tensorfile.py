@@ -21,7 +21,6 @@ multiple of 8 bytes, so the file is also aligned for readers that map it.
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 import sys
@@ -30,6 +29,7 @@ from typing import Any, Protocol
 
 import torch
 
+from skipweave.store import jsonio
 from skipweave.store.manifest import EntryInvalid, bytes_checksum, checksum_digest, new_hasher
 from skipweave.store.paths import UnsafePath, open_regular
 
@@ -132,8 +132,11 @@ _NUMPY_NATIVE = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, tor
 """dtypes whose numpy view has a one-letter buffer format, so its bytes are one cast away (no reshape or view)."""
 
 
-def _byte_view(t: torch.Tensor) -> memoryview:
-    """The bytes of a contiguous CPU tensor, without a copy."""
+def _byte_view(t: torch.Tensor | bytes) -> memoryview:
+    """The bytes of a contiguous CPU tensor (or of a ``bytes`` value), without a copy."""
+    if type(t) is bytes:
+        return memoryview(t)
+    assert isinstance(t, torch.Tensor)
     if t.numel() == 0:
         return memoryview(b"")
     if t.dtype in _NUMPY_NATIVE and t.dim():
@@ -155,10 +158,11 @@ def _chunks(view: memoryview) -> list[memoryview]:
     return [view[i:i + CHUNK] for i in range(0, len(view), CHUNK)] or [view]
 
 
-def _layout(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None) -> tuple[bytes, list[memoryview]]:
+def _layout(tensors: Mapping[str, torch.Tensor | bytes],
+            metadata: Mapping[str, str] | None) -> tuple[bytes, list[memoryview]]:
     """The 8-byte length and header of the file, and the tensors' bytes in file order."""
     prefix, order = _prefix(tensors, metadata)
-    return prefix, [_byte_view(t) for _, t in order]
+    return prefix, [_byte_view(t) for _, t, _, _, _ in order]
 
 
 def _dtype_code(name: str, t: torch.Tensor) -> str:
@@ -175,24 +179,45 @@ def _dtype_code(name: str, t: torch.Tensor) -> str:
     return code
 
 
-def _prefix(tensors: Mapping[str, torch.Tensor],
-            metadata: Mapping[str, str] | None) -> tuple[bytes, list[tuple[str, torch.Tensor]]]:
-    order = sorted(tensors.items(), key=lambda kv: (-kv[1].element_size(), kv[0]))
+_Item = tuple[str, "torch.Tensor | bytes", str, list[int], int]
+"""One tensor in file order: name, the value, its dtype code, shape and bytes."""
+
+
+def _order(tensors: Mapping[str, torch.Tensor | bytes]) -> list[_Item]:
+    """The tensors in file order (widest elements first, then by name, as safetensors writes them), each with its
+    dtype code, shape and size. A ``bytes`` value is stored as a 1-D ``uint8`` tensor (a group's trees).
+
+    Raises:
+        ValueError: a tensor cannot be stored (:func:`_dtype_code`).
+    """
+    items: list[tuple[int, str, _Item]] = []
+    for name, t in tensors.items():
+        if type(t) is bytes:
+            items.append((-1, name, (name, t, "U8", [len(t)], len(t))))
+            continue
+        assert isinstance(t, torch.Tensor)
+        size = t.element_size()
+        items.append((-size, name, (name, t, _dtype_code(name, t), list(t.shape), t.numel() * size)))
+    items.sort(key=lambda x: (x[0], x[1]))
+    return [item for _, _, item in items]
+
+
+def _prefix(tensors: Mapping[str, torch.Tensor | bytes],
+            metadata: Mapping[str, str] | None) -> tuple[bytes, list[_Item]]:
+    order = _order(tensors)
     header: dict[str, Any] = {}
     if metadata:
         header["__metadata__"] = dict(metadata)
     offset = 0
-    for name, t in order:
-        code = _dtype_code(name, t)
-        nbytes = t.numel() * t.element_size()
-        header[name] = {"dtype": code, "shape": list(t.shape), "data_offsets": [offset, offset + nbytes]}
+    for name, _, code, shape, nbytes in order:
+        header[name] = {"dtype": code, "shape": shape, "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw = jsonio.dumps(header)
     raw += b" " * (-len(raw) % 8)
     return struct.pack("<Q", len(raw)) + raw, order
 
 
-def file_size(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None) -> int:
+def file_size(tensors: Mapping[str, torch.Tensor | bytes], metadata: Mapping[str, str] | None = None) -> int:
     """Bytes :func:`write` writes for ``tensors`` (header included), exactly, without serialising the header: its
     length is summed from its parts (the header JSON :func:`_prefix` makes is compact and its layout fixed), so a
     small entry's staging does not build its header twice.
@@ -202,23 +227,21 @@ def file_size(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] |
     """
     if metadata:
         prefix, order = _prefix(tensors, metadata)
-        return len(prefix) + sum(t.numel() * t.element_size() for _, t in order)
-    order = sorted(tensors.items(), key=lambda kv: (-kv[1].element_size(), kv[0]))
+        return len(prefix) + sum(item[4] for item in order)
+    order = _order(tensors)
     header = 2 + max(len(order) - 1, 0)  # the braces, the commas between entries
     offset = 0
-    for name, t in order:
-        code = _dtype_code(name, t)
-        nbytes = t.numel() * t.element_size()
-        shape = ",".join(map(str, t.shape))
+    for name, _, code, shape, nbytes in order:
         # "name":{"dtype":"CODE","shape":[..],"data_offsets":[a,b]}
-        header += len(json.dumps(name)) + len(code) + len(shape) + len(str(offset)) + len(str(offset + nbytes)) + 43
+        header += len(jsonio.dumps(name)) + len(code) + len(",".join(map(str, shape))) + len(str(offset)) \
+            + len(str(offset + nbytes)) + 43
         offset += nbytes
     return 8 + header + (-header % 8) + offset
 
 
 def write(
     path: str,
-    tensors: Mapping[str, torch.Tensor],
+    tensors: Mapping[str, torch.Tensor | bytes],
     *,
     metadata: Mapping[str, str] | None = None,
     desc: str | None = None,
@@ -232,7 +255,8 @@ def write(
 
     Args:
         path: the file to create or truncate (a temporary name: the caller renames it into place).
-        tensors: contiguous CPU tensors of a dtype safetensors stores (what :func:`codec.encode` makes).
+        tensors: contiguous CPU tensors of a dtype safetensors stores (what :func:`codec.encode` makes), or
+            ``bytes`` values, stored as 1-D ``uint8`` tensors.
         metadata: optional string pairs for the header's ``__metadata__``.
         desc: label of the progress bar shown for large payloads (none when ``None``).
         dir_fd: open folder ``path`` is relative to (``os.open``'s ``dir_fd``); the file is then created new
@@ -407,7 +431,7 @@ def _spans(header_bytes: bytes | bytearray | memoryview, data_size: int, path: s
         EntryInvalid: the header is malformed, or the spans do not tile the data section.
     """
     try:
-        header = json.loads(bytes(header_bytes))
+        header = jsonio.loads(header_bytes)
         if not isinstance(header, dict):
             raise ValueError("the header is not a JSON object")
         spans: list[Span] = []

@@ -13,7 +13,9 @@ not yet committed.
   :data:`BATCH_ENTRIES` entries, :data:`BATCH_BYTES` bytes) with one group sync
   (:meth:`~skipweave.store.step_store.StepStore.commit_many`), so thousands of per-sample entries do not pay
   three fsyncs each; the small entries of one part among them, with contiguous calls, become one group (two files
-  for the lot, :mod:`skipweave.store.pack`) instead of three files each.
+  for the lot, :mod:`skipweave.store.pack`) instead of three files each. While small entries keep coming (within
+  :data:`LINGER_GAP_S` of each other) the writer holds off, up to :data:`LINGER_MAX_S`, so a group is what a
+  burst of recordings made rather than what arrived during the last commit; never while anybody waits for it.
 - **Flushed at the end.** :func:`flush` (``skipweave.flush()``) waits for every pending entry, with a progress
   bar when that takes over :data:`BAR_AFTER_S`; it runs at unweave (so at Hydra's job end), at interpreter
   exit and at a ``multiprocessing`` child's exit. A replay in this process of an entry still pending waits for
@@ -46,6 +48,7 @@ from typing import Any
 
 from skipweave.store.buffers import POOL, POOL_IDLE_S
 from skipweave.store.layout import EntryKey
+from skipweave.store.pack import ENTRY_MAX_BYTES
 from skipweave.store.step_store import EntryMeta, Staged, StepStore
 
 logger = logging.getLogger(__name__)
@@ -56,11 +59,32 @@ BATCH_ENTRIES = 256
 BATCH_BYTES = 64 << 20
 """Most bytes of entries the writer commits in one group (a larger entry goes alone)."""
 
+LINGER_GAP_S = 0.002
+"""While small entries keep coming within this many seconds of each other (per-sample recording), the writer holds off
+its next group, so groups are large (fewer files, syncs and group opens per entry) and not whatever a few hundred
+microseconds brought. It never holds off while anybody waits for it (:func:`flush`, a full write buffer), for an
+entry over :data:`~skipweave.store.pack.ENTRY_MAX_BYTES`, or once :data:`BATCH_ENTRIES` are queued."""
+
+LINGER_MAX_S = 0.05
+"""Seconds the writer holds off at most (:data:`LINGER_GAP_S`), counted from when it found entries queued: what a
+SIGKILL may lose grows by at most this much."""
+
 BAR_AFTER_S = 1.0
 """Seconds :func:`flush` waits before it shows a progress bar (where bars show, see ``SKIPWEAVE_PROGRESS``)."""
 
 Outcome = tuple[int, EntryKey] | BaseException
 """What a background write ended with: ``(bytes written, key committed under)``, or the exception it failed with."""
+
+
+class _Future(concurrent.futures.Future):  # type: ignore[type-arg]
+    """A background write's future: whoever waits for its :meth:`result` (a replay of the entry, see
+    :meth:`~skipweave.store.step_store.StepStore.wait_pending`) keeps the writer from holding off meanwhile."""
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self.done():
+            return super().result(timeout)
+        with WRITER.waiting():
+            return super().result(timeout)
 
 
 @dataclass
@@ -88,6 +112,8 @@ class WriteBehind:
         self._held: dict[int, int] = {}  # id(store) -> bytes of its entries queued or being written
         self._thread: threading.Thread | None = None
         self._written = 0  # bytes of entries finished since the writer started (for flush's bar)
+        self._last_put = 0.0  # time.monotonic() of the last entry queued
+        self._urgent = 0  # callers waiting for the writer now (flush, a full write buffer): it does not hold off
 
     @property
     def through(self) -> str | None:
@@ -120,7 +146,7 @@ class WriteBehind:
         Returns:
             A future resolved with the :data:`Outcome`.
         """
-        future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
+        future: concurrent.futures.Future[Outcome] = _Future()
         item = _Pending(store, key, staged, meta, on_done, future)
         sid = id(store)
         current = _SCOPE.get()
@@ -134,12 +160,17 @@ class WriteBehind:
                     logger.debug("skipweave: role %s: write buffer full (%d bytes pending, %d more for %s, "
                                  "write_buffer=%d); waiting for the writer", store.role, held, staged.nbytes, key,
                                  budget)
-                    while self._held.get(sid, 0) and self._held.get(sid, 0) + staged.held > budget:
-                        self._cond.wait()
+                    self._urgent += 1
+                    try:
+                        while self._held.get(sid, 0) and self._held.get(sid, 0) + staged.held > budget:
+                            self._cond.wait()
+                    finally:
+                        self._urgent -= 1
                     logger.debug("skipweave: role %s: waited %.3f s for write buffer room for %s", store.role,
                                  time.perf_counter() - t0, key)
                 self._held[sid] = self._held.get(sid, 0) + staged.held
                 self._queue.append(item)
+                self._last_put = time.monotonic()
         except BaseException as exc:  # interrupted while waiting (Ctrl-C): not queued, nothing waits for it
             store.pending_done(key)
             future.set_result(exc)
@@ -152,6 +183,18 @@ class WriteBehind:
             # entry was being staged): nobody waits for it, so this call does, as writing through would.
             future.result()
         return future
+
+    @contextmanager
+    def waiting(self) -> Iterator[None]:
+        """Within this block somebody waits for the writer: it commits what it holds now instead of holding off for
+        more (:data:`LINGER_GAP_S`)."""
+        with self._cond:
+            self._urgent += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._urgent -= 1
 
     def pending(self) -> tuple[int, int]:
         """``(entries, bytes)`` queued or being written now."""
@@ -169,6 +212,7 @@ class WriteBehind:
         with self._cond:
             target = self._written + sum(p.staged.nbytes for p in [*self._queue, *self._busy])
             start = self._written
+            self._urgent += 1
             try:
                 while self._queue or self._busy:
                     if self._thread is None or not self._thread.is_alive():
@@ -182,6 +226,7 @@ class WriteBehind:
                     if bar is not None:
                         bar.update(min(self._written, target) - start - bar.n)
             finally:
+                self._urgent -= 1
                 if bar is not None:
                     bar.close()
         if bar is not None:
@@ -222,12 +267,28 @@ class WriteBehind:
         self._queue = rest
         return batch
 
+    def _linger_locked(self) -> None:
+        """Hold off while small entries keep coming (:data:`LINGER_GAP_S`, :data:`LINGER_MAX_S`); the lock is let go
+        meanwhile. Sleeps instead of waiting on the condition, which every recording notifies."""
+        start = time.monotonic()
+        while not self._urgent and len(self._queue) < BATCH_ENTRIES \
+                and all(p.staged.nbytes <= ENTRY_MAX_BYTES for p in self._queue):
+            now = time.monotonic()
+            if now - self._last_put >= LINGER_GAP_S or now - start >= LINGER_MAX_S:
+                return
+            self._cond.release()
+            try:
+                time.sleep(min(LINGER_GAP_S / 2, 0.001))  # (a look every millisecond at most)
+            finally:
+                self._cond.acquire()
+
     def _run(self) -> None:
         while True:
             with self._cond:
                 while not self._queue:
                     if not self._cond.wait(POOL_IDLE_S) and not self._queue:
                         POOL.clear()  # idle: the copy buffers kept for the next recordings go
+                self._linger_locked()
                 batch = self._take_locked()
                 self._busy = batch
             for item, outcome in zip(batch, _write(batch), strict=True):
@@ -380,7 +441,13 @@ def scope() -> Iterator[Scope | None]:
     finally:
         futures = _leave(entered)
         if futures:
-            concurrent.futures.wait(futures)
+            _wait(futures)
+
+
+def _wait(futures: list[concurrent.futures.Future[Outcome]]) -> None:
+    """Wait until every one of ``futures`` is done, the writer not holding off meanwhile."""
+    with WRITER.waiting():
+        concurrent.futures.wait(futures)
 
 
 def scoped(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -402,7 +469,7 @@ def scoped(fn: Callable[..., Any]) -> Callable[..., Any]:
             finally:
                 futures = _leave(entered)
                 if futures:
-                    await asyncio.to_thread(concurrent.futures.wait, futures)
+                    await asyncio.to_thread(_wait, futures)
 
         return run_async
 

@@ -454,3 +454,80 @@ def test_a_recording_whose_scope_closed_while_it_was_staged_commits_before_its_c
     thread.join(30)
     assert seen == {"on_disk": 1}
     skipweave.unweave()
+
+
+@pytest.fixture
+def batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the batches the background writer commits, in order."""
+    from skipweave.store import write_behind
+
+    sizes: list[int] = []
+    real = write_behind._write
+
+    def spied(batch: list[Any]) -> Any:
+        sizes.append(len(batch))
+        return real(batch)
+
+    monkeypatch.setattr(write_behind, "_write", spied)
+    return sizes
+
+
+def test_while_small_entries_keep_coming_the_writer_holds_off_and_commits_them_as_one_group(
+        host_module: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batches: list[int]) -> None:
+    from skipweave.store import write_behind
+
+    name, _ = host_module(HOST)
+    m = sys.modules[name]
+    monkeypatch.setattr(write_behind, "LINGER_GAP_S", 5.0)  # any pause of this loop is far shorter
+    monkeypatch.setattr(write_behind, "LINGER_MAX_S", 120.0)
+    skipweave.weave(_plan(tmp_path, name, calls_per_step=60))
+    for _ in range(60):
+        m.gen(1, n=128)
+    assert WRITER.pending()[0] == 60 and batches == []  # nothing committed while they kept coming
+    assert skipweave.flush() is True  # a flush is waited for: the writer commits what it holds at once
+    assert batches == [60]
+    skipweave.unweave()
+    groups = list(tmp_path.rglob("*.pack.json"))
+    assert len(groups) == 1 and len(_manifests(tmp_path)) == 60
+
+
+def test_the_writer_does_not_hold_off_while_somebody_waits_for_it(
+        host_module: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batches: list[int]) -> None:
+    """Holding off would last an hour here: each wait below ends only because the writer saw it waited for."""
+    from skipweave.store import write_behind
+
+    name, _ = host_module(HOST)
+    m = sys.modules[name]
+    monkeypatch.setattr(write_behind, "LINGER_GAP_S", 3600.0)
+    monkeypatch.setattr(write_behind, "LINGER_MAX_S", 3600.0)
+
+    def ends(fn: Any) -> Any:
+        out: list[Any] = []
+        worker = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+        worker.start()
+        worker.join(30)
+        assert not worker.is_alive(), f"{fn} waited for a writer that held off"
+        return out[0]
+
+    # a same-process replay of an entry still pending (repeat: step 2 is served step 1's entry)
+    skipweave.weave(_plan(tmp_path / "replay", name, action="repeat", single_flight=False))
+    m.gen(1)
+    assert ends(lambda: m.gen(2))["step"] == 1 and m.CALLS == [1]
+    skipweave.unweave()
+    # a full write buffer: the second recording waits for room
+    skipweave.weave(_plan(tmp_path / "full", name, write_buffer=6000))
+    m.gen(1, n=512)
+    ends(lambda: m.gen(2, n=512))
+    # a unit of work (a Ray task) that returns once its recordings are committed
+    skipweave.weave(_plan(tmp_path / "scope", name))
+    monkeypatch.setattr(WRITER, "_through", "a test")
+    ends(write_behind.scoped(lambda: m.gen(3)))
+    monkeypatch.setattr(WRITER, "_through", None)
+    assert WRITER.pending()[0] == 0
+    # an entry over ENTRY_MAX_BYTES is committed as soon as the writer has it, nobody waiting
+    skipweave.weave(_plan(tmp_path / "large", name))
+    m.gen(1, n=(write_behind.ENTRY_MAX_BYTES // 8) + 1024)
+    ends(lambda: [time.sleep(0.05) for _ in range(400) if WRITER.pending()[0]])
+    assert WRITER.pending()[0] == 0
+    skipweave.unweave()
+    assert len(_manifests(tmp_path / "large")) == 1
