@@ -308,6 +308,9 @@ class WriteBehind:
                     self._written += item.staged.nbytes
                 self._busy = []
                 self._cond.notify_all()
+            # what this loop holds goes now, not at the next batch: the entries' copies (up to BATCH_BYTES, or one
+            # large entry's buffer, which POOL.clear() could otherwise not free while the writer waits idle)
+            del batch, item, outcome
 
     def _after_fork(self) -> None:
         self._reset()

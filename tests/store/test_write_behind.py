@@ -531,3 +531,36 @@ def test_the_writer_does_not_hold_off_while_somebody_waits_for_it(
     assert WRITER.pending()[0] == 0
     skipweave.unweave()
     assert len(_manifests(tmp_path / "large")) == 1
+
+
+def test_the_writer_lets_go_of_an_entry_once_it_is_written(host_module: Any, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not at its next batch: an idle writer would otherwise keep the last entry's copies (a large one's reused
+    buffer too, which the pool's idle clear could then not free)."""
+    import gc
+    import weakref
+
+    from skipweave.store.step_store import Staged
+
+    name, _ = host_module(HOST)
+    m = sys.modules[name]
+    staged: list[weakref.ref[Staged]] = []
+    real = Staged.owned
+
+    def kept(self: Staged) -> Staged:
+        out = real(self)
+        staged.append(weakref.ref(out))
+        return out
+
+    monkeypatch.setattr(Staged, "owned", kept)
+    skipweave.weave(_plan(tmp_path, name))
+    m.gen(1, n=1 << 19)  # 4 MiB: copied into a pool buffer
+    assert skipweave.flush() is True and len(staged) == 1
+    for i in range(100):  # (flush returns as the writer ends its batch, a moment before it lets go of it)
+        if i % 20 == 0:
+            gc.collect()
+        if staged[0]() is None:
+            break
+        time.sleep(0.05)
+    assert staged[0]() is None, "the idle writer still holds the written entry"
+    skipweave.unweave()
