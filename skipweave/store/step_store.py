@@ -162,7 +162,7 @@ class Staged:
         except BaseException:  # (out of memory): the buffers taken so far go back
             POOL.give(buffers)
             raise
-        return dataclasses.replace(self, tensors=tensors, buffers=tuple(buffers), slack=slack)
+        return Staged(self.tree, tensors, self.pickled, self.nbytes, tuple(buffers), slack)
 
     @property
     def held(self) -> int:
@@ -1184,10 +1184,11 @@ class StepStore:
             tmp_data, data_name, data_bytes, data_sum = self._write_tensors(
                 dir_fd, folder, f"{stem}.{uuid.uuid4().hex[:8]}.pack.safetensors", tensors, made, desc=None, sync=sync)
             data = PayloadFile(data_name, data_bytes, data_sum)
+            writer = this_writer().as_manifest()  # once for the group: one process wrote every entry of it
             manifests = [build_manifest(
                 role=self.role, target=k.target, target_path=meta.target_path, step=k.step, call=k.call,
                 shard=k.shard, fingerprint=meta.fingerprint, files=[data], pickled=staged.pickled,
-                seconds=meta.seconds, concurrent=meta.concurrent,
+                seconds=meta.seconds, concurrent=meta.concurrent, writer=writer,
             ) for k, staged, meta in items]
             group = build_pack(role=self.role, target=keys[0].target, step=keys[0].step, shard=keys[0].shard,
                                first=first, last=last, data=data, entries=manifests)
