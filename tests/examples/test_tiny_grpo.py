@@ -7,7 +7,6 @@ engine, replay-only.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -32,7 +31,7 @@ REDUCED_OVERRIDES = [
 REQUIRED_KEYS = {"step", "loss", "reward_mean", "rollout_seconds", "param_checksum", "skip", "rollout_workers"}
 
 
-def run_compare(tmp_path: Path, *options: str, timeout: float = 420.0, env: dict[str, str] | None = None,
+def run_compare(tmp_path: Path, *options: str, timeout: float = 420.0,
                 after_run_2: Callable[[], Any] | None = None) -> tuple[dict[str, Any], str]:
     """Run compare.py on the reduced config; returns (its JSON summary, its combined output).
 
@@ -51,8 +50,7 @@ def run_compare(tmp_path: Path, *options: str, timeout: float = 420.0, env: dict
         *REDUCED_OVERRIDES,
     ]
     lines: list[str] = []
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
-                          env=env) as proc:
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT) as proc:
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
         try:
@@ -77,43 +75,31 @@ def train_lines(run_dir: Path) -> list[dict[str, Any]]:
     return [r for r in records if not r.get("val")]
 
 
-def run_job(tmp_path: Path) -> tuple[dict[str, Any], str, subprocess.CompletedProcess[str]]:
-    """compare.py's three runs, then run 4: returns compare.py's summary and output, and run 4's process.
-
-    Run 4 (a replay-only run past the recorded steps) reads what runs 1 and 2 left: it starts on a copy of the
-    store as soon as run 2 is done, beside compare.py's run 3 (replay-only too, which adds nothing to it).
-    Every run gets this process's environment as it is now: the job may run in the background while tests of
-    this process change theirs (``monkeypatch.setenv``).
-    """
-    env = dict(os.environ)
+@pytest.mark.skipweave
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_second_run_replays_every_rollout(tmp_path: Path) -> None:
+    """With ``+skip=rollout_cache``: run 1 records, run 2 replays every step, metrics stay identical."""
+    # Run 4 (a replay-only run past the recorded steps) reads what runs 1 and 2 left: it starts on a copy of the
+    # store as soon as run 2 is done, beside compare.py's run 3 (replay-only too, which adds nothing to it).
     dump = tmp_path / "runs" / "dump"
+    dump4 = tmp_path / "dump4"
     pool = ThreadPoolExecutor(max_workers=1)
     run4: list[Future[subprocess.CompletedProcess[str]]] = []
 
     def start_run_4() -> None:
-        dump4 = tmp_path / "dump4"
         shutil.copytree(dump, dump4, symlinks=True)
         cmd = [sys.executable, str(REPO_ROOT / "examples" / "tiny_grpo" / "train.py"), "+skip=rollout_replay",
                f"skip.rollout.dump_dir={dump4}", f"hydra.run.dir={tmp_path / 'run4'}",
                *[o for o in REDUCED_OVERRIDES if not o.startswith("trainer.total_steps")], "trainer.total_steps=4"]
         run4.append(pool.submit(subprocess.run, cmd, capture_output=True, text=True, timeout=180, cwd=REPO_ROOT,
-                                env=env, check=False))
+                                check=False))
 
     try:
-        summary, output = run_compare(tmp_path, env=env, after_run_2=start_run_4)
-        return summary, output, run4[0].result()
+        summary, output = run_compare(tmp_path, after_run_2=start_run_4)
+        proc = run4[0].result()
     finally:
         pool.shutdown(wait=True)
-
-
-@pytest.mark.skipweave
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_second_run_replays_every_rollout(tiny_grpo_job: tuple[Path, Future[Any]]) -> None:
-    """With ``+skip=rollout_cache``: run 1 records, run 2 replays every step, metrics stay identical."""
-    tmp_path, job = tiny_grpo_job  # run_job(tmp_path), started when collection ended (see conftest.py)
-    summary, output, proc = job.result()
-    dump4 = tmp_path / "dump4"
     assert summary["steps"] == 3, output
     for row in summary["rows"]:
         assert row["identical"], f"step {row['step']} differs in {row['differs']}\n{output}"
