@@ -8,29 +8,32 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from pathlib import Path
+from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 ROW_KEYS = {"section", "group", "key", "name", "median", "unit", "values", "ratio", "ratio_to", "added",
             "peak_mb", "payload_mb", "target", "ok", "note"}
 
 
 @pytest.mark.timeout(300)
-def test_quick_run_writes_the_documented_table(tmp_path: Path) -> None:
-    out = tmp_path / "out.json"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--json", str(out)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=290,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+def test_quick_run_writes_the_documented_table(quick_run: Any) -> None:
+    # The run started when collection ended, and this test runs last (see conftest.py).
+    try:
+        quick_run.proc.wait(timeout=290)
+    except subprocess.TimeoutExpired:
+        quick_run.proc.kill()
+        raise
+    stdout, stderr = quick_run.output()
+    assert quick_run.proc.returncode == 0, stdout[-2000:] + stderr[-3000:]
     for title in ("1. cost per call", "2. record and replay", "2b. time-to-return", "2c. many small entries",
                   "2d. compression", "2e. event-loop stall", "3. start-up", "4. the main job", "targets"):
-        assert title in proc.stdout
+        assert title in stdout
+    check_table(json.loads((quick_run.folder / "out.json").read_text(encoding="utf-8")))
 
-    data = json.loads(out.read_text(encoding="utf-8"))
+
+def check_table(data: dict[str, Any]) -> None:
+    """The structure of the JSON table."""
     assert data["schema"] == 1
     assert data["sections"] == ["calls", "io", "returns", "small", "compress", "stall", "startup",
                                 "job"]

@@ -10,6 +10,7 @@ import os
 import shutil
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -78,52 +79,35 @@ def _failures(tmp: Path) -> tuple[Path, dict[str, Run]]:
     marker = [sys.executable, "-c", "open('child-ran', 'w')"]
     (tmp / "a.yaml").write_text("skip:\n  rollout:\n    action: repeat_cycle\n    namespace: a\n")
     (tmp / "b.yaml").write_text("# @package _global_\nskip:\n  rollout:\n    action: repeat_last\n")
-    return tmp, {
-        "missing profile file": launch(
-            "run", "--skip", "rollout_cache", "--skip", "./nope.yaml", "--", *marker, cwd=tmp
-        ),
-        "print composed plan": launch(
+    cases: dict[str, list[str]] = {
+        "missing profile file": ["run", "--skip", "rollout_cache", "--skip", "./nope.yaml", "--", *marker],
+        "print composed plan": [
             "run", "--skip", "rollout_repeat", "--skip", "a.yaml,b.yaml", "skip.rollout.namespace=cli", GEN,
-            "--print-plan", cwd=tmp,
-        ),
-        "bad value": launch(
-            "run", "--skip", "rollout_cache", "skip.rollout.action=bogus", GEN, "--", *marker, cwd=tmp
-        ),
-        "bad override": launch(
-            "run", "--skip", "rollout_cache", "skip.rollout.nope=1", "--", *marker, cwd=tmp
-        ),
-        "unknown profile": launch("run", "--skip", "rollout_cash", "--", *marker, cwd=tmp),
-        "no command": launch("run", "--skip", "rollout_cache", GEN, cwd=tmp),
-        "missing module": launch(
-            "run",
-            "--skip",
-            "rollout_cache",
-            "+skip.rollout.targets.gen=wrker.Generator.generate",
-            "--",
-            *script,
-            cwd=tmp,
-        ),
-        "missing method": launch(
-            "run",
-            "--skip",
-            "rollout_cache",
-            "+skip.rollout.targets.gen=worker.Generator.genrate",
-            "--",
-            *script,
-            cwd=tmp,
-        ),
-        "print plan": launch(
-            "run", "--skip", "rollout_repeat", "skip.rollout.steps=[1,2]", GEN, "--print-plan", cwd=tmp
-        ),
-        "verbose": launch(  # the program configures no logging: -v still shows skipweave's lines
+            "--print-plan",
+        ],
+        "bad value": ["run", "--skip", "rollout_cache", "skip.rollout.action=bogus", GEN, "--", *marker],
+        "bad override": ["run", "--skip", "rollout_cache", "skip.rollout.nope=1", "--", *marker],
+        "unknown profile": ["run", "--skip", "rollout_cash", "--", *marker],
+        "no command": ["run", "--skip", "rollout_cache", GEN],
+        "missing module": [
+            "run", "--skip", "rollout_cache", "+skip.rollout.targets.gen=wrker.Generator.generate", "--", *script,
+        ],
+        "missing method": [
+            "run", "--skip", "rollout_cache", "+skip.rollout.targets.gen=worker.Generator.genrate", "--", *script,
+        ],
+        "print plan": ["run", "--skip", "rollout_repeat", "skip.rollout.steps=[1,2]", GEN, "--print-plan"],
+        "verbose": [  # the program configures no logging: -v still shows skipweave's lines
             "run", "--skip", "rollout_cache", "-v", f"skip.rollout.dump_dir={tmp}/verbose", GEN, "--", *script,
-            cwd=tmp,
-        ),
-        "never called": launch(  # the program never imports lazy_worker: its target is never called
+        ],
+        "never called": [  # the program never imports lazy_worker: its target is never called
             "run", "--skip", "rollout_cache", f"skip.rollout.dump_dir={tmp}/never", GEN,
-            "+skip.rollout.targets.lazy=lazy_worker.LazyGenerator.generate", "--", *script, cwd=tmp,
-        ),
+            "+skip.rollout.targets.lazy=lazy_worker.LazyGenerator.generate", "--", *script,
+        ],
     }
+    # Independent launches (most stop before any program starts): a few at a time.
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures = {name: pool.submit(launch, *args, cwd=tmp) for name, args in cases.items()}
+        return tmp, {name: f.result() for name, f in futures.items()}
 
 
 SCENARIOS = {

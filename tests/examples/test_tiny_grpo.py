@@ -7,8 +7,12 @@ engine, replay-only.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +31,13 @@ REDUCED_OVERRIDES = [
 REQUIRED_KEYS = {"step", "loss", "reward_mean", "rollout_seconds", "param_checksum", "skip", "rollout_workers"}
 
 
-def run_compare(tmp_path: Path, *options: str, timeout: float = 420.0) -> tuple[dict[str, Any], str]:
-    """Run compare.py on the reduced config; returns (its JSON summary, its combined output)."""
+def run_compare(tmp_path: Path, *options: str, timeout: float = 420.0,
+                after_run_2: Callable[[], Any] | None = None) -> tuple[dict[str, Any], str]:
+    """Run compare.py on the reduced config; returns (its JSON summary, its combined output).
+
+    ``after_run_2`` is called (in this thread) as soon as compare.py reports that run 2 is done, while it goes on
+    with run 3; if it never reports so, after compare.py ends.
+    """
     summary_path = tmp_path / "summary.json"
     cmd = [
         sys.executable,
@@ -40,9 +49,23 @@ def run_compare(tmp_path: Path, *options: str, timeout: float = 420.0) -> tuple[
         *options,
         *REDUCED_OVERRIDES,
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT, check=False)
-    output = proc.stdout + proc.stderr
+    lines: list[str] = []
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT) as proc:
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.append(line)
+                if after_run_2 is not None and line.startswith("[compare] run-2: done"):
+                    after_run_2()
+                    after_run_2 = None
+        finally:
+            timer.cancel()
+    output = "".join(lines)
     assert proc.returncode == 0, f"compare.py exited with {proc.returncode}:\n{output}"
+    if after_run_2 is not None:
+        after_run_2()
     return json.loads(summary_path.read_text(encoding="utf-8")), output
 
 
@@ -57,7 +80,26 @@ def train_lines(run_dir: Path) -> list[dict[str, Any]]:
 @pytest.mark.timeout(600)
 def test_second_run_replays_every_rollout(tmp_path: Path) -> None:
     """With ``+skip=rollout_cache``: run 1 records, run 2 replays every step, metrics stay identical."""
-    summary, output = run_compare(tmp_path)
+    # Run 4 (a replay-only run past the recorded steps) reads what runs 1 and 2 left: it starts on a copy of the
+    # store as soon as run 2 is done, beside compare.py's run 3 (replay-only too, which adds nothing to it).
+    dump = tmp_path / "runs" / "dump"
+    dump4 = tmp_path / "dump4"
+    pool = ThreadPoolExecutor(max_workers=1)
+    run4: list[Future[subprocess.CompletedProcess[str]]] = []
+
+    def start_run_4() -> None:
+        shutil.copytree(dump, dump4, symlinks=True)
+        cmd = [sys.executable, str(REPO_ROOT / "examples" / "tiny_grpo" / "train.py"), "+skip=rollout_replay",
+               f"skip.rollout.dump_dir={dump4}", f"hydra.run.dir={tmp_path / 'run4'}",
+               *[o for o in REDUCED_OVERRIDES if not o.startswith("trainer.total_steps")], "trainer.total_steps=4"]
+        run4.append(pool.submit(subprocess.run, cmd, capture_output=True, text=True, timeout=180, cwd=REPO_ROOT,
+                                check=False))
+
+    try:
+        summary, output = run_compare(tmp_path, after_run_2=start_run_4)
+        proc = run4[0].result()
+    finally:
+        pool.shutdown(wait=True)
     assert summary["steps"] == 3, output
     for row in summary["rows"]:
         assert row["identical"], f"step {row['step']} differs in {row['differs']}\n{output}"
@@ -80,14 +122,9 @@ def test_second_run_replays_every_rollout(tmp_path: Path) -> None:
     assert summary["ok"], output
 
     # A step that was never recorded stops a replay-only run with a message naming what is missing.
-    dump = tmp_path / "runs" / "dump"
-    cmd = [sys.executable, str(REPO_ROOT / "examples" / "tiny_grpo" / "train.py"), "+skip=rollout_replay",
-           f"skip.rollout.dump_dir={dump}", f"hydra.run.dir={tmp_path / 'run4'}",
-           *[o for o in REDUCED_OVERRIDES if not o.startswith("trainer.total_steps")], "trainer.total_steps=4"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=REPO_ROOT, check=False)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0, text
-    for part in ("ReplayMissing", "replay-only role rollout target tiny_grpo", "step 4 call 0", str(dump)):
+    for part in ("ReplayMissing", "replay-only role rollout target tiny_grpo", "step 4 call 0", str(dump4)):
         assert part in text, (part, text[-3000:])
     rows = train_lines(tmp_path / "run4")
     assert [r["step"] for r in rows] == [1, 2, 3] and {r["rollout_workers"] for r in rows} == {0}

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -284,8 +285,14 @@ def test_processes_with_different_shards_each_get_their_own_back(tmp_path: Path,
 
     name, folder = host_module(HOST_SOURCE, import_now=False)
     dump = str(tmp_path / "dump")
-    first = {r: _shard_run(dump, str(folder), name, r, 10 * (int(r) + 1)) for r in ("0", "1")}
-    again = {r: _shard_run(dump, str(folder), name, r, 10 * (int(r) + 1)) for r in ("0", "1")}
+
+    def both_ranks() -> dict[str, list[float]]:  # the two ranks' processes run side by side, as in a job
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            futures = {r: pool.submit(_shard_run, dump, str(folder), name, r, 10 * (int(r) + 1)) for r in ("0", "1")}
+            return {r: f.result() for r, f in futures.items()}
+
+    first = both_ranks()
+    again = both_ranks()
     for r in ("0", "1"):
         assert first[r][-1] == 1 and again[r][-1] == 0  # replayed: the real function did not run
         assert first[r][:-1] == again[r][:-1]

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -66,15 +67,19 @@ def _run_driver(phase: str, base: Path) -> dict[str, Any]:
     return report
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def record_then_replay(base: Path) -> dict[str, Any]:
     """Record in one driver process, then replay in a second one; return both reports."""
-    base = tmp_path_factory.mktemp("many_writers")
     for sub in ("dump", "count"):
         (base / sub).mkdir()
     record = _run_driver("record", base)
     replay = _run_driver("replay", base)
     return {"record": record, "replay": replay, "dump": base / "dump" / "many" / "rollout"}
+
+
+@pytest.fixture(scope="module")
+def runs(driver_chains: dict[str, Future[dict[str, Any]]]) -> dict[str, Any]:
+    """This module's :func:`record_then_replay`, started beside the other Ray module's (see conftest.py)."""
+    return driver_chains[__name__].result()
 
 
 def _live_steps(report: dict[str, Any], name: str) -> list[str]:

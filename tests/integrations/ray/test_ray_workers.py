@@ -19,6 +19,7 @@ import textwrap
 import time
 import types
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -67,16 +68,20 @@ def _run_driver(phase: str, base: Path) -> dict[str, Any]:
     return report
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def record_then_replay(base: Path) -> dict[str, Any]:
     """Record in one driver process, then replay in a second one; return both reports."""
-    base = tmp_path_factory.mktemp("ray_workers")
     for sub in ("dump", "count", "wd"):
         (base / sub).mkdir()
     (base / "wd" / "wd_marker.txt").write_text("wd-ok\n")
     record = _run_driver("record", base)
     replay = _run_driver("replay", base)
     return {"record": record, "replay": replay, "dump": base / "dump" / "ray" / "rollout"}
+
+
+@pytest.fixture(scope="module")
+def runs(driver_chains: dict[str, Future[dict[str, Any]]]) -> dict[str, Any]:
+    """This module's :func:`record_then_replay`, started beside the other Ray module's (see conftest.py)."""
+    return driver_chains[__name__].result()
 
 
 def test_every_kind_of_worker_records_in_run_1(runs: dict[str, Any]) -> None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,13 @@ def _run(dump: Path, profile: str = "rollout_cache") -> tuple[dict[str, Any], st
 def test_record_then_replay_in_two_processes_plain_and_awaited(tmp_path: Path) -> None:
     dump = tmp_path / "dump"
     first, log1 = _run(dump)
-    second, _ = _run(dump)
+    # Runs 2 and 3 only read run 1's recordings: they run side by side, run 3 on a copy of the store as run 1
+    # left it (run 2 may write validation entries again).
+    shutil.copytree(dump, tmp_path / "dump3", symlinks=True)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        replay_only = pool.submit(_run, tmp_path / "dump3", "rollout_replay")
+        second, _ = _run(dump)
+        third, _ = replay_only.result()
 
     assert first["callback"] == "skipweave.integrations.hydra.callback.SkipweaveCallback"
     assert first["plan_namespace"] == "exp_proj.GBS2_N2_in4_out3"
@@ -61,7 +69,6 @@ def test_record_then_replay_in_two_processes_plain_and_awaited(tmp_path: Path) -
 
     # Run 3, +skip=rollout_replay: verl's engine is built from the profile's stubs (servers, agent-loop manager,
     # checkpoint engine: stand-ins, nothing launched); the rollouts and validation batches (steps 0, 2) are served.
-    third, _ = _run(dump, "rollout_replay")
     assert third["engine"] == {"servers": "LLMServerManagerStandIn", "manager": "AgentLoopManagerStandIn",
                                "checkpoints": "CheckpointEngineManagerStandIn", "replicas": [], "is_manager": True}
     assert third["worker_calls"] == []
