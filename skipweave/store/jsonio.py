@@ -27,6 +27,10 @@ from typing import Any
 
 import orjson
 
+_PASSTHROUGH = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+"""What ``orjson`` would write but ``json`` refuses or writes otherwise goes to ``json`` (dataclasses, datetimes,
+subclasses of ``str``/``int``/``dict``/``list``)."""
+
 
 def dumps(value: Any) -> bytes:
     """Compact JSON of ``value`` as UTF-8 bytes.
@@ -39,7 +43,7 @@ def dumps(value: Any) -> bytes:
         ValueError: a circular reference (from ``json``).
     """
     try:
-        return orjson.dumps(value)
+        return orjson.dumps(value, option=_PASSTHROUGH)
     except orjson.JSONEncodeError:
         return json.dumps(value, separators=(",", ":")).encode()
 

@@ -218,25 +218,15 @@ def _prefix(tensors: Mapping[str, torch.Tensor | bytes],
 
 
 def file_size(tensors: Mapping[str, torch.Tensor | bytes], metadata: Mapping[str, str] | None = None) -> int:
-    """Bytes :func:`write` writes for ``tensors`` (header included), exactly, without serialising the header: its
-    length is summed from its parts (the header JSON :func:`_prefix` makes is compact and its layout fixed), so a
-    small entry's staging does not build its header twice.
+    """Bytes :func:`write` writes for ``tensors`` (header included), exactly: the header :func:`write` would write is
+    made (about 1 µs for a small entry, with ``orjson``) and measured, so the two can never disagree (a length summed
+    from parts did, for names whose JSON escaping depends on the other names).
 
     Raises:
         ValueError: a tensor cannot be stored.
     """
-    if metadata:
-        prefix, order = _prefix(tensors, metadata)
-        return len(prefix) + sum(item[4] for item in order)
-    order = _order(tensors)
-    header = 2 + max(len(order) - 1, 0)  # the braces, the commas between entries
-    offset = 0
-    for name, _, code, shape, nbytes in order:
-        # "name":{"dtype":"CODE","shape":[..],"data_offsets":[a,b]}
-        header += len(jsonio.dumps(name)) + len(code) + len(",".join(map(str, shape))) + len(str(offset)) \
-            + len(str(offset + nbytes)) + 43
-        offset += nbytes
-    return 8 + header + (-header % 8) + offset
+    prefix, order = _prefix(tensors, metadata)
+    return len(prefix) + sum(item[4] for item in order)
 
 
 def write(

@@ -6,6 +6,7 @@ import json
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -153,3 +154,12 @@ def test_read_whole_refuses_a_claimed_size_beyond_its_limit_before_allocating(tm
         tensorfile.read_whole(str(path), size=written + 7, checksum=checksum, limit=1 << 20)
     section, spans = tensorfile.read_whole(str(path), size=written, checksum=checksum, limit=1 << 20)
     assert list(spans) == ["0000/tree"] and len(section) == 3
+
+
+@pytest.mark.parametrize("names", [["é", "\ud800"], ["日本語", "sub"], ["\x7f", "\ud800", "a"], ["t0", "0001/tree"]])
+def test_file_size_is_what_write_writes_whatever_the_names(tmp_path: Path, names: list[str]) -> None:
+    """One name's escaping may change how the whole header is written (a lone surrogate sends it to ``json``)."""
+    tensors: dict[str, Any] = {n: torch.arange(i + 3, dtype=torch.int64) for i, n in enumerate(names)}
+    tensors["raw"] = b"tree bytes"
+    written, _ = tensorfile.write(str(tmp_path / "f.safetensors"), tensors)
+    assert tensorfile.file_size(tensors) == written == (tmp_path / "f.safetensors").stat().st_size
