@@ -327,14 +327,15 @@ def _write(batch: list[_Pending]) -> list[Outcome]:
         else:
             results = list(store.commit_many([(p.key, p.staged, p.meta) for p in batch]))
     except Exception as exc:  # noqa: BLE001 - e.g. the dump dir cannot be made: every entry failed
-        return [exc] * len(batch)
+        # without its traceback, whose frames hold this batch: a cycle that kept the entries' copies until a GC
+        return [exc.with_traceback(None)] * len(batch)
     out: list[Outcome] = []
     for item, result in zip(batch, results, strict=True):
         if result is None:
             try:
                 result = store.commit(item.key, item.staged, item.meta)
             except Exception as exc:  # noqa: BLE001 - reported by the item's on_done
-                result = exc
+                result = exc.with_traceback(None)  # (as above)
         out.append(result)
     return out
 

@@ -564,3 +564,43 @@ def test_the_writer_lets_go_of_an_entry_once_it_is_written(host_module: Any, tmp
         time.sleep(0.05)
     assert staged[0]() is None, "the idle writer still holds the written entry"
     skipweave.unweave()
+
+
+def test_a_failed_background_write_lets_go_of_its_entries_without_a_gc(host_module: Any, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The failure's traceback held the writer's frames, which held the batch: a cycle only a GC collection broke."""
+    import gc
+    import weakref
+
+    from skipweave.store.step_store import Staged
+
+    name, _ = host_module(HOST)
+    m = sys.modules[name]
+    staged: list[weakref.ref[Staged]] = []
+    real = Staged.owned
+
+    def kept(self: Staged) -> Staged:
+        out = real(self)
+        staged.append(weakref.ref(out))
+        return out
+
+    def full(self: StepStore, *args: Any, **kwargs: Any) -> Any:
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(Staged, "owned", kept)
+    monkeypatch.setattr(StepStore, "commit", full)
+    monkeypatch.setattr(StepStore, "commit_many", full)
+    skipweave.weave(_plan(tmp_path, name, calls_per_step=100))
+    gc.disable()
+    try:
+        for _ in range(3):
+            m.gen(1, n=1 << 14)
+        assert skipweave.flush() is True
+        for _ in range(100):
+            if not any(r() is not None for r in staged):
+                break
+            time.sleep(0.05)
+        assert len(staged) == 3 and not any(r() is not None for r in staged)
+    finally:
+        gc.enable()
+    skipweave.unweave()
