@@ -113,7 +113,7 @@ class WriteBehind:
         self._thread: threading.Thread | None = None
         self._written = 0  # bytes of entries finished since the writer started (for flush's bar)
         self._last_put = 0.0  # time.monotonic() of the last entry queued
-        self._urgent = 0  # callers waiting for the writer now (flush, a full write buffer): it does not hold off
+        self._urgent = 0  # callers within waiting() now (flush, a full write buffer, a replay): no holding off
 
     @property
     def through(self) -> str | None:
@@ -160,12 +160,9 @@ class WriteBehind:
                     logger.debug("skipweave: role %s: write buffer full (%d bytes pending, %d more for %s, "
                                  "write_buffer=%d); waiting for the writer", store.role, held, staged.nbytes, key,
                                  budget)
-                    self._urgent += 1
-                    try:
+                    with self.waiting():
                         while self._held.get(sid, 0) and self._held.get(sid, 0) + staged.held > budget:
                             self._cond.wait()
-                    finally:
-                        self._urgent -= 1
                     logger.debug("skipweave: role %s: waited %.3f s for write buffer room for %s", store.role,
                                  time.perf_counter() - t0, key)
                 self._held[sid] = self._held.get(sid, 0) + staged.held
@@ -187,7 +184,7 @@ class WriteBehind:
     @contextmanager
     def waiting(self) -> Iterator[None]:
         """Within this block somebody waits for the writer: it commits what it holds now instead of holding off for
-        more (:data:`LINGER_GAP_S`)."""
+        more (:data:`LINGER_GAP_S`). May be entered with the writer's condition held (its lock is reentrant)."""
         with self._cond:
             self._urgent += 1
         try:
@@ -209,10 +206,9 @@ class WriteBehind:
         deadline = None if timeout is None else time.monotonic() + timeout
         t0 = time.monotonic()
         bar: Any = None
-        with self._cond:
+        with self._cond, self.waiting():  # the writer commits what it holds now (no holding off)
             target = self._written + sum(p.staged.nbytes for p in [*self._queue, *self._busy])
             start = self._written
-            self._urgent += 1
             try:
                 while self._queue or self._busy:
                     if self._thread is None or not self._thread.is_alive():
@@ -226,7 +222,6 @@ class WriteBehind:
                     if bar is not None:
                         bar.update(min(self._written, target) - start - bar.n)
             finally:
-                self._urgent -= 1
                 if bar is not None:
                     bar.close()
         if bar is not None:

@@ -533,26 +533,33 @@ def test_the_writer_does_not_hold_off_while_somebody_waits_for_it(
     assert len(_manifests(tmp_path / "large")) == 1
 
 
-def test_the_writer_lets_go_of_an_entry_once_it_is_written(host_module: Any, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """Not at its next batch: an idle writer would otherwise keep the last entry's copies (a large one's reused
-    buffer too, which the pool's idle clear could then not free)."""
-    import gc
+@pytest.fixture
+def staged(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Weak references to every staged entry the proxies hand to the writer (:meth:`Staged.owned`), in order."""
     import weakref
 
     from skipweave.store.step_store import Staged
 
-    name, _ = host_module(HOST)
-    m = sys.modules[name]
-    staged: list[weakref.ref[Staged]] = []
+    refs: list[weakref.ref[Staged]] = []
     real = Staged.owned
 
     def kept(self: Staged) -> Staged:
         out = real(self)
-        staged.append(weakref.ref(out))
+        refs.append(weakref.ref(out))
         return out
 
     monkeypatch.setattr(Staged, "owned", kept)
+    return refs
+
+
+def test_the_writer_lets_go_of_an_entry_once_it_is_written(host_module: Any, tmp_path: Path,
+                                                          staged: list[Any]) -> None:
+    """Not at its next batch: an idle writer would otherwise keep the last entry's copies (a large one's reused
+    buffer too, which the pool's idle clear could then not free)."""
+    import gc
+
+    name, _ = host_module(HOST)
+    m = sys.modules[name]
     skipweave.weave(_plan(tmp_path, name))
     m.gen(1, n=1 << 19)  # 4 MiB: copied into a pool buffer
     assert skipweave.flush() is True and len(staged) == 1
@@ -567,27 +574,16 @@ def test_the_writer_lets_go_of_an_entry_once_it_is_written(host_module: Any, tmp
 
 
 def test_a_failed_background_write_lets_go_of_its_entries_without_a_gc(host_module: Any, tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       staged: list[Any]) -> None:
     """The failure's traceback held the writer's frames, which held the batch: a cycle only a GC collection broke."""
     import gc
-    import weakref
-
-    from skipweave.store.step_store import Staged
 
     name, _ = host_module(HOST)
     m = sys.modules[name]
-    staged: list[weakref.ref[Staged]] = []
-    real = Staged.owned
-
-    def kept(self: Staged) -> Staged:
-        out = real(self)
-        staged.append(weakref.ref(out))
-        return out
-
     def full(self: StepStore, *args: Any, **kwargs: Any) -> Any:
         raise OSError("disk full (simulated)")
 
-    monkeypatch.setattr(Staged, "owned", kept)
     monkeypatch.setattr(StepStore, "commit", full)
     monkeypatch.setattr(StepStore, "commit_many", full)
     skipweave.weave(_plan(tmp_path, name, calls_per_step=100))
