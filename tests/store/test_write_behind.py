@@ -509,6 +509,12 @@ def test_the_writer_does_not_hold_off_while_somebody_waits_for_it(
         assert not worker.is_alive(), f"{fn} waited for a writer that held off"
         return out[0]
 
+    # a flush
+    skipweave.weave(_plan(tmp_path / "flush", name))
+    m.gen(1)
+    assert ends(skipweave.flush) is True
+    skipweave.unweave()
+    m.CALLS.clear()
     # a same-process replay of an entry still pending (repeat: step 2 is served step 1's entry)
     skipweave.weave(_plan(tmp_path / "replay", name, action="repeat", single_flight=False))
     m.gen(1)
