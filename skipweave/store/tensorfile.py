@@ -418,7 +418,8 @@ def _spans(header_bytes: bytes | bytearray | memoryview, data_size: int, path: s
     section's.
 
     Raises:
-        EntryInvalid: the header is malformed, or the spans do not tile the data section.
+        EntryInvalid: the header is malformed (not JSON, nested too deeply, a non-finite number where a count
+            belongs, ...), or the spans do not tile the data section.
     """
     try:
         header = jsonio.loads(header_bytes)
@@ -453,8 +454,8 @@ def _spans(header_bytes: bytes | bytearray | memoryview, data_size: int, path: s
                                  "file (skipweave never writes such a file)")
         elif covered != data_size:
             raise ValueError(f"the tensors' bytes end at {covered}, the data section at {data_size}")
-    except (ValueError, KeyError, TypeError) as exc:
-        raise EntryInvalid(f"payload {path} is not a valid safetensors file: {exc}") from exc
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:  # (int(inf); nesting too deep)
+        raise EntryInvalid(f"payload {path} is not a valid safetensors file: {type(exc).__name__}: {exc}") from exc
     return spans
 
 

@@ -16,10 +16,10 @@ not yet committed.
   for the lot, :mod:`skipweave.store.pack`) instead of three files each. While small entries keep coming (within
   :data:`LINGER_GAP_S` of each other) the writer holds off, up to :data:`LINGER_MAX_S`, so a group is what a
   burst of recordings made rather than what arrived during the last commit; never while anybody waits for it.
-- **Flushed at the end.** :func:`flush` (``skipweave.flush()``) waits for every pending entry, with a progress
-  bar when that takes over :data:`BAR_AFTER_S`; it runs at unweave (so at Hydra's job end), at interpreter
-  exit and at a ``multiprocessing`` child's exit. A replay in this process of an entry still pending waits for
-  it (:meth:`~skipweave.store.step_store.StepStore.wait_pending`).
+- **Flushed at the end.** :func:`flush` (``skipweave.flush()``) waits for every entry pending when it is called,
+  with a progress bar when that takes over :data:`BAR_AFTER_S`; it runs at unweave (so at Hydra's job end), at
+  interpreter exit and at a ``multiprocessing`` child's exit. A replay in this process of an entry still pending
+  waits for it (:meth:`~skipweave.store.step_store.StepStore.wait_pending`).
 - **Where exit handlers do not run** (a Ray worker: Ray ends it with SIGTERM and then SIGKILL within a fraction
   of a second, running no ``atexit``), :func:`write_through` turns write-behind off for the process, except
   within a :func:`scope`: a Ray task or actor method runs in one (``skipweave.integrations.ray_workers``), its
@@ -111,7 +111,6 @@ class WriteBehind:
         self._busy: list[_Pending] = []
         self._held: dict[int, int] = {}  # id(store) -> bytes of its entries queued or being written
         self._thread: threading.Thread | None = None
-        self._written = 0  # bytes of entries finished since the writer started (for flush's bar)
         self._last_put = 0.0  # time.monotonic() of the last entry queued
         self._urgent = 0  # callers within waiting() now (flush, a full write buffer, a replay): no holding off
 
@@ -200,33 +199,39 @@ class WriteBehind:
         return len(items), sum(p.staged.nbytes for p in items)
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every entry handed over so far is written (see :func:`flush`); True when none is left."""
+        """Wait until every entry handed over before this call is written (see :func:`flush`); True when they all
+        are. Entries handed over meanwhile (another thread that keeps recording) are not waited for, so a flush
+        ends even while recordings go on."""
         if self._thread is threading.current_thread():
             return False  # the writer cannot wait for itself (an on_done hook that flushes)
         deadline = None if timeout is None else time.monotonic() + timeout
         t0 = time.monotonic()
         bar: Any = None
-        with self._cond, self.waiting():  # the writer commits what it holds now (no holding off)
-            target = self._written + sum(p.staged.nbytes for p in [*self._queue, *self._busy])
-            start = self._written
+        with self.waiting():  # the writer commits what it holds now (no holding off)
+            with self._cond:
+                # (future, bytes) of each entry to wait for; not the entries, whose memory the writer lets go
+                left = [(p.future, p.staged.nbytes) for p in [*self._queue, *self._busy]]
+            total = sum(n for _, n in left)
             try:
-                while self._queue or self._busy:
-                    if self._thread is None or not self._thread.is_alive():
-                        self._start_locked()
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
+                while left:
+                    with self._cond:
+                        if self._thread is None or not self._thread.is_alive():
+                            self._start_locked()
+                    wait = None if deadline is None else deadline - time.monotonic()
+                    if wait is not None and wait <= 0:
                         return False
-                    self._cond.wait(0.2 if left is None else min(0.2, left))
+                    concurrent.futures.wait([f for f, _ in left], 0.2 if wait is None else min(0.2, wait),
+                                            return_when=concurrent.futures.FIRST_COMPLETED)
+                    left = [(f, n) for f, n in left if not f.done()]
                     if bar is None and time.monotonic() - t0 > BAR_AFTER_S:
-                        bar = _bar(target - start, len(self._queue) + len(self._busy))
+                        bar = _bar(total, len(left))
                     if bar is not None:
-                        bar.update(min(self._written, target) - start - bar.n)
+                        bar.update(total - sum(n for _, n in left) - bar.n)
             finally:
                 if bar is not None:
                     bar.close()
         if bar is not None:
-            logger.info("skipweave: finished %d bytes of pending recordings in %.1f s", target - start,
-                        time.monotonic() - t0)
+            logger.info("skipweave: finished %d bytes of pending recordings in %.1f s", total, time.monotonic() - t0)
         return True
 
     def _start_locked(self) -> None:
@@ -286,26 +291,28 @@ class WriteBehind:
                 self._linger_locked()
                 batch = self._take_locked()
                 self._busy = batch
-            for item, outcome in zip(batch, _write(batch), strict=True):
+            outcomes = _write(batch)
+            for item, outcome in zip(batch, outcomes, strict=True):
                 item.staged.release()  # written (or failed): its copies are read no more
                 try:
                     item.on_done(outcome)
                 except Exception:  # noqa: BLE001 - a hook's bug must not stop the writer
                     logger.exception("skipweave: after recording %s", item.key)
                 item.store.pending_done(item.key)
-                item.future.set_result(outcome)
             with self._cond:
                 for item in batch:
                     sid = id(item.store)
                     self._held[sid] = self._held.get(sid, 0) - item.staged.held
                     if self._held[sid] <= 0:
                         del self._held[sid]
-                    self._written += item.staged.nbytes
                 self._busy = []
                 self._cond.notify_all()
+            # last: whoever waits for an entry (flush, a replay) finds the writer done with it, pending() included
+            for item, outcome in zip(batch, outcomes, strict=True):
+                item.future.set_result(outcome)
             # what this loop holds goes now, not at the next batch: the entries' copies (up to BATCH_BYTES, or one
             # large entry's buffer, which POOL.clear() could otherwise not free while the writer waits idle)
-            del batch, item, outcome
+            del batch, item, outcome, outcomes
 
     def _after_fork(self) -> None:
         self._reset()
@@ -364,8 +371,9 @@ os.register_at_fork(after_in_child=WRITER._after_fork)
 
 
 def flush(timeout: float | None = None) -> bool:
-    """Wait until every recording handed to the background writer so far is committed (or failed, with its
-    WARNING); a progress bar shows when that takes over :data:`BAR_AFTER_S` seconds.
+    """Wait until every recording handed to the background writer before this call is committed (or failed, with
+    its WARNING); a progress bar shows when that takes over :data:`BAR_AFTER_S` seconds. Recordings other threads
+    hand over meanwhile are not waited for (so a flush ends while they go on).
 
     Runs by itself at unweave, at Hydra's job end and at interpreter exit; call it where a program needs its
     recordings on disk sooner (before copying the dump dir elsewhere, before ``os._exit``).
@@ -374,8 +382,8 @@ def flush(timeout: float | None = None) -> bool:
         timeout: seconds to wait at most; ``None`` waits as long as it takes.
 
     Returns:
-        True when nothing is pending any more; False when ``timeout`` passed first (or when called from the
-        writer thread itself).
+        True when every recording handed over before the call is committed or failed; False when ``timeout``
+        passed first (or when called from the writer thread itself).
     """
     return WRITER.flush(timeout)
 

@@ -95,10 +95,13 @@ def test_corrupt_truncated_or_missing_files_are_refused(tmp_path: Path) -> None:
         {"x": {"dtype": "Q9", "shape": [2], "data_offsets": [0, 16]}},  # unknown dtype
         {"x": {"dtype": "I64", "shape": [1], "data_offsets": [8, 16]}},  # a hole before the data
         [1, 2],
+        b'{"x": {"dtype": "I64", "shape": [1e400], "data_offsets": [0, 8]}}',  # int(inf): OverflowError
+        b'{"x": {"dtype": "I64", "shape": [1], "data_offsets": [0, 1e400]}}',
+        b"[" * 100_000 + b"]" * 100_000,  # nested beyond what json parses: RecursionError
     ],
 )
 def test_malformed_headers_are_refused_before_allocating(tmp_path: Path, header: object) -> None:
-    raw = json.dumps(header).encode()
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
     path = tmp_path / "bad.safetensors"
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(16))
     with pytest.raises(EntryInvalid, match="not a valid safetensors file"):

@@ -154,6 +154,46 @@ def test_flush_writes_everything_pending_and_the_replay_serves_it(host_module: A
     assert m.CALLS == []
 
 
+def test_flush_ends_while_another_thread_keeps_recording_and_commits_what_was_handed_over_before_it(
+        host_module: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    name, _ = host_module(HOST)
+    m = sys.modules[name]
+    real = StepStore._write
+
+    def slow(self: StepStore, *args: Any, **kwargs: Any) -> Any:  # the writer slower than the recordings come
+        time.sleep(0.002)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(StepStore, "_write", slow)
+    skipweave.weave(_plan(tmp_path, name, calls_per_step=100_000, write_buffer=1 << 30))
+    returned = [0]
+    stop = threading.Event()
+
+    def record() -> None:
+        while not stop.is_set():
+            m.gen(1, n=16)
+            returned[0] += 1
+
+    recorder = threading.Thread(target=record, daemon=True)
+    recorder.start()
+    try:
+        while returned[0] < 200:
+            time.sleep(0.01)
+        flushed: list[bool] = []
+        before = returned[0]  # recordings handed over before the flush (at least)
+        flusher = threading.Thread(target=lambda: flushed.append(skipweave.flush()), daemon=True)
+        flusher.start()
+        flusher.join(60)
+        assert not flusher.is_alive(), "flush() waited for recordings handed over after it was called"
+        assert flushed == [True] and len(_manifests(tmp_path)) >= before
+        assert WRITER.pending()[0] > 0  # (the recorder kept the writer busy: the flush did not wait for an idle one)
+    finally:
+        stop.set()
+        recorder.join(30)
+    skipweave.unweave()
+    assert len(_manifests(tmp_path)) == returned[0]
+
+
 def test_many_small_entries_are_committed_in_groups(host_module: Any, tmp_path: Path, gate: threading.Event,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     name, _ = host_module(HOST)
