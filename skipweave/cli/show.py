@@ -185,21 +185,22 @@ def _file_state(folder: str, item: dict[str, Any], checksums: bool) -> dict[str,
 def _leaves(folder: str, manifest: dict[str, Any], call: int | None = None) -> list[dict[str, Any]]:
     """Summarise the entry's tree file (or, for ``call`` of a group, its tree in the group's data file); each row
     gains ``bytes`` (``None`` when held in the JSON tree)."""
+    from skipweave.store import jsonio
     from skipweave.store import tree as codec_tree
 
     names = [str(i.get("name")) for i in manifest.get("payload", []) if isinstance(i, dict)]
     if call is not None:
         from skipweave.store.pack import read_tree
 
-        tree = json.loads(read_tree(os.path.join(folder, names[0]), call))
+        tree = jsonio.loads(read_tree(os.path.join(folder, names[0]), call))
         return [{**row, "bytes": _leaf_bytes(row)} for row in codec_tree.summarize(tree)]
     tree_name = next((n for n in names if n.endswith(".tree.json")), None)
     if tree_name is None:
         raise ValueError("the manifest lists no tree file")
     from skipweave.store.paths import open_regular
 
-    with open(open_regular(os.path.join(folder, tree_name)), encoding="utf-8") as fh:  # never through a symlink
-        tree = json.load(fh)
+    with open(open_regular(os.path.join(folder, tree_name)), "rb") as fh:  # never through a symlink
+        tree = jsonio.loads(fh.read())  # (as a replay reads it: surrogates in its strings included)
     return [{**row, "bytes": _leaf_bytes(row)} for row in codec_tree.summarize(tree)]
 
 

@@ -10,7 +10,10 @@ back as too, but for one case (below):
   (``json`` writes them); it writes NaN and infinities as ``null``, so callers pass only values that hold none
   (the codec writes non-finite floats as strings). Its output is compact, like ``json.dumps(..., separators=(",",
   ":"))``, but writes non-ASCII text as UTF-8 instead of ``\\u`` escapes (any JSON reader, this module's included,
-  reads both the same).
+  reads both the same). Surrogates, which UTF-8 cannot hold, are written as ``surrogatepass`` bytes: as escapes,
+  a high surrogate followed by a low one would read back as the single character the pair encodes. Only
+  :func:`loads` (and ``json.loads`` of the bytes) reads such a file back; no file skipweave writes holds one
+  unless the recorded values hold surrogates.
 - :func:`loads`: ``orjson`` refuses what strict JSON does not allow but ``json`` takes (``NaN``, ``Infinity``, lone
   surrogate escapes, a byte-order mark, nesting over 1024); the fallback reads those as ``json`` does, and raises as
   ``json`` does for what neither takes. One value reads differently: an integer beyond 64 bits is a float to
@@ -45,7 +48,10 @@ def dumps(value: Any) -> bytes:
     try:
         return orjson.dumps(value, option=_PASSTHROUGH)
     except orjson.JSONEncodeError:
-        return json.dumps(value, separators=(",", ":")).encode()
+        # Text as it is, surrogates passed through (``\\u`` escapes would read a high and a low surrogate back as
+        # the one character they make together: "\\ud83d\\ude00" came back as U+1F600); ``json.loads`` of bytes
+        # decodes them with ``surrogatepass``, so every string round-trips exactly.
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
 def loads(data: bytes | bytearray | memoryview | str) -> Any:

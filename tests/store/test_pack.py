@@ -325,3 +325,27 @@ def test_compressed_groups_round_trip_and_show_summarises_a_grouped_entry(tmp_pa
         assert json.loads(capsys.readouterr().out)["manifest"]["call_index"] == 3
     assert cli(["show", str(folder), "--call", str(CALLS)]) == 2 and "no entry of call" in capsys.readouterr().err
     assert cli(["verify", str(tmp_path)]) == 0
+
+
+SURROGATES = {"pair": "a\ud83d\ude00b", "lone": "x\udc80", "strs": ["\ud83d\ude00", "ok"], "keys": {"\udbff\udfff": 1},
+              "nested": [{"k": "\ud83d\ude00", "n": 1}], "text": "plain ünïcödé \U0001f600"}
+
+
+def test_strings_holding_surrogates_replay_exactly_alone_and_in_a_group_and_show_reads_them(tmp_path: Path) -> None:
+    """A high surrogate followed by a low one is two characters to Python; written as JSON escapes it read back
+    as the one character the pair encodes."""
+    from skipweave.cli.show import describe
+
+    store = StepStore(str(tmp_path), "ns", "rollout", calls_per_step=3)
+    alone = store.key(1, "gen", "r0", 0)
+    store.record(alone, SURROGATES, target_path="m:f", fingerprint="", rng_state=None, seconds=0.1)
+    items = [(store.key(2, "gen", "r0", c), store.stage(SURROGATES, rng_state=None).owned(),
+              EntryMeta("m:f", "", 0.1, background=True)) for c in range(3)]
+    assert all(isinstance(r, tuple) for r in store.commit_many(items))
+    store.close_all()
+    reader = StepStore(str(tmp_path), "ns", "rollout", calls_per_step=3)
+    for key in (alone, *(k for k, _, _ in items)):
+        assert reader.load(key).result == SURROGATES, key
+    for entry in scan(str(tmp_path), checksums=True).entries():
+        doc = describe(entry.path, checksums=True, call=entry.key.call if entry.key.step == 2 else None)
+        assert doc["status"] == "valid" and doc["summary_error"] is None and doc["result"], entry.path
