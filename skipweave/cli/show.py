@@ -285,7 +285,9 @@ def render(doc: dict[str, Any], *, all_rows: bool = False) -> str:
     ]
     rows = [["NAME", "BYTES", "STATE", "CHECKSUM"]]
     for f in doc["payload"]:
-        rows.append([str(f["name"]), human_bytes(int(f["bytes"] or 0)), f["state"], str(f["checksum"])])
+        size = f["bytes"]  # as the manifest says: a crafted one may hold anything
+        rows.append([str(f["name"]), human_bytes(size) if type(size) is int and size >= 0 else repr(size), f["state"],
+                     str(f["checksum"])])
     lines += ["  " + r for r in table(rows)]
     if doc["summary_error"]:
         lines.append(f"payload summary unavailable: {doc['summary_error']}")

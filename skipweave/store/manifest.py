@@ -168,7 +168,9 @@ def read_json(path: str, limit: int, what: str) -> Any:
         EntryInvalid: unreadable, larger than ``limit``, or not JSON (``what`` names the file in the message).
     """
     try:
-        with open(open_regular(path), encoding="utf-8") as fh:
+        # bytes, not text: a field written with surrogates (an ``argv0`` holding a byte that is not UTF-8) is read
+        # back by jsonio.loads, which a strict UTF-8 text read would refuse (see skipweave.store.jsonio)
+        with open(open_regular(path), "rb") as fh:
             if os.fstat(fh.fileno()).st_size > limit:
                 raise ValueError(f"larger than {limit} bytes")
             return jsonio.loads(fh.read())

@@ -138,3 +138,20 @@ def test_the_dtype_sizes_show_uses_match_torch() -> None:
         dtype = getattr(torch, name, None)
         if isinstance(dtype, torch.dtype):
             assert dtype.itemsize == size, name
+
+
+@pytest.mark.parametrize("size", ["Infinity", "NaN", "1e400", '"x"', '{"a": 1}', "-5", "2.5"])
+def test_show_of_a_group_claiming_a_size_that_is_no_count_reports_it_corrupt(tmp_path: Path, capsys: Any,
+                                                                               size: str) -> None:
+    from tests.store.test_pack import _group_file, _grouped
+
+    _, folder = _grouped(tmp_path)
+    group = _group_file(folder)
+    doc = json.loads(group.read_text())
+    doc["data"]["bytes"] = "@@"
+    for entry in doc["entries"]:
+        entry["payload"] = [dict(doc["data"])]
+    group.write_text(json.dumps(doc).replace('"@@"', size))
+    for path in (group, next(p for p in folder.iterdir() if p.name.endswith(".pack.safetensors"))):
+        status, out, err = cli(capsys, "show", "--call", "0", str(path))
+        assert status == 1 and "CORRUPT" in out and "Traceback" not in err, (path, err)

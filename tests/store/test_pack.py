@@ -349,3 +349,18 @@ def test_strings_holding_surrogates_replay_exactly_alone_and_in_a_group_and_show
     for entry in scan(str(tmp_path), checksums=True).entries():
         doc = describe(entry.path, checksums=True, call=entry.key.call if entry.key.step == 2 else None)
         assert doc["status"] == "valid" and doc["summary_error"] is None and doc["result"], entry.path
+
+
+def test_a_group_whose_manifests_hold_a_surrogate_is_served_and_verified(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A program whose path holds a byte that is not UTF-8 has it in ``sys.argv[0]`` as a lone surrogate, and every
+    manifest of its groups (``writer.argv0``) holds it."""
+    monkeypatch.setattr(sys, "argv", [os.fsdecode(b"/tmp/train_\xff.py")])
+    _, folder = _grouped(tmp_path)
+    reader = _reader(tmp_path)
+    assert [r.call for r in reader.part_calls(1, "gen", "r0")] == list(range(CALLS))
+    for c in range(CALLS):
+        loaded = reader.load(reader.key(1, "gen", "r0", c))
+        assert loaded.result["call"] == c and loaded.manifest["writer"]["argv0"] == "/tmp/train_\udcff.py"
+    found = scan(str(tmp_path), checksums=True)
+    assert [e.status.value for e in found.entries()] == ["complete"] * CALLS
