@@ -9,7 +9,6 @@ so a driver whose targets run in Ray workers does not warn about them.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import sys
@@ -17,6 +16,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from skipweave import lifecycle
 
 logger = logging.getLogger("skipweave")
 
@@ -119,7 +120,11 @@ def first_call(role: str, target: str, *, eligible: bool) -> None:
     expected = _EXPECTED.get((role, target))
     if expected is not None and kinds:
         if loop_running():  # an async target's first call: the mark's file I/O never runs on the event loop
-            threading.Thread(target=_mark, args=(expected, kinds), name="skipweave-mark", daemon=True).start()
+            thread = threading.Thread(target=_mark, args=(expected, kinds), name="skipweave-mark", daemon=True)
+            with _lock:
+                _MARKERS.append(thread)
+            lifecycle.at_exit(lifecycle.STOP, _join_markers)
+            thread.start()
         else:
             _mark(expected, kinds)
 
@@ -127,6 +132,19 @@ def first_call(role: str, target: str, *, eligible: bool) -> None:
 def _mark(expected: Expected, kinds: list[str]) -> None:
     for kind in kinds:
         expected.mark(kind)
+
+
+_MARKERS: list[threading.Thread] = []
+MARKER_JOIN_S = 10.0
+"""Seconds the exit waits at most for the threads still leaving run marks (file I/O on a hung mount)."""
+
+
+def _join_markers() -> None:
+    """At exit: wait for the threads that leave an async target's run marks (a few are started per run)."""
+    with _lock:
+        threads, _MARKERS[:] = list(_MARKERS), []
+    for thread in threads:
+        thread.join(MARKER_JOIN_S)
 
 
 def loop_running() -> bool:
@@ -237,7 +255,7 @@ def _register_summary() -> None:
     global _summary_registered
     if not _summary_registered:
         _summary_registered = True
-        atexit.register(log_summary)
+        lifecycle.at_exit(lifecycle.REPORT, log_summary)
 
 
 SUMMARY_ENV = "SKIPWEAVE_SUMMARY"

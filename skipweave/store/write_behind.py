@@ -16,10 +16,12 @@ not yet committed.
   for the lot, :mod:`skipweave.store.pack`) instead of three files each. While small entries keep coming (within
   :data:`LINGER_GAP_S` of each other) the writer holds off, up to :data:`LINGER_MAX_S`, so a group is what a
   burst of recordings made rather than what arrived during the last commit; never while anybody waits for it.
-- **Flushed at the end.** :func:`flush` (``skipweave.flush()``) waits for every entry pending when it is called,
-  with a progress bar when that takes over :data:`BAR_AFTER_S`; it runs at unweave (so at Hydra's job end), at
-  interpreter exit and at a ``multiprocessing`` child's exit. A replay in this process of an entry still pending
-  waits for it (:meth:`~skipweave.store.step_store.StepStore.wait_pending`).
+- **Flushed at the end, then stopped.** :func:`flush` (``skipweave.flush()``) waits for every entry pending when it
+  is called, with a progress bar when that takes over :data:`BAR_AFTER_S`; it runs at unweave (so at Hydra's job
+  end). At interpreter exit and at a ``multiprocessing`` child's exit :meth:`WriteBehind.close` flushes, then stops
+  the writer thread and joins it (:mod:`skipweave.lifecycle` says why a thread still running then aborts the
+  process); a recording made after that is written in the caller's thread. A replay in this process of an entry
+  still pending waits for it (:meth:`~skipweave.store.step_store.StepStore.wait_pending`).
 - **Where exit handlers do not run** (a Ray worker: Ray ends it with SIGTERM and then SIGKILL within a fraction
   of a second, running no ``atexit``), :func:`write_through` turns write-behind off for the process, except
   within a :func:`scope`: a Ray task or actor method runs in one (``skipweave.integrations.ray_workers``), its
@@ -31,7 +33,6 @@ not yet committed.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import collections
 import concurrent.futures
 import contextvars
@@ -46,6 +47,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from skipweave import lifecycle
 from skipweave.store.buffers import POOL, POOL_IDLE_S
 from skipweave.store.layout import EntryKey
 from skipweave.store.pack import ENTRY_MAX_BYTES
@@ -103,9 +105,9 @@ class WriteBehind:
     def __init__(self) -> None:
         self._reset()
         self._through: str | None = None  # why this process writes through (a Ray worker), else None
-        self._exit_hooked = False
 
     def _reset(self) -> None:
+        self._closed = False  # close() began: no thread starts any more, recordings are written by their caller
         self._cond = threading.Condition()
         self._queue: collections.deque[_Pending] = collections.deque()
         self._busy: list[_Pending] = []
@@ -123,9 +125,9 @@ class WriteBehind:
         """Whether a recording made here and now may be handed to the writer: always, unless this process writes
         through (:func:`write_through`) and the caller is not within an open :func:`scope`."""
         if self._through is None:
-            return True
+            return not self._closed
         current = _SCOPE.get()
-        return current is not None and current.open
+        return current is not None and current.open and not self._closed
 
     def submit(self, store: StepStore, key: EntryKey, staged: Staged, meta: EntryMeta, *, budget: int,
                on_done: Callable[[Outcome], None]) -> concurrent.futures.Future[Outcome]:
@@ -171,9 +173,16 @@ class WriteBehind:
             store.pending_done(key)
             future.set_result(exc)
             raise
-        with self._cond:
-            self._start_locked()
-            self._cond.notify_all()
+        while True:
+            with self._cond:
+                self._start_locked()
+                self._cond.notify_all()
+                if not (self._closed and self._thread is None and self._queue):
+                    break
+                # closed (the process is ending) and the writer gone: nobody else writes what is queued
+                orphans = self._busy = self._take_locked()
+            self._commit(orphans)
+            del orphans
         if self._through is not None and not counted:
             # The scope that let this recording go behind closed meanwhile (its unit of work returned while the
             # entry was being staged): nobody waits for it, so this call does, as writing through would.
@@ -234,15 +243,30 @@ class WriteBehind:
             logger.info("skipweave: finished %d bytes of pending recordings in %.1f s", total, time.monotonic() - t0)
         return True
 
+    def close(self) -> None:
+        """Commit every pending entry, then stop the writer thread and join it; from now on this process records in
+        the caller's thread (:meth:`behind` is False). Runs at interpreter exit and at a ``multiprocessing``
+        child's exit (see :mod:`skipweave.lifecycle`), so no thread of the writer's is left when the interpreter
+        finalizes; the copy buffers it kept go too. Waits as long as the pending writes take (a progress bar
+        shows, see :func:`flush`): what the host recorded is on disk when its process ends."""
+        with self._cond:
+            self._closed = True
+        self.flush()
+        with self._cond:
+            thread = self._thread
+            self._cond.notify_all()  # an idle writer sees it is closed and ends
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        POOL.clear()
+
     def _start_locked(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
+        if self._closed or (self._thread is not None and self._thread.is_alive()):
             return
         self._thread = threading.Thread(target=self._run, name="skipweave-writer", daemon=True)
         self._thread.start()
-        if not self._exit_hooked:
-            self._exit_hooked = True
-            atexit.register(flush)
-        _hook_multiprocessing_exit()
+        lifecycle.at_exit(lifecycle.FINISH, flush)
+        lifecycle.at_exit(lifecycle.STOP, self.close)
+        lifecycle.in_multiprocessing_children(self.close)
 
     def _take_locked(self) -> list[_Pending]:
         """The next group: queued entries of the first one's store, distinct entries, within the batch limits."""
@@ -286,33 +310,45 @@ class WriteBehind:
         while True:
             with self._cond:
                 while not self._queue:
+                    if self._closed:
+                        self._thread = None
+                        return
                     if not self._cond.wait(POOL_IDLE_S) and not self._queue:
                         POOL.clear()  # idle: the copy buffers kept for the next recordings go
                 self._linger_locked()
                 batch = self._take_locked()
                 self._busy = batch
-            outcomes = _write(batch)
-            for item, outcome in zip(batch, outcomes, strict=True):
-                item.staged.release()  # written (or failed): its copies are read no more
-                try:
-                    item.on_done(outcome)
-                except Exception:  # noqa: BLE001 - a hook's bug must not stop the writer
-                    logger.exception("skipweave: after recording %s", item.key)
-                item.store.pending_done(item.key)
-            with self._cond:
-                for item in batch:
-                    sid = id(item.store)
-                    self._held[sid] = self._held.get(sid, 0) - item.staged.held
-                    if self._held[sid] <= 0:
-                        del self._held[sid]
-                self._busy = []
-                self._cond.notify_all()
-            # last: whoever waits for an entry (flush, a replay) finds the writer done with it, pending() included
-            for item, outcome in zip(batch, outcomes, strict=True):
-                item.future.set_result(outcome)
-            # what this loop holds goes now, not at the next batch: the entries' copies (up to BATCH_BYTES, or one
-            # large entry's buffer, which POOL.clear() could otherwise not free while the writer waits idle)
-            del batch, item, outcome, outcomes
+            self._commit(batch)
+            del batch
+
+    def _commit(self, batch: list[_Pending]) -> None:
+        """Write one group taken off the queue and settle each entry: its hook, its store's pending set, the held
+        bytes, and last its future."""
+        outcomes = _write(batch)
+        for item, outcome in zip(batch, outcomes, strict=True):
+            item.staged.release()  # written (or failed): its copies are read no more
+            try:
+                item.on_done(outcome)
+            except Exception:  # noqa: BLE001 - a hook's bug must not stop the writer
+                logger.exception("skipweave: after recording %s", item.key)
+            item.store.pending_done(item.key)
+        with self._cond:
+            for item in batch:
+                sid = id(item.store)
+                self._held[sid] = self._held.get(sid, 0) - item.staged.held
+                if self._held[sid] <= 0:
+                    del self._held[sid]
+            self._busy = []
+            self._cond.notify_all()
+        # The entries' copies go before anybody learns they are written, not at the next batch: a flush at exit
+        # then returns only once this thread is done with torch, and an idle writer keeps no large buffer that
+        # POOL.clear() could not free.
+        futures = [item.future for item in batch]
+        batch.clear()
+        del item
+        # last: whoever waits for an entry (flush, a replay) finds the writer done with it, pending() included
+        for future, outcome in zip(futures, outcomes, strict=True):
+            future.set_result(outcome)
 
     def _after_fork(self) -> None:
         self._reset()
@@ -346,22 +382,6 @@ def _bar(total: int, entries: int) -> Any:
     from skipweave.store.tensorfile import bars_enabled, byte_bar
 
     return byte_bar(total, f"skipweave: finishing {entries} pending recording(s)") if bars_enabled() else None
-
-
-_MP_HOOKED_PID: int | None = None
-
-
-def _hook_multiprocessing_exit() -> None:
-    """A ``multiprocessing`` child ends with ``os._exit`` (no ``atexit``) after running its finalizers: flush there.
-
-    The registry of finalizers is the child's own (cleared when it starts), so this runs once per process."""
-    global _MP_HOOKED_PID
-    if _MP_HOOKED_PID == os.getpid():
-        return
-    _MP_HOOKED_PID = os.getpid()
-    from multiprocessing import util
-
-    util.Finalize(None, flush, exitpriority=100)
 
 
 WRITER = WriteBehind()

@@ -11,7 +11,6 @@ import see the patch.
 
 from __future__ import annotations
 
-import atexit
 import inspect
 import json
 import logging
@@ -22,7 +21,7 @@ from typing import Any
 
 import wrapt
 
-from skipweave import report
+from skipweave import lifecycle, report
 from skipweave.config.errors import ConfigError
 from skipweave.config.schema import RoleConfig, ShardKind, SkipConfig, TargetSpec
 from skipweave.policy.bypass import make_bypass
@@ -77,7 +76,6 @@ class Weaver:
         self._state = _State()
         self._lock = threading.RLock()
         self._weaving = False
-        self._atexit = False
 
     @property
     def plan(self) -> SkipConfig | None:
@@ -163,9 +161,7 @@ class Weaver:
             except BaseException:
                 self.unweave()  # nothing stays patched, and the same plan can be woven again
                 raise
-            if not self._atexit:
-                self._atexit = True
-                atexit.register(self.close_parts)
+            lifecycle.at_exit(lifecycle.FINISH, self.close_parts)
             applied = sum(not p.pending for p in patches)
             waiting: dict[str, int] = {}
             for p in patches:

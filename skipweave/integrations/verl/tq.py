@@ -26,14 +26,13 @@ argument at sample. Restoring RNG state does not apply here: generation runs in 
 
 from __future__ import annotations
 
-import atexit
 import logging
 import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from skipweave import report
+from skipweave import lifecycle, report
 from skipweave.config.schema import RoleConfig
 from skipweave.policy.actions import choose_step
 from skipweave.store.layout import list_steps
@@ -59,7 +58,7 @@ def _store_for(role: RoleConfig, calls_per_step: int) -> StepStore:
             store = StepStore(role.dump_dir, role.namespace, role.role, allow_pickle=role.allow_pickle,
                               calls_per_step=calls_per_step)
             if not _STORES:
-                atexit.register(close_stores)
+                lifecycle.at_exit(lifecycle.FINISH, close_stores)
             _STORES[key] = store
         return store
 

@@ -1,0 +1,132 @@
+"""A woven run ends as the unwoven one would: exit status 0 in every fresh process of a resume run.
+
+The workflow is a user's who resumes a partly recorded run: the store holds steps 11-16 of a DAPO-shaped trainer
+(:mod:`tests.apps.resume.dapo_host`), and a run of steps 1-16 records 1-10 and replays 11-16 with no delay between
+calls. Before skipweave joined its writer thread at exit, most such processes aborted after a clean run
+("terminate called without an active exception", exit status 134): the writer was still freeing a batch's
+tensors when the interpreter finalized. The abort is a race, so each shape runs in many fresh processes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.integrations.hydra.runner import Run, clean_env, run
+
+APP = Path(__file__).resolve().parent / "apps" / "resume"
+TARGET = "dapo_host.Rollout.generate_sequences"
+FIRST, RESUMED, LAST = 1, 11, 16
+CALLS = {s: 1 + s % 3 for s in range(FIRST, LAST + 1)}
+RECORDED_LIVE = sum(n for s, n in CALLS.items() if s < RESUMED)  # 20 generations; 12 calls replayed
+
+
+def results(r: Run) -> tuple[int, dict[str, str]]:
+    """(generations that really ran, digest per call) over every RESULT line of a run, its children's included."""
+    real, digests = 0, {}
+    for line in r.stdout.splitlines():
+        if line.startswith("RESULT "):
+            got = json.loads(line[len("RESULT "):])
+            real += got["real"]
+            digests.update(got["digests"])
+    return real, digests
+
+
+def drive(mode: str, first: int, last: int, dump: Path | None, cwd: Path) -> Run:
+    args = [sys.executable, str(APP / "drive.py"), mode, str(first), str(last)]
+    return run([*args, *([str(dump)] if dump else [])], cwd=cwd, env=clean_env(PYTHONPATH=str(APP)))
+
+
+@pytest.fixture(scope="module")
+def resume(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A store holding steps 11-16 (recorded by an earlier run), and the unwoven run's digests of steps 1-16."""
+    tmp = tmp_path_factory.mktemp("resume")
+    with ThreadPoolExecutor(2) as pool:
+        earlier = pool.submit(drive, "weave", RESUMED, LAST, tmp / "store", tmp)
+        reference = pool.submit(drive, "unwoven", FIRST, LAST, None, tmp)
+        assert earlier.result().returncode == 0, earlier.result()
+        assert reference.result().returncode == 0, reference.result()
+    yield tmp / "store", results(reference.result())[1]
+
+
+def resumed_runs(store: Path, count: int, command: object) -> list[tuple[Run, Path]]:
+    """``count`` fresh processes, each on its own copy of ``store``, two at a time; ``command(dump, cwd)`` -> Run."""
+    def one(i: int) -> tuple[Run, Path]:
+        cwd = store.parent / f"{command.__name__}-{i}"  # type: ignore[attr-defined]
+        cwd.mkdir()
+        shutil.copytree(store, cwd / "store")
+        return command(cwd / "store", cwd), cwd / "store"  # type: ignore[operator]
+
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(one, range(count)))
+
+
+def check(runs: list[tuple[Run, Path]], reference: dict[str, str]) -> None:
+    """Every process exited 0, generated steps 1-10 for real and got results identical to the unwoven run's."""
+    failed = [r for r, _ in runs if r.returncode != 0 or "terminate called" in r.stderr]
+    assert not failed, f"{len(failed)} of {len(runs)} runs did not exit 0; the first:\n{failed[0]}"
+    for r, _ in runs:
+        real, digests = results(r)
+        assert real == RECORDED_LIVE, r
+        assert digests == reference, r
+
+
+def weave_run(dump: Path, cwd: Path) -> Run:
+    return drive("weave", FIRST, LAST, dump, cwd)
+
+
+def test_a_resume_run_exits_0_in_20_fresh_processes(resume: tuple[Path, dict[str, str]]) -> None:
+    store, reference = resume
+    check(resumed_runs(store, 20, weave_run), reference)
+
+
+def hydra_run(dump: Path, cwd: Path) -> Run:
+    return run([sys.executable, str(APP / "hydra_train.py"), f"hydra.run.dir={cwd}/out", f"+first={FIRST}",
+                f"+last={LAST}", "+skip=rollout_cache", f"skip.rollout.dump_dir={dump}",
+                f"+skip.rollout.targets.gen={TARGET}"], cwd=cwd, env=clean_env(PYTHONPATH=str(APP)))
+
+
+def test_a_resumed_hydra_app_exits_0(resume: tuple[Path, dict[str, str]]) -> None:
+    store, reference = resume
+    check(resumed_runs(store, 8, hydra_run), reference)
+
+
+def launcher_run(dump: Path, cwd: Path) -> Run:
+    return run([sys.executable, "-m", "skipweave.cli", "run", "--skip", "rollout_cache",
+                f"skip.rollout.dump_dir={dump}", f"+skip.rollout.targets.gen={TARGET}", "--",
+                sys.executable, str(APP / "drive.py"), "unwoven", str(FIRST), str(LAST)],
+               cwd=cwd, env=clean_env(PYTHONPATH=str(APP)))
+
+
+def test_a_resumed_program_under_skipweave_run_exits_0(resume: tuple[Path, dict[str, str]]) -> None:
+    store, reference = resume
+    check(resumed_runs(store, 8, launcher_run), reference)
+
+
+def threads_run(dump: Path, cwd: Path) -> Run:
+    return drive("threads", FIRST, LAST, dump, cwd)
+
+
+def test_threads_still_recording_when_main_returns_exit_0(resume: tuple[Path, dict[str, str]]) -> None:
+    store, reference = resume
+    check(resumed_runs(store, 8, threads_run), reference)
+
+
+def fork_run(dump: Path, cwd: Path) -> Run:
+    return drive("fork", FIRST, LAST, dump, cwd)
+
+
+def spawn_run(dump: Path, cwd: Path) -> Run:
+    return drive("spawn", FIRST, LAST, dump, cwd)
+
+
+@pytest.mark.parametrize("command", [fork_run, spawn_run], ids=["fork", "spawn"])
+def test_multiprocessing_children_of_a_resume_run_exit_0(resume: tuple[Path, dict[str, str]], command: object) -> None:
+    store, reference = resume
+    check(resumed_runs(store, 4, command), reference)
