@@ -54,6 +54,8 @@ class TargetCounters:
         hits, misses, bypasses, record_failures: as in :class:`Counters`.
         seconds_saved: generation seconds the hits avoided.
         called, eligible: a call (an eligible one: not bypassed) was seen; its first one left a run mark.
+        recorded: a call was handed to the store to be recorded; its first one left a run mark (a run that
+            recorded keeps its marks until ``skipweave gc``, see :mod:`skipweave.store.runs`).
     """
 
     hits: int = 0
@@ -63,6 +65,7 @@ class TargetCounters:
     seconds_saved: float = 0.0
     called: bool = False
     eligible: bool = False
+    recorded: bool = False
 
 
 @dataclass
@@ -72,14 +75,18 @@ class Expected:
     Attributes:
         path: the configured target path.
         steps: the role's ``steps``, as configured (for the nothing-eligible warning).
-        mark: ``mark(kind)`` leaves a run mark (``"called"``/``"eligible"``) for the other processes.
+        mark: ``mark(kind)`` leaves a run mark (``"called"``/``"eligible"``/``"recorded"``) for the other
+            processes.
         elsewhere: ``elsewhere(kind)`` says whether another process of the run left that mark.
+        unwoven: ``unwoven()`` says why this process never wove the target: ``None`` when it did, ``""`` when it
+            need not (an optional target whose host is not in the program).
     """
 
     path: str
     steps: str
     mark: Callable[[str], None] = field(default=lambda kind: None)
     elsewhere: Callable[[str], bool] = field(default=lambda kind: False)
+    unwoven: Callable[[], str | None] = field(default=lambda: None)
 
 
 COUNTERS = Counters()
@@ -117,6 +124,10 @@ def first_call(role: str, target: str, *, eligible: bool) -> None:
     if eligible and not counts.eligible:
         counts.eligible = True
         kinds.append("eligible")
+    _leave_marks(role, target, kinds)
+
+
+def _leave_marks(role: str, target: str, kinds: list[str]) -> None:
     expected = _EXPECTED.get((role, target))
     if expected is not None and kinds:
         if loop_running():  # an async target's first call: the mark's file I/O never runs on the event loop
@@ -212,6 +223,9 @@ def event(
     _register_summary()
     if not counts.eligible:
         first_call(role, target, eligible=True)
+    if status == MISS and nbytes > 0 and not counts.recorded:  # no bytes: nothing was handed to the store
+        counts.recorded = True
+        _leave_marks(role, target, ["recorded"])
     with _lock:
         if status == HIT:
             COUNTERS.hits += 1
@@ -335,7 +349,17 @@ def _warn_silent_targets(role: str, names: list[str], targets: dict[tuple[str, s
         called = counts.called or (exp is not None and exp.elsewhere("called"))
         any_called = any_called or called
         any_eligible = any_eligible or counts.eligible or (exp is not None and exp.elsewhere("eligible"))
-        if not called and exp is not None:
+        why = exp.unwoven() if exp is not None and not called else None
+        if why and exp is not None and exp.elsewhere("woven"):
+            why = None  # another process of the run (a Ray worker) wove it
+        if why == "":
+            continue  # optional, and its host is not in this program
+        if why is not None:
+            logger.warning(
+                "skipweave: role %s target %s (%s) was never woven: %s; nothing was recorded or replayed for it "
+                "(key skip.%s.targets.%s)", role, target, exp.path if exp else "?", why, role, target,
+            )
+        elif not called and exp is not None:
             logger.warning(
                 "skipweave: role %s target %s (%s) was woven but never called in this run; check that the path "
                 "names the method the trainer really calls (an override in a subclass, a copy taken by "

@@ -1,13 +1,15 @@
 """``skipweave gc DUMP_DIR [--yes] [--min-age SECONDS] [--json]``: remove what no run will ever serve.
 
-Removes corrupt entries, incomplete parts, leftover temporary files, orphan payload files and set-aside
-folders. A dry run unless ``--yes``. Never touches a complete, valid entry: each entry is checked again
-under its writer's lock right before it is removed.
+Removes corrupt entries, incomplete parts, leftover temporary files, orphan payload files, set-aside
+folders and the marks of runs that ended (``.runs/{run}``). A dry run unless ``--yes``. Never touches a
+complete, valid entry: each entry is checked again under its writer's lock right before it is removed.
 
 Anything a running writer may still own (temporary files, orphan payload files, incomplete parts,
-set-aside folders) is kept while it was modified less than ``--min-age`` seconds ago (default 3600).
-Pass ``--min-age 0`` when no run is writing to the dump dir. Exits 0, 1 when some removal failed,
-2 when the dump dir cannot be read. See docs/cli.md for the ``--json`` schema.
+set-aside folders, run marks) is kept while it was modified less than ``--min-age`` seconds ago (default 3600).
+Pass ``--min-age 0`` when no run is writing to the dump dir. A run's marks go once its first process is known
+to have ended, or, when that cannot be checked (it ran on another host), once nothing in them changed for 7
+days. Exits 0, 1 when some removal failed, 2 when the dump dir cannot be read. See docs/cli.md for the
+``--json`` schema.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import time
 from typing import Any
 
@@ -41,6 +44,7 @@ _LABELS = {
     "temporary": "temporary file",
     "orphan": "orphan payload file",
     "set_aside": "set-aside folder",
+    "run_marks": "run marks",
 }
 _OUTCOMES = {"would_remove": "would remove", "removed": "removed", "skipped": "kept", "failed": "FAILED"}
 
@@ -48,7 +52,7 @@ _OUTCOMES = {"would_remove": "would remove", "removed": "removed", "skipped": "k
 def register(subparsers: Any) -> None:
     """Add the ``gc`` subcommand to ``subparsers``."""
     parser = subparsers.add_parser(
-        "gc", help="remove corrupt or incomplete entries and leftovers (dry run unless --yes)",
+        "gc", help="remove corrupt or incomplete entries, leftovers and ended runs' marks (dry run unless --yes)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_dump_dir_arguments(parser)
@@ -117,6 +121,8 @@ def render(dump_dir: str, actions: list[Any], *, dry_run: bool, freed: int, kept
         lines.append(f"nothing to remove; {plural(kept, 'complete entry', 'complete entries')} kept")
         return "\n".join(lines)
     for a in actions:
+        if a.kind.value == "run_marks":
+            continue  # one line per outcome below
         label = _LABELS.get(a.kind.value, a.kind.value)
         what = a.where or a.path
         count = "folder" if a.kind.value == "set_aside" else plural(len(a.files), "file")
@@ -126,6 +132,7 @@ def render(dump_dir: str, actions: list[Any], *, dry_run: bool, freed: int, kept
         lines.append(f"{'':<13}why: {a.reason}")
         if a.detail:
             lines.append(f"{'':<13}{'kept' if a.outcome == 'skipped' else 'error'}: {a.detail}")
+    lines += _run_mark_lines(dump_dir, [a for a in actions if a.kind.value == "run_marks"])
     verb = "would free" if dry_run else "freed"
     n_done = sum(1 for a in actions if a.outcome in ("removed", "would_remove"))
     n_kept = sum(1 for a in actions if a.outcome == "skipped")
@@ -140,3 +147,25 @@ def render(dump_dir: str, actions: list[Any], *, dry_run: bool, freed: int, kept
         summary += f"; {n_failed} FAILED"
     lines.append(summary)
     return "\n".join(lines)
+
+
+def _run_mark_lines(dump_dir: str, actions: list[Any]) -> list[str]:
+    """The run-mark actions, one line per outcome: a shared store holds a folder per run, too many to list
+    one by one (``--json`` has each, with why its run counts as ended)."""
+    from skipweave.store.inspect import human_bytes, plural
+    from skipweave.store.paths import RUNS
+
+    lines = []
+    for outcome, word in _OUTCOMES.items():
+        group = [a for a in actions if a.outcome == outcome]
+        if not group:
+            continue
+        size = human_bytes(sum(a.bytes for a in group))
+        lines.append(f"{word:<12} {_LABELS['run_marks']:<19} {os.path.join(dump_dir, RUNS)}  "
+                     f"({plural(len(group), 'run folder')}, {size})")
+        lines.append(f"{'':<13}why: the runs ended; their processes left these marks for each other's exit summary")
+        details = list(dict.fromkeys(a.detail for a in group if a.detail))
+        if details:
+            more = f" (and {len(details) - 1} more)" if len(details) > 1 else ""
+            lines.append(f"{'':<13}{'kept' if outcome == 'skipped' else 'error'}: {details[0]}{more}")
+    return lines

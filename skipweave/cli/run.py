@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from skipweave.config.errors import ConfigError
     from skipweave.integrations.launcher import child_env, compose_plan, exec_command, preflight
     from skipweave.integrations.launcher.bootstrap import LOG_LEVEL_ENV
-    from skipweave.integrations.startup import failure_message
+    from skipweave.integrations.startup import BEFORE_PROGRAM, failure_message
     from skipweave.weaving.resolve import TargetNotFound
 
     try:
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
             preflight(plan, args.command)
     except TargetNotFound as exc:
         where = "skipweave run " + " ".join(f"--skip {spec}" for spec in args.skip)
-        print(failure_message(exc, plan, where=where), file=sys.stderr)
+        print(failure_message(exc, plan, where=where, when=BEFORE_PROGRAM), file=sys.stderr)
         return EXIT_CONFIG
     try:
         env = child_env(plan)

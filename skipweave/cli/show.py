@@ -82,7 +82,8 @@ def resolve_manifest(path: str, call: int | None = None) -> tuple[str, int | Non
         if len(names) == 1:
             return os.path.join(path, names[0]), None
         if not names:
-            raise NotAnEntry(f"{path} holds no entry (no *{MANIFEST_SUFFIX}); `skipweave ls DUMP_DIR` lists them")
+            raise NotAnEntry(store_folder(path) or f"{path} holds no entry (no *{MANIFEST_SUFFIX}); "
+                             "`skipweave ls DUMP_DIR` lists them")
         listed = "\n  ".join(os.path.join(path, n) for n in names[:10])
         more = f"\n  ... and {len(names) - 10} more" if len(names) > 10 else ""
         raise NotAnEntry(f"{path} holds {len(names)} entries; name one:\n  {listed}{more}")
@@ -110,6 +111,91 @@ def resolve_manifest(path: str, call: int | None = None) -> tuple[str, int | Non
         raise NotAnEntry(f"{path} is a group of small entries, calls {grouped[1]}..{grouped[2]}; name one with "
                          "--call N")
     return os.path.join(folder, group), call
+
+
+_LEVELS = ("namespace", "role", "step")
+"""What the folders below a dump dir are, by depth (``{dump_dir}/{namespace}/{role}/{step}/{target}``)."""
+
+
+def store_folder(path: str) -> str | None:
+    """Say what ``path`` is when it is a dump dir, one of its namespace, role or step folders, or a folder above
+    one, and what it holds, pointing to one entry and to ``skipweave ls``; ``None`` when it holds no entry.
+
+    The dump dir is found as ``skipweave ls`` finds a misplaced one, and read with the scan ``ls`` uses.
+
+    Args:
+        path: an absolute folder that holds no manifest itself.
+    """
+    from skipweave.store.inspect import find_dump_dir_hint, scan
+
+    dump = find_dump_dir_hint(path) or path
+    rel = os.path.relpath(path, dump).split(os.sep)
+    below = [] if rel == ["."] or rel[0] == os.pardir else rel  # path's namespace, role and step
+    if len(below) > len(_LEVELS):
+        return None  # a target folder: its entries are its own manifests
+    try:
+        found = scan(dump)
+    except OSError:
+        return None
+    parts = [p for p in found.parts if [p.namespace, p.role, str(p.step)][: len(below)] == below]
+    if not any(p.entries for p in parts):
+        return None
+    what = _what(dump, below, path)
+    joint = " " if what == "a dump dir" else ", "  # the folder holds them, not the dump dir named last
+    return f"{path} is {what}{joint}holding {_holding(parts, len(below))}; {_next_steps(dump, parts)}"
+
+
+def _what(dump: str, below: list[str], path: str) -> str:
+    """``a dump dir``, ``role rollout of namespace default of dump dir D``, …, or ``above the dump dir D``."""
+    if dump != path and not below:
+        return f"above the dump dir {dump}"
+    if not below:
+        return "a dump dir"
+    names = [f"{level} {name}" for level, name in zip(_LEVELS, below, strict=False)]
+    return " of ".join(reversed(names)) + f" of dump dir {dump}"
+
+
+def _holding(parts: list[Any], depth: int) -> str:
+    """What ``parts`` hold below a folder ``depth`` levels down the dump dir: roles by namespace (steps and
+    entries each), a role's steps, or a step's targets."""
+    from skipweave.store.inspect import plural
+
+    entries = plural(sum(len(p.entries) for p in parts), "entry", "entries")
+    if depth == 3:
+        targets = list(dict.fromkeys(p.target for p in parts))
+        return f"{'target' if len(targets) == 1 else 'targets'} {', '.join(targets)} ({entries})"
+    if depth == 2:
+        steps = sorted({p.step for p in parts})
+        return f"{'step' if len(steps) == 1 else 'steps'} {_step_ranges(steps)}, {entries}"
+    roles: dict[str, dict[str, list[Any]]] = {}  # namespace -> role -> parts
+    for p in parts:
+        roles.setdefault(p.namespace, {}).setdefault(p.role, []).append(p)
+    said = {ns: f"{'role' if len(own) == 1 else 'roles'} " + ", ".join(f"{role} ({_holding(rp, 2)})"
+                                                                       for role, rp in own.items())
+            for ns, own in roles.items()}
+    if depth == 1:
+        return next(iter(said.values()))
+    return " and ".join(f"{text} of namespace {ns}" for ns, text in said.items())
+
+
+def _step_ranges(steps: list[int]) -> str:
+    """``1-16``, or ``1-4, 7, 9-10``: sorted steps as inclusive runs."""
+    runs: list[list[int]] = []
+    for step in steps:
+        if runs and step == runs[-1][1] + 1:
+            runs[-1][1] = step
+        else:
+            runs.append([step, step])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _next_steps(dump: str, parts: list[Any]) -> str:
+    """Point to the first entry of ``parts`` (as ``show`` takes it: a grouped one by its manifest name) and to ls."""
+    from skipweave.store.layout import manifest_path
+
+    first = next(e for p in parts for e in p.entries)
+    return (f"show one entry with `skipweave show {manifest_path(dump, first.key)}`, or list them with "
+            f"`skipweave ls {dump}`")
 
 
 def describe(manifest_path: str, *, checksums: bool, allow_pickle: bool = False,

@@ -8,6 +8,10 @@ written there (``rollout:`` instead of ``skip: {rollout: ...}``) would otherwise
 :func:`read_profile_file` is the one judgement of a file, used by :func:`skipweave.config.profiles.compose_profile`
 (``weave(profile=...)``, ``skipweave run --skip``) and by the Hydra plugin's profile-path source
 (``+skip=<name>`` in a Hydra app), so the three routes accept and refuse the same files.
+
+Every key of the role schema that a role of the file leaves out is declared ``???`` (see
+:func:`declare_role_keys`), so that a plain override (``skip.rollout.dump_dir=/x``) sets it on any profile
+file, as on a shipped profile, which declares its per-run keys ``???`` itself.
 """
 
 from __future__ import annotations
@@ -67,7 +71,8 @@ def read_profile_file(path: str, spec: str | None = None, *, key: str = "profile
 
     The content is returned as written (``???`` and ``${...}`` kept for Hydra), with the defaults entry
     of skipweave's Hydra callback (:data:`CALLBACK_DEFAULT`) added when the file does not list it, so
-    that ``+skip=<name>`` weaves in a Hydra app exactly as a shipped profile does.
+    that ``+skip=<name>`` weaves in a Hydra app exactly as a shipped profile does, and with the role keys
+    each role leaves out declared ``???`` (:func:`declare_role_keys`).
 
     Args:
         path: the file's absolute path.
@@ -119,7 +124,33 @@ def read_profile_file(path: str, spec: str | None = None, *, key: str = "profile
     defaults = raw.get("defaults", ["_self_"])
     if not any("skipweave/callback" in str(entry) for entry in defaults):
         raw["defaults"] = [CALLBACK_DEFAULT, *defaults]
+    if "skip" in raw:
+        raw["skip"] = declare_role_keys(raw["skip"])
     return OmegaConf.create(raw)
+
+
+def declare_role_keys(skip: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``skip`` with every key of the role schema that a role leaves out declared as ``???``.
+
+    Hydra overrides only a key the config holds: declared, ``skip.rollout.dump_dir=/x`` works without ``+``.
+    ``???`` is OmegaConf's "missing", which changes nothing a key left out would mean: a merge keeps the
+    value below it (the app's own, an earlier profile's), a legacy verl key fills it, and what stays missing
+    reads as absent (its default; see :func:`skipweave.config.schema.parse_role`). Only the top level of a
+    role is declared: a mapping of ``???`` under ``step`` would replace an app's ``step: counter``.
+
+    Args:
+        skip: the file's ``skip:`` mapping (plain containers).
+
+    Returns:
+        A new mapping; roles that are not mappings (``rollout: false``) and Hydra keys (``_target_``) as written.
+    """
+    from skipweave.config.schema import ROLE_KEYS
+
+    out = dict(skip)
+    for name, role in skip.items():
+        if isinstance(role, dict):
+            out[name] = {**role, **{key: "???" for key in ROLE_KEYS if key not in role}}
+    return out
 
 
 def _read_text(path: str, shown: str, key: str) -> str:

@@ -22,6 +22,12 @@ what they mean on a Hydra command line.
 
 Precedence is Hydra's: the base config (an app's own ``skip`` node) < the profiles, in order < the
 overrides.
+
+Overrides of a profile file (docs/own_trainer.md#overrides): a plain ``key=value`` sets any key of the role
+schema, also one the file leaves out (the file's roles declare every such key ``???``, see
+:func:`~skipweave.config.profile_files.declare_role_keys`); here a key inside ``step``, ``bypass`` or
+``fingerprint`` of such a role is set as ``++key=value`` (its parent may be ``???`` or absent); a key the schema
+does not have is refused with the schema's did-you-mean; ``+`` adds a key the schema leaves free (a new target).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from skipweave.config.profile_files import (
     profile_folders,
     read_profile_file,
 )
+from skipweave.config.schema import NESTED_ROLE_KEYS, unknown_role_key
 
 PROFILE_GROUP = "skip"
 """The Hydra config group holding the profiles."""
@@ -198,6 +205,7 @@ def compose_profile(
     store = ConfigStore.instance()
     name = f"_skipweave_base_{uuid.uuid4().hex}"
     options: list[tuple[str, ProfileRef]] = []  # (Hydra option of group skip, where it comes from)
+    roles: set[str] = set()  # the roles the profile files declare
     try:
         for ref in refs:
             if ref.path is None:
@@ -205,6 +213,7 @@ def compose_profile(
                 continue
             option = f"{_FILE_OPTION}{uuid.uuid4().hex}"
             node = read_profile_file(ref.path, ref.spec)
+            roles.update(_file_roles(node))
             store.store(group=PROFILE_GROUP, name=option, node=node, package="_global_")
             options.append((option, ref))
         store.store(name=name, node=_base_container(base))
@@ -215,7 +224,9 @@ def compose_profile(
             search_path.append(provider="skipweave", path=f"file://{conf_dir()}")  # plugin not installed
         loader = ConfigLoaderImpl(config_search_path=search_path)
         cfg = loader.load_configuration(
-            config_name=name, overrides=[f"+{PROFILE_GROUP}={selection}", *overrides], run_mode=RunMode.RUN
+            config_name=name,
+            overrides=[f"+{PROFILE_GROUP}={selection}", *_opening_nested(overrides, roles)],
+            run_mode=RunMode.RUN,
         )
     except (HydraException, OmegaConfBaseException) as exc:
         parts = [str(exc)] + ([str(exc.__cause__)] if exc.__cause__ is not None else [])
@@ -227,7 +238,8 @@ def compose_profile(
         if bad is None:
             raise ConfigError("overrides", list(overrides), reason) from None
         key, _, value = bad.partition("=")
-        raise ConfigError(key, value, reason) from None
+        # Hydra would advise `+key`, which the schema then refuses: name the keys it has instead.
+        raise (unknown_role_key(key.lstrip("+~"), value) or ConfigError(key, value, reason)) from None
     finally:
         store.repo.pop(f"{name}.yaml", None)
         group = store.repo.get(PROFILE_GROUP)
@@ -241,6 +253,34 @@ def compose_profile(
         del cfg["hydra"]
     OmegaConf.set_struct(cfg, False)
     return cfg
+
+
+def _file_roles(node: Any) -> list[str]:
+    """Return the roles a profile file's node (from ``read_profile_file``) holds under ``skip:`` as mappings."""
+    from omegaconf import OmegaConf
+
+    container = OmegaConf.to_container(node, resolve=False)
+    skip = container.get("skip") if isinstance(container, dict) else None
+    return [str(name) for name, role in skip.items() if isinstance(role, dict)] if isinstance(skip, dict) else []
+
+
+def _opening_nested(overrides: Sequence[str], roles: set[str]) -> list[str]:
+    """Return ``overrides`` with each plain one of a key inside ``step``, ``bypass`` or ``fingerprint`` of one of
+    ``roles`` written ``++key=value``.
+
+    Hydra sets a plain key only inside a mapping that holds it: ``skip.rollout.step.source=attr`` fails when the
+    file leaves ``step`` out (declared ``???``, or absent). ``++`` is the same assignment, opening the mapping when
+    needed; as with Hydra's own ``++``, a shorthand there (``step: counter``) gives way to the mapping.
+    """
+    out = []
+    for override in overrides:
+        key, eq, _ = override.partition("=")
+        parts = key.split(".")
+        if eq and len(parts) == 4 and parts[0] == PROFILE_GROUP and parts[1] in roles:
+            if parts[3] in NESTED_ROLE_KEYS.get(parts[2], ()):
+                override = f"++{override}"
+        out.append(override)
+    return out
 
 
 def _culprit(reason: str, overrides: Sequence[str]) -> str | None:

@@ -15,10 +15,11 @@ import enum
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from skipweave.config.errors import ConfigError
+from skipweave.config.legacy import MISSING
 from skipweave.store.paths import NAME_RULE, name_problem
 
 DEFAULT_DUMP_DIR = "~/.cache/skipweave"
@@ -259,8 +260,8 @@ class RoleConfig:
             verl's ``uid`` echo), e.g. ``{"result.meta_info['request_id']": "prompts.meta_info['request_id']"}``.
         effects: attributes or items the target changes besides returning its result, e.g. ``self._metrics``
             or ``self.state.num_input_tokens_seen``: their values after the real call are recorded with the
-            result and put back on replay (mappings and lists in place), so a replay leaves the host as the
-            real call did.
+            result and put back on replay (mappings and lists in place; of a list the call only appended to,
+            just the appended items, appended again), so a replay leaves the host as the real call did.
         replay_only: nothing of the role runs live: every eligible call (and validation call, see
             ``record_validation``) is served from the store, and one whose recording is missing stops the run
             with :class:`~skipweave.weaving.proxy.ReplayMissing` naming role, target, step, call and dump
@@ -372,12 +373,16 @@ class SkipConfig:
         return {"skip": {name: role.to_config() for name, role in self.roles.items()}}
 
 
-_ROLE_KEYS = {
-    "enable", "action", "steps", "dump_dir", "namespace", "targets", "step", "bypass",
-    "fingerprint", "shard", "restore_rng", "allow_pickle", "trusted_classes", "calls_per_step", "record_steps",
-    "single_flight", "echo", "effects", "replay_only", "record_validation", "write_buffer",
-    "compress",
+ROLE_KEYS: tuple[str, ...] = tuple(f.name for f in fields(RoleConfig) if f.name != "role")
+"""The keys of a ``skip.<role>`` mapping, in :class:`RoleConfig`'s order (derived from it: one list to keep)."""
+
+NESTED_ROLE_KEYS: dict[str, tuple[str, ...]] = {
+    name: tuple(f.name for f in fields(cls))
+    for name, cls in (("step", StepSourceConfig), ("bypass", BypassConfig), ("fingerprint", FingerprintConfig))
 }
+"""The keys of the role keys that hold a fixed mapping (``skip.<role>.step.source`` …), derived from their classes."""
+
+_ROLE_KEYS = set(ROLE_KEYS)
 _RANGE_RE = re.compile(r"^\s*(-?\d+)\s*(?:-|\.\.|:)\s*(-?\d+)\s*$")
 _PATH_RE = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$")
 _ROLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$", re.ASCII)
@@ -628,11 +633,50 @@ def _sub(key: str, value: Any, allowed_keys: set[str]) -> Mapping[str, Any]:
     unknown = set(value) - allowed_keys
     if unknown:
         bad = sorted(unknown, key=str)[0]
-        close = difflib.get_close_matches(str(bad), sorted(allowed_keys, key=str), n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ConfigError(f"{key}.{bad}", value[bad],
-                          f"no such key; {hint}allowed keys are {sorted(allowed_keys, key=str)}")
+        raise no_such_key(f"{key}.{bad}", value[bad], allowed_keys)
     return value
+
+
+def no_such_key(key: str, value: Any, allowed_keys: Iterable[str]) -> ConfigError:
+    """Return the error of a key the schema does not have, with the closest allowed key as a did-you-mean.
+
+    Args:
+        key: the full dotted key, e.g. ``skip.rollout.dump_dri``; its last part is matched against ``allowed_keys``.
+        value: the value found there.
+        allowed_keys: the keys allowed beside it.
+    """
+    allowed = sorted(allowed_keys, key=str)
+    close = difflib.get_close_matches(key.rpartition(".")[2], allowed, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return ConfigError(key, value, f"no such key; {hint}allowed keys are {allowed}")
+
+
+def unknown_role_key(key: str, value: Any) -> ConfigError | None:
+    """Return the :func:`no_such_key` error of a dotted key under ``skip.<role>`` that the schema does not have.
+
+    Args:
+        key: a dotted key as an override names it, e.g. ``skip.rollout.dump_dri`` or ``skip.rollout.step.sorce``.
+        value: the value given to it, for the message.
+
+    Returns:
+        The error, or ``None`` for a key the schema has, one inside a free-form mapping (``targets.<name>``,
+        ``echo``) and anything not of the form ``skip.<role>.<key>``.
+    """
+    parts = key.split(".")
+    if len(parts) < 3 or parts[0] != "skip":
+        return None
+    if parts[2] not in _ROLE_KEYS:
+        return no_such_key(".".join(parts[:3]), value, ROLE_KEYS)
+    nested = NESTED_ROLE_KEYS.get(parts[2])
+    if nested is not None and len(parts) > 3 and parts[3] not in nested:
+        return no_such_key(".".join(parts[:4]), value, nested)
+    return None
+
+
+def _given(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` without its ``???`` values: a key a profile declares but leaves unset is read as absent (its
+    default), never as ``null`` (which means something of its own for ``bypass``)."""
+    return {k: v for k, v in data.items() if not (isinstance(v, str) and v == MISSING)}
 
 
 def _dump_dir(key: str, value: Any) -> str:
@@ -649,6 +693,9 @@ def _dump_dir(key: str, value: Any) -> str:
 
 def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
     """Validate one ``skip.<role>`` mapping.
+
+    A ``???`` value (OmegaConf's "missing": a key a profile declares but leaves unset) reads as absent, in the
+    role and in its ``step``, ``bypass`` and ``fingerprint`` mappings: the key takes its default.
 
     Args:
         role: the role name.
@@ -668,16 +715,16 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
         raw = {}
     if isinstance(raw, bool):  # `skip.rollout: false` reads as "off"
         raw = {"enable": raw}
-    data = _sub(key, raw, _ROLE_KEYS)
+    data = _given(_sub(key, raw, _ROLE_KEYS))
     step_raw = data.get("step")
     if isinstance(step_raw, str):
         step_raw = {"source": step_raw}
-    step = _sub(f"{key}.step", step_raw, {"source", "arg", "path", "pattern", "expr"})
+    step = _given(_sub(f"{key}.step", step_raw, set(NESTED_ROLE_KEYS["step"])))
     bypass_raw = data.get("bypass", {})
     if bypass_raw is None or bypass_raw is False:
         bypass_raw = {"when": "never"}
-    bypass = _sub(f"{key}.bypass", bypass_raw, {"when", "arg", "paths", "callable", "expr"})
-    fp = _sub(f"{key}.fingerprint", data.get("fingerprint"), {"on_mismatch", "ignore"})
+    bypass = _given(_sub(f"{key}.bypass", bypass_raw, set(NESTED_ROLE_KEYS["bypass"])))
+    fp = _given(_sub(f"{key}.fingerprint", data.get("fingerprint"), set(NESTED_ROLE_KEYS["fingerprint"])))
 
     step_expr = _expression(f"{key}.step.expr", step.get("expr"))
     step_cfg = StepSourceConfig(

@@ -68,9 +68,12 @@ def resolve_target(path: str) -> None:
         skipweave.TargetNotFound: the path does not resolve (names the failing part).
         ImportError: the module fails to import; the message names the target.
     """
+    from skipweave.weaving.main_script import names_main_script
     from skipweave.weaving.resolve import resolve_owner, split_path
 
     rpath = split_path(path)
+    if names_main_script(rpath.module) is not False:
+        return  # the running script's: the weaver resolves it now, or once the script defines it
     try:
         module = importlib.import_module(rpath.module)
     except ImportError as exc:
@@ -89,13 +92,32 @@ def target_key(plan: SkipConfig | None, path: str) -> str | None:
     return None
 
 
-def failure_message(exc: BaseException, plan: SkipConfig | None = None, *, where: str = "") -> str:
+BEFORE_TASK = "before the task started"
+"""When the Hydra callback weaves: in ``on_job_start``, before the task function."""
+
+BEFORE_PROGRAM = "before the program started"
+"""When ``skipweave run`` checks the plan: in the launcher, before it starts the command."""
+
+AT_START_UP = "before the program's own code ran"
+"""When a ``skipweave run`` process weaves at start-up (a target's package was imported before its code ran)."""
+
+
+def at_first_import(module: str) -> str:
+    """When a ``skipweave run`` process weaves deferred: at the program's first import of ``module``."""
+    return f"when the program first imported {module} (its code up to that import had run)"
+
+
+def failure_message(
+    exc: BaseException, plan: SkipConfig | None = None, *, where: str = "", when: str = BEFORE_TASK
+) -> str:
     """Return a one-paragraph explanation of a failed start-up weave, naming key, value or path part.
 
     Args:
         exc: what :func:`weave_plan` (or config loading) raised.
         plan: the plan, when it was valid, to name the config key of a failing target.
         where: how the user selected skipweave, e.g. ``"+skip=rollout_cache"``, for the hint.
+        when: when the run was stopped, so that the message says what of the program had run: one of
+            :data:`BEFORE_TASK`, :data:`BEFORE_PROGRAM`, :data:`AT_START_UP` or :func:`at_first_import`.
     """
     from skipweave.weaving.resolve import TargetNotFound
 
@@ -109,4 +131,4 @@ def failure_message(exc: BaseException, plan: SkipConfig | None = None, *, where
         detail = f"{exc}. Mark the target {{path: ..., optional: true}} to import it only when the host does"
     else:
         detail = f"{type(exc).__name__}: {exc}"
-    return f"skipweave{how}: the run was stopped before the task started: {detail}."
+    return f"skipweave{how}: the run was stopped {when}: {detail}."

@@ -24,7 +24,8 @@ Vocabulary:
 :func:`plan_gc` and :func:`apply_gc` remove what is broken. Entries are judged again right before they are
 removed, under the file lock their writer takes, so a complete, valid entry is never removed, also when a
 run replaces or completes one meanwhile. Anything a running writer may still own (temporary and orphan
-files, incomplete parts, set-aside folders) is kept while it is younger than ``min_age``.
+files, incomplete parts, set-aside folders) is kept while it is younger than ``min_age``. They also remove the
+``.runs`` marks of runs that ended (:func:`skipweave.store.runs.ended_runs` says which), which :func:`scan` skips.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from typing import Any
 
 import filelock
 
+from skipweave.store import runs
 from skipweave.store.layout import (
     MANIFEST_SUFFIX,
     PACK_SUFFIX,
@@ -737,6 +739,7 @@ class GcKind(str, enum.Enum):
     TEMPORARY = "temporary"
     ORPHAN = "orphan"
     SET_ASIDE = "set_aside"
+    RUN_MARKS = "run_marks"
 
 
 @dataclass
@@ -745,11 +748,12 @@ class GcAction:
 
     Attributes:
         kind: what is removed.
-        path: the manifest (corrupt entry), target folder (incomplete part), file or folder.
+        path: the manifest (corrupt entry), target folder (incomplete part), file or folder (a set-aside one, or
+            a run's folder of marks).
         files: every path the action removes.
         bytes: their total size.
         reason: why it is garbage.
-        where: short human label of the entry or part, else ``None``.
+        where: short human label of the entry, part or run (``run {id}``), else ``None``.
         outcome: ``would_remove`` (dry run), ``removed``, ``skipped`` (left alone for safety) or ``failed``.
         detail: why it was skipped or failed.
     """
@@ -775,10 +779,11 @@ class GcAction:
 
 
 def plan_gc(result: DumpScan) -> list[GcAction]:
-    """List what gc removes: incomplete parts, corrupt entries, then leftovers. Nothing is touched.
+    """List what gc removes: incomplete parts, corrupt entries, leftovers, then ended runs' marks. Nothing is touched.
 
     A corrupt entry inside an incomplete part goes with its part. Orphan payload files written for an
-    entry that is removed go with that entry. Complete, valid entries never appear.
+    entry that is removed go with that entry. Complete, valid entries never appear. What gc leaves alone under
+    ``.runs`` (symlinks, files, odd names) is added to ``result.ignored``.
     """
     actions: list[GcAction] = []
     owner: dict[tuple[str, str], GcAction] = {}  # (folder, stem) -> the action removing that entry
@@ -816,6 +821,11 @@ def plan_gc(result: DumpScan) -> list[GcAction]:
             continue
         kind = GcKind(x.kind.value)
         actions.append(GcAction(kind, x.path, [x.path], x.bytes, _LEFTOVER_REASONS[kind], modified=x.modified))
+    ended, ignored = runs.ended_runs(result.dump_dir)
+    result.ignored.extend(i for i in ignored if i not in result.ignored)  # (planned twice: listed once)
+    for r in ended:
+        actions.append(GcAction(GcKind.RUN_MARKS, r.path, [r.path], r.bytes, f"run ended: {r.reason}",
+                                where=f"run {r.run}", modified=r.modified))
     return actions
 
 
@@ -985,6 +995,10 @@ def _group_data(group: dict[str, Any]) -> set[str] | None:
     return {name} if isinstance(name, str) else None
 
 
+def _remove_run_marks(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
+    return runs.remove_ended(action.path, min_age=min_age, now=now)  # judged again: the run may have come back
+
+
 def _remove_tree(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
     if not os.path.lexists(action.path):
         return "already gone"
@@ -1000,6 +1014,7 @@ _REMOVERS = {
     GcKind.TEMPORARY: _remove_file,
     GcKind.ORPHAN: _remove_orphan,
     GcKind.SET_ASIDE: _remove_tree,
+    GcKind.RUN_MARKS: _remove_run_marks,
 }
 
 

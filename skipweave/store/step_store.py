@@ -120,6 +120,9 @@ class Loaded:
     bytes: int
     effects: dict[str, Any] | None = None
     """The values the target's declared side effects had after the real call (``skip.<role>.effects``)."""
+    appended: dict[str, Any] | None = None
+    """The declared effects that were lists the real call only appended to, by expression: ``{"n_before": items
+    before the call, "tail": the items it appended}`` (such an effect is not in ``effects``); ``None`` when none."""
 
 
 @dataclass(frozen=True)
@@ -637,8 +640,10 @@ class StepStore:
             raise EntryInvalid(f"payload of {where} holds no recorded result")
         rng = payload.get("rng")
         effects = payload.get("effects")
+        appended = payload.get("appended")
         return Loaded(manifest, payload["result"], rng if isinstance(rng, dict) else None, size,
-                      effects if isinstance(effects, dict) else None)
+                      effects if isinstance(effects, dict) else None,
+                      appended if isinstance(appended, dict) else None)
 
     def _packs_of(self, step: int, target: str, shard: str) -> tuple[tuple[int, int, str], ...]:
         """The group files of a part as ``(first, last, name)``, listed again only when the folder changed."""
@@ -881,13 +886,16 @@ class StepStore:
         return self.commit(key, self.stage(result, rng_state=rng_state, effects=effects), meta)
 
     def stage(self, result: Any, *, rng_state: dict[str, Any] | None,
-              effects: dict[str, Any] | None = None) -> Staged:
+              effects: dict[str, Any] | None = None, appended: dict[str, Any] | None = None) -> Staged:
         """Encode a result (with its RNG state and effects) into what :meth:`commit` writes.
 
         Args:
             result: the live result.
             rng_state: RNG state after the real call (:func:`skipweave.store.rng.capture_rng_state`).
             effects: values of the target's declared side effects after the real call, by expression.
+            appended: declared effects that are lists the real call only appended to, by expression:
+                ``{"n_before": int, "tail": list}`` (see :attr:`Loaded.appended`); stored apart from ``effects``
+                so no recorded value is ever taken for one.
 
         Returns:
             The staged entry; its tensors may share memory with ``result`` (see :meth:`Staged.owned`), its tree
@@ -901,6 +909,8 @@ class StepStore:
         payload: dict[str, Any] = {"result": result, "rng": rng_state}
         if effects is not None:
             payload["effects"] = effects
+        if appended:
+            payload["appended"] = appended
         encoded = codec.encode(payload, allow_pickle=self.allow_pickle, trusted=self.trusted_classes)
         tree = jsonio.dumps(encoded.tree)  # now: the tree may hold host objects
         return Staged(tree, encoded.tensors, encoded.pickled, len(tree) + tensorfile.file_size(encoded.tensors))

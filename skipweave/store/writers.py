@@ -37,6 +37,7 @@ _started_unix = time.time()
 _writer: Writer | None = None
 _pid = os.getpid()  # this process's pid (set again in a forked child, see _forked)
 _made_here: str | None = None  # the run id this process made (not inherited)
+_made_pid = 0  # the pid of the process that made _made_here (a forked child inherits the variable, not the run)
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class Recorded:
 
 def run_id() -> str:
     """Return this run's id, making one (and exporting it to child processes) in the first process."""
-    global _made_here
+    global _made_here, _made_pid
     with _lock:
         value = os.environ.get(RUN_ENV, "")
         if _valid_run(value):
@@ -87,8 +88,18 @@ def run_id() -> str:
         value = uuid.uuid4().hex[:16]
         os.environ[RUN_ENV] = value
         os.environ[RUN_STARTED_ENV] = repr(time.time())
-        _made_here = value
+        _made_here, _made_pid = value, _pid
         return value
+
+
+def made_here() -> str | None:
+    """The run id this very process made (:func:`run_id`) and has not ended (:func:`end_run`), else ``None``.
+
+    ``None`` in a process that inherited its run id (a subprocess, a Ray worker) and in a forked child of the
+    maker: only the maker may act for the whole run (its marks' owner, their cleanup at its exit).
+    """
+    made = _made_here
+    return made if made is not None and _made_pid == _pid else None
 
 
 def run_started() -> float:
@@ -210,5 +221,5 @@ def _valid_run(value: str) -> bool:
     return 1 <= len(value) <= 64 and value.isascii() and all(c.isalnum() or c in "-_" for c in value)
 
 
-__all__ = ["RUN_ENV", "Recorded", "Writer", "end_run", "is_concurrent_other", "recorded_of", "run_id",
-           "run_started", "started_unix", "this_writer"]
+__all__ = ["RUN_ENV", "Recorded", "Writer", "end_run", "is_concurrent_other", "made_here", "recorded_of",
+           "run_id", "run_started", "started_unix", "this_writer"]

@@ -32,13 +32,14 @@ import contextvars
 import heapq
 import inspect
 import logging
+import operator
 import os
 import sys
 import threading
 import time
 import types
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from skipweave import report
 from skipweave.config.errors import ConfigError
@@ -96,7 +97,8 @@ class _Decision:
     """
 
     __slots__ = ("step", "call", "shard", "served", "fp", "replace", "no_store", "running", "slot", "wait",
-                 "done", "thread", "concurrent", "instance", "waited", "validation", "unserved", "rng_before")
+                 "done", "thread", "concurrent", "instance", "waited", "validation", "unserved", "rng_before",
+                 "lists_before", "opened")
 
     def __init__(self, step: int, call: int, shard: str, served: int | None) -> None:
         self.step, self.call, self.shard, self.served = step, call, shard, served
@@ -114,6 +116,9 @@ class _Decision:
         self.validation = False  # a validation call (recorded apart: shard val_<shard>, never served to training)
         self.unserved = ""  # why the entry found for this call was not served (for a replay-only run's message)
         self.rng_before: RngMarks | None = None  # the generators' marks right before the real call (restore_rng)
+        # declared effects that were lists right before the real call: expression -> (the list, its items then)
+        self.lists_before: dict[str, tuple[list[Any], list[Any]]] | None = None
+        self.opened = 0  # its number among the target's real calls with effects, until its effects are taken; else 0
 
 
 class ReplayMissing(RuntimeError):
@@ -245,6 +250,9 @@ class SkipProxy:
         # (step, shard) -> this process's real calls of that step now running (single flight, thread overlap)
         self._inflight: dict[tuple[int, str], list[_Decision]] = {}
         self._shared_warned = False
+        self._tail_warned: set[str] = set()  # effects a replay appended to a list of another length than run 1's
+        self._opened = 0  # real calls with effects started so far (see _open_call)
+        self._open = 0  # ... whose effects are not taken yet
         self._views: dict[tuple[int, str], tuple[tuple[Any, ...], PartView, float]] = {}
         self._lock = threading.Lock()
 
@@ -589,8 +597,11 @@ class SkipProxy:
         with self._lock:
             self._running[0] += 1
             self._register(d)  # a call that became a miss only when its entry could not be served
+            alone = self._open_call(d) if self._effects else False
         if not d.no_store:
             d.running = self.store.call_started(d.step, self.target.name, d.shard)
+            if alone:
+                d.lists_before = self._lists_before(d)
             if self.role.restore_rng:
                 try:
                     d.rng_before = rng_marks()  # last: what the call changes is recorded (see _snapshot)
@@ -609,6 +620,8 @@ class SkipProxy:
             _ACTIVE.reset(token)
 
     def _call_ended(self, d: _Decision, failed: bool = False) -> None:
+        if d.opened:  # failed, or ended without its effects taken
+            self._close_call(d)
         if d.running:
             ticket, d.running = d.running, 0
             try:
@@ -839,35 +852,122 @@ class SkipProxy:
             self.role.role, self.target.name, d.step, d.shard, what, who, fix,
         )
 
-    def _effects_after(self, d: _Decision) -> dict[str, Any]:
-        """The values of the declared side effects now, after the real call (containers as plain copies)."""
-        out: dict[str, Any] = {}
+    def _open_call(self, d: _Decision) -> bool:
+        """Count a real call of a target with effects as running until its effects are taken (caller holds the
+        lock). Returns whether it runs alone: no other real call of the target is between its start and its
+        effects. Only such a call may record a list's appended items: those of calls running beside it (async
+        tasks, threads) would land in its tail too."""
+        alone = self._open == 0
+        self._open += 1
+        self._opened += 1
+        d.opened = self._opened
+        return alone
+
+    def _close_call(self, d: _Decision) -> bool:
+        """End what :meth:`_open_call` counted (once per call). Returns whether no other real call started since
+        ``d`` did: with its start alone, nothing but ``d`` ran beside it."""
+        with self._lock:
+            if not d.opened:
+                return False
+            own = self._opened == d.opened
+            self._open -= 1
+            d.opened = 0
+        return own
+
+    def _lists_before(self, d: _Decision) -> dict[str, tuple[list[Any], list[Any]]] | None:
+        """The declared effects that are lists right before a recorded real call that runs alone (see
+        :meth:`_open_call`): expression -> (the list, a shallow copy of its items), what :meth:`_effects_after`
+        compares with to tell a call that only appended. ``None`` when none is a list. One pointer copy per list
+        (holding its items keeps their ids theirs); an expression that fails is left to :meth:`_effects_after`,
+        which reports it."""
+        out: dict[str, tuple[list[Any], list[Any]]] = {}
         for effect in self._effects:
             try:
-                out[effect.text] = plain_copy(effect.evaluate(d.instance, (), {}, None))
+                value = effect.evaluate(d.instance, (), {}, None)
+            except ExpressionFailed:
+                continue
+            if isinstance(value, list):
+                out[effect.text] = (value, list.copy(value))  # list's own copy: a subclass's overrides not called
+        return out or None
+
+    def _effects_after(self, d: _Decision) -> dict[str, Any]:
+        """The values of the declared side effects now, after the real call (containers as plain copies); a list
+        the call only appended to (see :func:`appended_items`) as :class:`Appended`, its new items alone."""
+        out: dict[str, Any] = {}
+        before = (d.lists_before if self._close_call(d) else None) or {}  # another call ran beside it: whole values
+        for effect in self._effects:
+            try:
+                value = effect.evaluate(d.instance, (), {}, None)
             except ExpressionFailed as exc:
                 effect.warn_once(exc, "it is not recorded, and a replay of such a call cannot restore it")
+                continue
+            out[effect.text] = recorded_form(before.get(effect.text), value)
         return out
 
     def _restore(self, d: _Decision, loaded: Any, result: Any, args: tuple[Any, ...],
                  kwargs: Mapping[str, Any]) -> None:
-        """On a hit: copy the echo values into ``result``, put the recorded side effects back.
+        """On a hit: copy the echo values into ``result``, put the recorded side effects back (a list recorded as
+        the items the call appended gets them appended).
 
         Raises:
             ExpressionFailed: an echo or effect expression failed on this call (nothing of the host changed
-                yet when an echo fails: echoes run first).
+                yet when an echo fails: echoes run first), or an effect recorded as appended items is no list
+                here (nothing of the host changed yet either).
         """
         for dest, source in self._echo:
             dest.assign(source.evaluate(d.instance, args, kwargs, self.positions, defaults=self.defaults),
                         d.instance, args, kwargs, self.positions, result=result, defaults=self.defaults)
         recorded = loaded.effects or {}
+        lists = self._lists_to_extend(d, loaded.appended or {}, args, kwargs)  # checked before anything changes
         for effect in self._effects:
-            if effect.text in recorded:
+            if effect.text in lists:
+                self._append_recorded(effect, lists[effect.text], loaded.appended[effect.text], d.served)
+            elif effect.text in recorded:
                 effect.assign(recorded[effect.text], d.instance, args, kwargs, self.positions, defaults=self.defaults)
             else:
                 effect.warn_once(ExpressionFailed(f"{effect.key} {effect.text!r} is not in the recording of step "
                                                   f"{d.served} (recorded before it was declared, or it failed "
                                                   "then)"), "the replay leaves it as it is")
+
+    def _lists_to_extend(self, d: _Decision, appended: Mapping[str, Any], args: tuple[Any, ...],
+                         kwargs: Mapping[str, Any]) -> dict[str, list[Any]]:
+        """The live lists a replay appends recorded items to, by expression: every declared effect the entry
+        recorded as appended items (:attr:`~skipweave.store.step_store.Loaded.appended`).
+
+        Raises:
+            ExpressionFailed: an effect's expression fails, its live value is no list to append to, or its
+                recording is not ``{"n_before": int, "tail": list}`` (a payload no skipweave writes).
+        """
+        out: dict[str, list[Any]] = {}
+        for effect in self._effects:
+            if effect.text not in appended:
+                continue
+            item = appended[effect.text]
+            if not (isinstance(item, dict) and type(item.get("n_before")) is int
+                    and isinstance(item.get("tail"), list)):
+                raise ExpressionFailed(f"{effect.key} {effect.text!r}: the recording of step {d.served} holds "
+                                       f"{type(item).__name__} where appended items are expected")
+            live = effect.evaluate(d.instance, args, kwargs, self.positions, defaults=self.defaults)
+            if not isinstance(live, list):
+                raise ExpressionFailed(f"{effect.key} {effect.text!r} is {type(live).__name__} here: the recording "
+                                       f"of step {d.served} holds items the real call appended to a list")
+            out[effect.text] = live
+        return out
+
+    def _append_recorded(self, effect: Expression, live: list[Any], item: Mapping[str, Any],
+                         served: int | None) -> None:
+        """Append an entry's recorded items to the live list, in place (the host's references and the list's type
+        kept). A list of another length than the recording's before the call gets them all the same, what the
+        call added; one WARNING per effect says so, since the list then differs from run 1's."""
+        if len(live) != item["n_before"]:
+            with self._lock:
+                first = effect.text not in self._tail_warned
+                self._tail_warned.add(effect.text)
+            (logger.warning if first else logger.debug)(
+                "skipweave: %s %r held %d items before the call where the recording's held %d (step %s): the %d "
+                "items the real call appended are appended, and the list differs from run 1's (later such "
+                "replays at DEBUG)", effect.key, effect.text, len(live), item["n_before"], served, len(item["tail"]))
+        live.extend(item["tail"])
 
     def _unusable(self, d: _Decision, key: Any, reason: str) -> None:
         """An entry that cannot be served: set it aside (one WARNING from the store) and re-record it live."""
@@ -943,7 +1043,8 @@ class SkipProxy:
         handed_over = False
         try:
             rng, effects = snapshot if snapshot is not None else self._snapshot(d)
-            staged = self.store.stage(result, rng_state=rng, effects=effects)
+            effects, appended = split_appended(effects)
+            staged = self.store.stage(result, rng_state=rng, effects=effects, appended=appended)
             meta = EntryMeta(self.target.path, d.fp or "", seconds, d.replace, d.concurrent, displace=True,
                              background=True)
             budget = self.role.write_buffer
@@ -1008,6 +1109,50 @@ def _chooser() -> concurrent.futures.ThreadPoolExecutor:
 
 
 os.register_at_fork(after_in_child=_CHOOSERS.clear)  # the parent's thread does not exist in a forked child
+
+
+class Appended(NamedTuple):
+    """A declared effect that was a list the real call only appended to: what the record keeps of it."""
+
+    n_before: int
+    """Items the list held before the call."""
+    tail: list[Any]
+    """The items the call appended (plain copies, see :func:`plain_copy`)."""
+
+
+def appended_items(before: list[Any], items: list[Any], now: Any) -> list[Any] | None:
+    """The items a call appended to the list ``before`` that held ``items`` (a shallow copy taken before the call),
+    when ``now`` (the effect's value after it) is that very list, and its first ``len(items)`` items are the same
+    objects (by identity) as before; ``None`` for anything else (a new list, one shrunk or with an item replaced).
+    An item changed in place is the same object: what the call did inside an older item is not seen."""
+    if now is not before:
+        return None
+    current = list.copy(now)
+    n = len(items)
+    if len(current) < n or not all(map(operator.is_, current, items)):
+        return None
+    return current[n:]
+
+
+def recorded_form(was: tuple[list[Any], list[Any]] | None, value: Any) -> Any:
+    """What a record keeps of an effect's ``value`` after the call: :class:`Appended` when it is the list ``was``
+    names (``(the list, its items before the call)``, see :meth:`SkipProxy._lists_before`) and the call only
+    appended to it, else a plain copy of the whole value."""
+    if was is not None:
+        tail = appended_items(*was, value)
+        if tail is not None:
+            return Appended(len(was[1]), plain_copy(tail))
+    return plain_copy(value)
+
+
+def split_appended(effects: dict[str, Any] | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """Split a snapshot's effects (:meth:`SkipProxy._effects_after`) into the whole values and the appended items
+    in the form the store keeps (``{"n_before": int, "tail": list}`` by expression; ``None`` when none)."""
+    if not effects or not any(type(v) is Appended for v in effects.values()):
+        return effects, None
+    whole = {k: v for k, v in effects.items() if type(v) is not Appended}
+    appended = {k: {"n_before": v.n_before, "tail": v.tail} for k, v in effects.items() if type(v) is Appended}
+    return whole, appended
 
 
 def plain_copy(value: Any) -> Any:

@@ -20,6 +20,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from skipweave.weaving.main_script import names_main_script
+
 
 class TargetNotFound(LookupError):
     """A target path does not resolve; the message names the path and the part that failed."""
@@ -57,14 +59,14 @@ def split_path(path: str, *, may_import: bool = True) -> ResolvedPath:
         module, _, attr = path.partition(":")
         if not attr:
             raise TargetNotFound(path, path, "nothing after ':'")
-        if module not in sys.modules and find(module) is None:
+        if module not in sys.modules and find(module) is None and names_main_script(module) is False:
             parts = module.split(".")
             failed = next(
                 (".".join(parts[: i + 1]) for i in range(len(parts)) if find(".".join(parts[: i + 1])) is None),
                 module,
             )
             raise TargetNotFound(path, failed, f"no module named '{failed}'")
-        return ResolvedPath(path, main_alias(module), attr)
+        return ResolvedPath(path, module, attr)
     parts = path.split(".")
     module = ""
     for i in range(1, len(parts)):
@@ -81,29 +83,25 @@ def split_path(path: str, *, may_import: bool = True) -> ResolvedPath:
         module = candidate
         if spec.submodule_search_locations is None:
             break
+    script = _main_script_prefix(parts)
+    if len(script) > len(module):  # the running script, which no finder may place yet (skipweave run's start-up)
+        module = script
     if not module:
         raise TargetNotFound(path, parts[0], f"no module named '{parts[0]}'")
     attr = path[len(module) + 1:]
     if not attr:
         raise TargetNotFound(path, path, "the path names a module; name a function or Class.method inside it")
-    return ResolvedPath(path, main_alias(module), attr)
+    return ResolvedPath(path, module, attr)
 
 
-def main_alias(module: str) -> str:
-    """Return ``"__main__"`` when ``module`` names the file running as the main script, else ``module``.
-
-    ``python app.py`` runs ``app.py`` as ``__main__``; a target written ``app:Gen.generate`` would otherwise
-    wait forever for an ``import app`` that never comes.
-    """
-    main = sys.modules.get("__main__")
-    main_file = getattr(main, "__file__", None)
-    if not main_file or module in sys.modules or "." in module:
-        return module
-    spec = _find_spec(module)
-    origin = getattr(spec, "origin", None)
-    if origin and os.path.realpath(origin) == os.path.realpath(main_file):
-        return "__main__"
-    return module
+def _main_script_prefix(parts: list[str]) -> str:
+    """The longest leading part of a dotted path that may name the main script (``train`` of ``train.Gen.run`` for
+    ``python train.py``, see :func:`~skipweave.weaving.main_script.names_main_script`), or ``""``."""
+    for i in range(len(parts) - 1, 0, -1):
+        candidate = ".".join(parts[:i])
+        if names_main_script(candidate) is not False:
+            return candidate
+    return ""
 
 
 def _find_spec(name: str, *, may_import: bool = True) -> Any:

@@ -11,9 +11,11 @@ import see the patch.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import logging
+import os
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -29,7 +31,8 @@ from skipweave.store import runs
 from skipweave.store.paths import dump_dir_problem
 from skipweave.store.step_store import StepStore
 from skipweave.store.write_behind import flush
-from skipweave.store.writers import end_run, run_id, run_started
+from skipweave.store.writers import end_run, made_here, run_id, run_started
+from skipweave.weaving.main_script import MAIN, WATCH, names_main_script
 from skipweave.weaving.proxy import SkipProxy, shard_label, wraps_coroutine_function
 from skipweave.weaving.resolve import ResolvedPath, TargetNotFound, resolve_owner, split_path
 from skipweave.weaving.unpatch import remove_wrapper
@@ -133,9 +136,11 @@ class Weaver:
                     patches.append(Patch(role, target, rpath))
             # Eagerly check targets whose module is already imported, before patching any.
             for p in patches:
+                if names_main_script(p.rpath.module) is True:  # one name for it: its module object's
+                    p.rpath = dataclasses.replace(p.rpath, module=MAIN)
                 mod = sys.modules.get(p.rpath.module)
-                if mod is not None and not p.target.optional:
-                    resolve_owner(mod, p.rpath)
+                if mod is not None and not p.target.optional and p.rpath.module != MAIN:
+                    resolve_owner(mod, p.rpath)  # (the main script may define it still: WATCH.wait_for judges)
             for role in plan.enabled_roles:  # bad callables, proxy classes, RANK, dump dirs fail before any patch
                 if role.shard is not ShardKind.FINGERPRINT:
                     shard_label(role.shard)
@@ -157,11 +162,21 @@ class Weaver:
                 for p in patches:
                     report.expect(p.role.role, p.target.name, self._expected(p))
                     self._state.patches.append(p)
-                    wrapt.register_post_import_hook(self._hook(p, generation), p.rpath.module)
+                    hook = self._hook(p, generation)
+                    judged = names_main_script(p.rpath.module)
+                    if judged is not False and WATCH.wait_for(p.rpath.module, p.rpath.attr, hook) and judged:
+                        continue  # the main script's: woven when it defines the name
+                    wrapt.register_post_import_hook(hook, p.rpath.module)
             except BaseException:
                 self.unweave()  # nothing stays patched, and the same plan can be woven again
                 raise
             lifecycle.at_exit(lifecycle.FINISH, self.close_parts)
+            run = made_here()
+            if run is not None:  # the run's first process owns its marks, and removes them at its end
+                for dump_dir in dict.fromkeys(r.dump_dir for r in plan.enabled_roles):
+                    runs.claim(dump_dir, run)
+                lifecycle.at_exit(lifecycle.REPORT, report.log_summary)  # (once) the summary reads the marks:
+                lifecycle.at_exit(lifecycle.REPORT, runs.release)  # registered before their cleanup, so run before it
             applied = sum(not p.pending for p in patches)
             waiting: dict[str, int] = {}
             for p in patches:
@@ -188,9 +203,14 @@ class Weaver:
             return runs.marked(store.dump_dir, store.namespace, store.role, run_id(), target, kind,
                                since=run_started())
 
+        def unwoven() -> str | None:
+            if not patch.pending:
+                return None
+            return "" if patch.target.optional else _why_unwoven(patch.rpath)  # an optional one: no word
+
         steps = patch.role.steps.to_config()
         text = "[" + ",".join(str(x) for x in steps) + "]" if isinstance(steps, list) else str(steps)
-        return report.Expected(patch.target.path, text, mark, elsewhere)
+        return report.Expected(patch.target.path, text, mark, elsewhere, unwoven)
 
     def _hook(self, patch: Patch, generation: int) -> Any:
         def on_import(module: Any) -> None:
@@ -231,6 +251,9 @@ class Weaver:
         proxy.defaults = _defaults(original)
         handle = wrapt.wrap_function_wrapper(owner, attr, proxy.wrapper())
         patch.proxy, patch.owner, patch.attr, patch.handle, patch.pending = proxy, owner, attr, handle, False
+        store = self._store(patch.role)  # for a driver whose workers alone weave it: no never-woven warning
+        if os.path.isdir(store.dump_dir):  # (weaving makes no dump dir; a call's own marks say it was woven too)
+            runs.mark(store.dump_dir, store.namespace, store.role, run_id(), patch.target.name, runs.WOVEN)
         logger.debug("skipweave: patched %s (%s) for role %s", patch.target.path,
                      "async" if is_async else "sync", patch.role.role)
 
@@ -242,6 +265,7 @@ class Weaver:
         with a warning. Parts this process recorded are closed (marked complete).
         """
         with self._lock:
+            WATCH.forget()
             self.close_parts()
             if self._state.plan_key is not None:
                 report.end_plan()
@@ -266,6 +290,18 @@ class Weaver:
                 store.close_all()
             except OSError as exc:
                 logger.warning("skipweave: could not close recorded steps under %s: %s", store.dump_dir, exc)
+
+
+def _why_unwoven(rpath: ResolvedPath) -> str:
+    """Why a target waiting at exit was never woven, for the exit WARNING."""
+    name = rpath.attr.split(".", 1)[0]
+    if rpath.module == MAIN or names_main_script(rpath.module):
+        return (f"the main script never defined '{name}' at its top level (a class or function defined inside a "
+                "function, or behind a condition that was false, cannot be woven; see docs/own_trainer.md)")
+    if rpath.module in sys.modules:
+        return f"its module '{rpath.module}' was imported, but '{rpath.attr}' did not resolve in it"
+    return (f"its module '{rpath.module}' was never imported by this program (check the path; a class in the "
+            "script you run is named __main__:Class.method or by the script's name)")
 
 
 def _positions(original: Any, owner: Any) -> dict[str, int]:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +149,172 @@ def test_gc_console_script_json(tmp_path: Path) -> None:
     assert doc["dry_run"] is False and {a["outcome"] for a in doc["actions"]} == {"removed"}
     assert doc["freed_bytes"] > 0 and doc["complete_entries_kept"] == 12
     _assert_valid_entries_intact(s, valid)
+
+
+# ---------------------------------------------------------------------------------------------- run marks
+DAY = 86400.0
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def _run_folder(dump: Path, run: str, *, owner: dict[str, Any] | None = None, age_days: float = 0.0) -> Path:
+    """A run's marks as its processes leave them (an owner file unless ``owner`` is None), all ``age_days`` old."""
+    folder = dump / ".runs" / run
+    (folder / NS / ROLE).mkdir(parents=True)
+    for kind in ("called", "eligible"):
+        (folder / NS / ROLE / f"gen.{kind}").touch()
+    if owner is not None:
+        doc = {"host": platform.node(), "pid": os.getpid(), "pid_namespace": _pid_namespace(), "process_start": None,
+               "ended_unix": None} | owner
+        (folder / ".owner.json").write_text(json.dumps(doc))
+    _age(folder, age_days)
+    return folder
+
+
+def _age(folder: Path, days: float) -> None:
+    """Set the modification time of ``folder`` and of everything in it (symlinks themselves) ``days`` back."""
+    when = time.time() - days * DAY
+    for path in [*folder.rglob("*"), folder]:
+        os.utime(path, (when, when), follow_symlinks=False)
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # reaped: its pid is free
+    return child.pid
+
+
+def test_gc_lists_and_removes_the_marks_of_ended_runs_and_keeps_live_ones(tmp_path: Path, capsys: Any) -> None:
+    s = make_store(tmp_path / "dump", damage=False)
+    valid = _valid_files(s)
+    gone = _run_folder(s.dump, "gone", owner={"pid": _dead_pid()})  # fresh marks: kept for --min-age
+    exited = _run_folder(s.dump, "exited", owner={"ended_unix": time.time() - 2 * DAY}, age_days=2)
+    remote_old = _run_folder(s.dump, "remote-old", owner={"host": "elsewhere", "pid": 1}, age_days=8)
+    orphan_old = _run_folder(s.dump, "no-owner-old", age_days=8)
+    container = _run_folder(s.dump, "container-old", owner={"pid_namespace": "pid:[1]"}, age_days=8)
+    reused = _run_folder(s.dump, "pid-reused", owner={"process_start": -1}, age_days=1)  # this pid, another start
+    live = _run_folder(s.dump, "live", owner={}, age_days=30)  # its first process is this test: alive
+    remote_young = _run_folder(s.dump, "remote-young", owner={"host": "elsewhere", "pid": 1}, age_days=6)
+    orphan_young = _run_folder(s.dump, "no-owner-young", age_days=1)
+    kept_always = [live, remote_young, orphan_young]
+    ended = [gone, exited, remote_old, orphan_old, container, reused]
+    size = sum(p.stat().st_size for f in ended for p in f.rglob("*") if p.is_file())
+
+    status, out, _ = cli(capsys, "gc", str(s.dump))
+    assert status == 0, out
+    assert f"would remove run marks           {s.dump / '.runs'}  (5 run folders, " in out
+    assert f"kept         run marks           {s.dump / '.runs'}  (1 run folder, " in out
+    assert "less than --min-age 3600 s" in out
+
+    status, out, _ = cli(capsys, "gc", str(s.dump), "--min-age", "0", "--json")
+    doc = json.loads(out)
+    marks = {a["where"]: a for a in doc["actions"] if a["kind"] == "run_marks"}
+    assert set(marks) == {f"run {f.name}" for f in ended}
+    assert {a["outcome"] for a in marks.values()} == {"would_remove"} and doc["freed_bytes"] == size
+    assert marks["run gone"]["reason"].endswith("is gone") and "on this host" in marks["run gone"]["reason"]
+    assert "wrote at its exit" in marks["run exited"]["reason"]
+    assert "host 'elsewhere'" in marks["run remote-old"]["reason"] and "8.0 days" in marks["run remote-old"]["reason"]
+    assert "names no first process" in marks["run no-owner-old"]["reason"]
+    assert "another pid namespace" in marks["run container-old"]["reason"]
+    assert marks["run pid-reused"]["path"] == str(reused) and marks["run pid-reused"]["files"] == [str(reused)]
+    assert all(f.exists() for f in ended)  # a dry run
+
+    status, out, _ = cli(capsys, "gc", str(s.dump), "--yes", "--min-age", "0")
+    assert status == 0 and f"removed      run marks           {s.dump / '.runs'}  (6 run folders, " in out
+    assert not any(f.exists() for f in ended) and all(f.exists() for f in kept_always)
+    assert sorted(p.name for p in (s.dump / ".runs").iterdir()) == sorted(f.name for f in kept_always)
+    _assert_valid_entries_intact(s, valid)
+    status, out, _ = cli(capsys, "gc", str(s.dump), "--yes", "--min-age", "0")
+    assert status == 0 and "nothing to remove" in out
+
+
+def test_gc_judges_a_run_again_before_removing_its_marks(tmp_path: Path) -> None:
+    s = make_store(tmp_path / "dump", damage=False)
+    folder = _run_folder(s.dump, "back", owner={"pid": _dead_pid()}, age_days=1)
+    result = inspect.scan(str(s.dump), checksums=True)
+    action = next(a for a in inspect.plan_gc(result) if a.kind is inspect.GcKind.RUN_MARKS)
+    (folder / ".owner.json").write_text(json.dumps({  # meanwhile: named a live process as its first
+        "host": platform.node(), "pid": os.getpid(), "pid_namespace": _pid_namespace(), "process_start": None}))
+    inspect.apply_gc(result, action, min_age=0, dry_run=False)
+    assert action.outcome == "skipped" and "no longer known to have ended" in (action.detail or "")
+    assert folder.exists()
+
+    (folder / ".owner.json").write_text(json.dumps({"host": "elsewhere", "pid": 1, "pid_namespace": "",
+                                                    "ended_unix": time.time()}))
+    (folder / NS / ROLE / "gen.called").touch()  # a process of the run that outlived its first one marked
+    inspect.apply_gc(result, action, min_age=3600, dry_run=False)
+    assert action.outcome == "skipped" and "less than --min-age 3600 s" in (action.detail or "")
+    _age(folder, 1)
+    inspect.apply_gc(result, action, min_age=3600, dry_run=False)
+    assert action.outcome == "removed" and not folder.exists()
+
+
+def test_gc_survives_crafted_run_marks_and_never_acts_outside(tmp_path: Path, capsys: Any) -> None:
+    s = make_store(tmp_path / "dump", damage=False)
+    outside = tmp_path / "outside"
+    (outside / "run" / NS).mkdir(parents=True)
+    (outside / "precious").write_text("keep me")
+    (outside / "owner.json").write_text(json.dumps({"host": "x", "pid": 1, "pid_namespace": "", "ended_unix": 1.0}))
+    runs = s.dump / ".runs"
+    runs.mkdir()
+    (runs / "evil").symlink_to(outside)  # a run's folder that is a symlink out of the dump dir
+    (runs / "a-file").write_text("not a folder")
+    for odd in ("we ird", "-dash", "..x", "ü"):
+        (runs / odd).mkdir()
+    _age(outside, 30)
+    crafted = _run_folder(s.dump, "crafted")
+    (crafted / NS / "out").symlink_to(outside)  # a symlink inside a run's folder: removed itself, never followed
+    (crafted / ".owner.json").symlink_to(outside / "owner.json")  # a planted owner: never read through a link
+    deep = crafted / NS
+    for _ in range(300):
+        deep = deep / "d"
+    deep.mkdir(parents=True)
+    weird_owner = [_run_folder(s.dump, name, age_days=0) for name in ("owner-dir", "owner-junk", "owner-big",
+                                                                      "owner-fifo", "owner-odd")]
+    (weird_owner[0] / ".owner.json").mkdir()
+    (weird_owner[1] / ".owner.json").write_bytes(b"\xff[[[" + b"[" * 3000)
+    (weird_owner[2] / ".owner.json").write_text(json.dumps({"host": platform.node(), "pid": os.getpid(),
+                                                            "pid_namespace": _pid_namespace(), "pad": "x" * 9000}))
+    os.mkfifo(weird_owner[3] / ".owner.json")  # opening it to read would block until a writer came
+    (weird_owner[4] / ".owner.json").write_text(json.dumps({"host": platform.node(), "pid": 2**80,
+                                                            "pid_namespace": _pid_namespace()}))
+    for folder in [crafted, *weird_owner]:
+        _age(folder, 8)
+    before = {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()}
+
+    status, out, _ = cli(capsys, "gc", str(s.dump), "--json", "--min-age", "0")
+    doc = json.loads(out)
+    assert status == 0
+    ignored = {Path(i["path"]).name: i["why"] for i in doc["ignored"]}
+    assert ignored["evil"] == "a symlink (never followed)"
+    assert ignored["a-file"] == "a file where a run's folder belongs"
+    assert {ignored[n] for n in ("we ird", "-dash", "..x", "ü")} == {"a folder name skipweave never writes"}
+    marks = {a["where"]: a["reason"] for a in doc["actions"] if a["kind"] == "run_marks"}
+    assert set(marks) == {"run crafted", *(f"run {f.name}" for f in weird_owner)}
+    assert all("names no first process" in why for why in marks.values())  # no owner read: judged by age
+
+    status, out, _ = cli(capsys, "gc", str(s.dump), "--yes", "--min-age", "0")
+    assert status == 0 and "FAILED" not in out, out
+    assert not crafted.exists() and not any(f.exists() for f in weird_owner)
+    assert {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()} == before
+    assert (outside / "run" / NS).is_dir() and (runs / "evil").is_symlink() and (runs / "a-file").is_file()
+
+
+@pytest.mark.parametrize("kind", ["symlink", "file"])
+def test_gc_leaves_a_runs_folder_that_is_a_symlink_or_a_file_alone(tmp_path: Path, capsys: Any, kind: str) -> None:
+    s = make_store(tmp_path / "dump", damage=False)
+    outside = tmp_path / "outside"
+    _run_folder(outside, "old", age_days=30)
+    if kind == "symlink":
+        (s.dump / ".runs").symlink_to(outside / ".runs")
+    else:
+        (s.dump / ".runs").write_text("not a folder")
+    status, out, _ = cli(capsys, "gc", str(s.dump), "--yes", "--min-age", "0")
+    assert status == 0 and "run folder" not in out
+    assert f"{s.dump / '.runs'}: a " in out  # listed as ignored
+    assert (outside / ".runs" / "old" / NS / ROLE / "gen.called").exists()

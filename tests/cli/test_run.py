@@ -57,11 +57,14 @@ skip:
 
 
 def _profile_files(tmp: Path) -> tuple[Path, Run, Run]:
-    """Record with ``--skip ./mine.yaml``; replay with ``--skip rollout_repeat --skip mine`` from the search path."""
+    """Record with ``--skip ./mine.yaml``; replay with ``--skip rollout_repeat --skip mine`` from the search path.
+
+    ``mine.yaml`` sets no ``dump_dir``: a plain override sets it all the same (a key of the role schema).
+    """
     (tmp / "mine.yaml").write_text(PROFILE)
     (tmp / "profiles").mkdir()
     (tmp / "profiles" / "mine.yaml").write_text(PROFILE + "    steps: [2, 3]\n")
-    dump = f"+skip.rollout.dump_dir={tmp}/dump"
+    dump = f"skip.rollout.dump_dir={tmp}/dump"
     script = f"{sys.executable} {APPS / 'plain_script.py'} 3"
     # The program removes the file before it starts: the plan reaches it in SKIPWEAVE_PLAN, not as a file.
     first = launch("run", "--skip", "./mine.yaml", dump, "--", "sh", "-c", f"rm mine.yaml && exec {script}", cwd=tmp)
@@ -94,6 +97,9 @@ def _failures(tmp: Path) -> tuple[Path, dict[str, Run]]:
         ],
         "missing method": [
             "run", "--skip", "rollout_cache", "+skip.rollout.targets.gen=worker.Generator.genrate", "--", *script,
+        ],
+        "missing at start-up": [  # `os` is imported before the program runs: the weave happens at start-up
+            "run", "--skip", "rollout_cache", "+skip.rollout.targets.gen=os.no_such_function", "--", *script,
         ],
         "print plan": ["run", "--skip", "rollout_repeat", "skip.rollout.steps=[1,2]", GEN, "--print-plan"],
         "verbose": [  # the program configures no logging: -v still shows skipweave's lines
@@ -160,8 +166,12 @@ def test_launcher_refuses_bad_plans_before_or_as_the_program_starts(runs: Scenar
         "unknown profile": ["'rollout_cash'", "rollout_cache"],
         "missing profile file": ["profile='./nope.yaml'", f"there is no file {tmp / 'nope.yaml'}", "'rollout_cache'"],
         "no command": ["nothing to run"],
-        "missing module": ["skip.rollout.targets.gen", "failed at 'wrker'"],
-        "missing method": ["skip.rollout.targets.gen", "failed at 'worker.Generator.genrate'"],
+        "missing module": ["stopped before the program started", "skip.rollout.targets.gen", "failed at 'wrker'"],
+        "missing method": [
+            "stopped when the program first imported worker (its code up to that import had run)",
+            "skip.rollout.targets.gen", "failed at 'worker.Generator.genrate'",
+        ],
+        "missing at start-up": ["stopped before the program's own code ran", "failed at 'os.no_such_function'"],
     }
     for name, needles in expected.items():
         result = results[name]

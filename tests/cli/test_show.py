@@ -119,6 +119,25 @@ def test_show_refuses_paths_that_are_not_one_entry(tmp_path: Path, capsys: Any) 
         assert err.startswith("skipweave show: ") and message in err, err
 
 
+def test_show_of_a_dump_dir_or_a_folder_of_it_says_what_it_holds(tmp_path: Path, capsys: Any) -> None:
+    dump = make_store(tmp_path / "dump", damage=False).dump
+    first = dump / NS / ROLE / "1" / "gen" / "r0-0000.manifest.json"
+    cases = {
+        dump: f"{dump} is a dump dir holding role rollout (steps 1-2, 4-7, 16 entries) of namespace default; ",
+        dump / NS: f"{dump / NS} is namespace default of dump dir {dump}, holding role rollout (steps 1-2, 4-7, 16 ",
+        dump / NS / ROLE: f"is role rollout of namespace default of dump dir {dump}, holding steps 1-2, 4-7, 16 entr",
+        dump / NS / ROLE / "1": "is step 1 of role rollout of namespace default of dump dir "
+                                f"{dump}, holding targets gen, score (6 entries)",
+        tmp_path: f"{tmp_path} is above the dump dir {dump}, holding role rollout (steps 1-2, 4-7, 16 entries)",
+    }
+    for path, message in cases.items():
+        status, out, err = cli(capsys, "show", str(path))
+        assert status == 2 and not out, path
+        assert err.startswith("skipweave show: ") and message in err, err
+        assert f"show one entry with `skipweave show {first}`, or list them with `skipweave ls {dump}`" in err, err
+    assert cli(capsys, "show", str(first))[0] == 0  # the entry it points to
+
+
 def test_show_starts_without_importing_torch(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -21,7 +21,7 @@ import skipweave
 from skipweave.config import ConfigError, load_skip_config
 from skipweave.config.profile_files import CALLBACK_DEFAULT, PROFILE_PATH_ENV, read_profile_file
 from skipweave.config.profiles import available_profiles, compose_profile, resolve_profile, shipped_profiles
-from skipweave.config.schema import Action, RoleConfig, StepSet
+from skipweave.config.schema import ROLE_KEYS, Action, RoleConfig, StepSet, parse_role
 
 MINE = """\
 skip:
@@ -190,6 +190,74 @@ def test_weave_with_a_profile_file_and_with_a_name_on_the_search_path(
     assert plan is not None and plan.roles["rollout"].action is Action.CACHE
     assert [host.Gen().run(s) for s in (7, 8)] == [{"step": 7}, {"step": 8}]
     assert host.CALLS == [7, 8]
+
+
+# --- overrides of a profile file -------------------------------------------------------------------------
+
+
+def _bare_profile(host_module: Callable[..., tuple[str, Path]], tmp_path: Path, extra: str = "") -> tuple[Path, str]:
+    """A profile file that sets no dump_dir, steps, action or step: only its target (and ``extra`` role lines)."""
+    name, _ = host_module("class Gen:\n    def run(self, step):\n        return {'step': step}\n")
+    text = f"skip:\n  rollout:\n    enable: true\n{extra}    targets:\n      gen: {name}.Gen.run\n"
+    return write(tmp_path / "bare.yaml", text), name
+
+
+def test_a_plain_override_sets_a_role_key_the_file_leaves_out(
+    host_module: Callable[..., tuple[str, Path]], tmp_path: Path
+) -> None:
+    profile, name = _bare_profile(host_module, tmp_path)
+    skipweave.weave(profile=str(profile), overrides=[
+        f"skip.rollout.dump_dir={tmp_path / 'x'}", "skip.rollout.steps=[1,2]", "skip.rollout.action=repeat",
+        "skip.rollout.write_buffer=1MB", "skip.rollout.step.source=counter",  # a key inside a mapping left out too
+    ])
+    plan = skipweave.woven_plan()
+    assert plan is not None
+    role = plan.roles["rollout"]
+    assert (role.dump_dir, role.steps, role.action) == (str(tmp_path / "x"), StepSet(((1, 2),)), Action.REPEAT)
+    assert (role.write_buffer, role.step.source.value) == (10**6, "counter")
+    skipweave.unweave()
+    # Every role key is declared ??? for Hydra; left unset, each means what it meant absent.
+    node = read_profile_file(str(profile))
+    assert set(node.skip.rollout) == set(ROLE_KEYS) and OmegaConf.is_missing(node.skip.rollout, "write_buffer")
+    assert rollout(str(profile)) == parse_role("rollout", {"enable": True, "targets": {"gen": f"{name}.Gen.run"}})
+    app = {"skip": {"rollout": {"dump_dir": "/app", "step": "counter", "bypass": None}}}
+    kept = load_skip_config(compose_profile(str(profile), base=app)).roles["rollout"]
+    assert (kept.dump_dir, kept.step.source.value, kept.bypass.when.value) == ("/app", "counter", "never")
+    legacy = {"actor_rollout_ref": {"rollout": {"skip_rollout": True, "skip_dump_dir": "/legacy"}}}
+    with pytest.warns(FutureWarning):
+        assert load_skip_config(compose_profile(str(profile), base=legacy)).roles["rollout"].dump_dir == "/legacy"
+    # `+` and `++` keep working on a key the file leaves out.
+    assert rollout(str(profile), "+skip.rollout.dump_dir=/plus").dump_dir == "/plus"
+    assert rollout(str(profile), "++skip.rollout.dump_dir=/both").dump_dir == "/both"
+
+
+def test_a_plain_override_replaces_a_key_the_file_sets(
+    host_module: Callable[..., tuple[str, Path]], tmp_path: Path
+) -> None:
+    profile, _ = _bare_profile(host_module, tmp_path, extra=f"    dump_dir: {tmp_path / 'file'}\n    steps: [3]\n")
+    assert rollout(str(profile)).dump_dir == str(tmp_path / "file")
+    skipweave.weave(profile=str(profile), overrides=[f"skip.rollout.dump_dir={tmp_path / 'cli'}"])
+    plan = skipweave.woven_plan()
+    assert plan is not None
+    assert (plan.roles["rollout"].dump_dir, plan.roles["rollout"].steps) == (str(tmp_path / "cli"), StepSet(((3, 3),)))
+
+
+@pytest.mark.parametrize(
+    ("override", "key", "hint"),
+    [
+        ("skip.rollout.dump_dri=/x", "skip.rollout.dump_dri", "did you mean 'dump_dir'?"),
+        ("skip.rollout.step.sorce=attr", "skip.rollout.step.sorce", "did you mean 'source'?"),
+    ],
+)
+def test_an_unknown_key_is_refused_with_the_keys_the_schema_has(
+    host_module: Callable[..., tuple[str, Path]], tmp_path: Path, override: str, key: str, hint: str
+) -> None:
+    profile, _ = _bare_profile(host_module, tmp_path)
+    with pytest.raises(ConfigError) as info:
+        skipweave.weave(profile=str(profile), overrides=[override])
+    assert info.value.key == key and f"no such key; {hint}" in str(info.value)
+    assert "+skip" not in str(info.value)  # not Hydra's advice to add it
+    assert skipweave.woven_plan() is None
 
 
 # --- errors --------------------------------------------------------------------------------------------

@@ -7,7 +7,9 @@ top-level package, then runs once for the whole plan. A process that never impor
 JSON parse and a post-import hook only.
 
 A weave that fails then (a target's class or method does not exist) stops the process with the same
-one-paragraph message the Hydra callback gives, and exit status 2.
+one-paragraph message the Hydra callback gives, and exit status 2. The message says what of the program had
+run: nothing of its own when a target's package was already imported at start-up (by ``site`` or the user's
+``sitecustomize``), else its code up to the import that triggered the weave.
 """
 
 from __future__ import annotations
@@ -61,18 +63,32 @@ class DeferredWeave:
         self.plan = plan
         self.done = False
         self._lock = threading.Lock()
+        self._registering = False  # True while register() runs: a call then comes from the start-up
+
+    def register(self, roots: list[str]) -> None:
+        """Hook each top-level package of ``roots``; one already imported runs the weave here, at start-up."""
+        import wrapt
+
+        self._registering = True
+        try:
+            for root in roots:
+                wrapt.register_post_import_hook(self, root)
+        finally:
+            self._registering = False
 
     def __call__(self, module: Any) -> None:
         with self._lock:
             if self.done:
                 return
             self.done = True
-        from skipweave.integrations.startup import failure_message, weave_plan
+        from skipweave.integrations.startup import AT_START_UP, at_first_import, failure_message, weave_plan
 
+        # Read before weaving: the failure message must say what of the program had run by then.
+        when = AT_START_UP if self._registering else at_first_import(getattr(module, "__name__", "?"))
         try:
             weave_plan(self.plan)
         except Exception as exc:  # noqa: BLE001 - a failed weave must stop the run
-            fail(failure_message(exc, self.plan, where="skipweave run"))
+            fail(failure_message(exc, self.plan, where="skipweave run", when=when))
 
 
 def fail(message: str) -> NoReturn:
@@ -121,11 +137,13 @@ def bootstrap(environ: Any = None) -> DeferredWeave | None:
         fail(f"skipweave: {PLAN_ENV} is not a valid plan ({exc}); launch through `skipweave run`.")
     if plan is None or not plan.enabled_roles:
         return None
-    import wrapt
-
     hook = DeferredWeave(plan)
-    roots = {top_module(t.path) for role in plan.enabled_roles for t in role.targets}
-    for root in sorted(roots):
-        wrapt.register_post_import_hook(hook, root)
+    from skipweave.weaving.main_script import MAIN, names_main_script
+
+    # A target in the script itself (train.Cls.m for python train.py) waits for no import: weave at start-up, so
+    # that the main script's watch follows the script from its first statement.
+    roots = {MAIN if names_main_script(root) is not False else root
+             for root in (top_module(t.path) for role in plan.enabled_roles for t in role.targets)}
+    hook.register(sorted(roots))
     logger.debug("skipweave: weave deferred until the first import of %s", ", ".join(sorted(roots)))
     return hook

@@ -1,0 +1,112 @@
+"""Targets in the script the user runs: a class method, a plain function and an async method of
+``tests/apps/one_file/train.py``, named ``__main__:...`` and ``train....``, through ``weave()``, ``skipweave run`` and
+a Hydra app. Run 1 records, run 2 replays with no real call and the same output. A target never woven is named at
+exit."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.integrations.hydra.runner import Run, clean_env, run
+
+TRAIN = Path(__file__).resolve().parents[1] / "apps" / "one_file" / "train.py"
+NAMES = {"cls": "Trainer.generate", "fn": "score", "aio": "AsyncTrainer.generate"}
+
+
+def _targets(naming: str) -> list[str]:
+    prefix = "__main__:" if naming == "main" else "train."
+    return [f"+skip.rollout.targets.{key}={prefix}{attr}" for key, attr in NAMES.items()]
+
+
+def _command(mode: str, naming: str, dump: Path) -> list[str]:
+    if mode == "weave":
+        return [sys.executable, str(TRAIN), "weave", naming, str(dump)]
+    if mode == "run":
+        return [sys.executable, "-m", "skipweave.cli", "run", "--skip", "rollout_cache",
+                f"skip.rollout.dump_dir={dump}", *_targets(naming), "--", sys.executable, str(TRAIN), "plain",
+                naming, "-"]
+    return [sys.executable, str(TRAIN), "hydra", naming, "-", f"hydra.run.dir={dump.parent}/hydra",
+            "+skip=rollout_cache", f"skip.rollout.dump_dir={dump}", *_targets(naming)]
+
+
+def _twice(case: tuple[str, str], tmp: Path) -> tuple[Run, Run]:
+    mode, naming = case
+    folder = tmp / f"{mode}-{naming}"
+    folder.mkdir()
+    first = run(_command(mode, naming, folder / "dump"), cwd=folder)
+    return first, run(_command(mode, naming, folder / "dump"), cwd=folder)
+
+
+def _line(r: Run, head: str) -> str:
+    return next((x for x in r.stdout.splitlines() if x.startswith(head)), f"no {head} line\n{r}")
+
+
+CASES = [(mode, naming) for mode in ("weave", "run", "hydra") for naming in ("main", "script")]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], tuple[Run, Run]]:
+    tmp = tmp_path_factory.mktemp("one_file")
+    with ThreadPoolExecutor(2) as pool:
+        return dict(zip(CASES, pool.map(lambda case: _twice(case, tmp), CASES), strict=True))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{m}-{n}" for m, n in CASES])
+def test_a_trainer_defined_in_the_script_records_then_replays(runs: dict, case: tuple[str, str]) -> None:
+    first, second = runs[case]
+    assert first.returncode == 0 and second.returncode == 0, (first, second)
+    assert _line(first, "REAL") == "REAL 9", first  # 3 steps x (class method, function, async method)
+    assert _line(second, "REAL") == "REAL 0", second
+    assert _line(first, "OUT") == _line(second, "OUT")
+    assert "never woven" not in first.stderr + first.stdout
+
+
+def _weave_then(tmp: Path, body: str, target: str) -> Run:
+    script = tmp / "app.py"
+    script.write_text(textwrap.dedent(f"""
+        import skipweave
+        skipweave.weave({{"skip": {{"rollout": {{"enable": True, "dump_dir": {str(tmp / "d")!r},
+                         "step": "counter", "targets": {{"gen": {target!r}}}}}}}}})
+    """) + textwrap.dedent(body))
+    return run([sys.executable, str(script)], cwd=tmp, env=clean_env(PYTHONPATH=str(tmp)))
+
+
+def test_a_target_whose_module_is_never_imported_is_named_at_exit(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere.py").write_text("class Gen:\n    def generate(self):\n        return 1\n")
+    r = _weave_then(tmp_path, "print('done')\n", "elsewhere.Gen.generate")
+    assert r.returncode == 0, r
+    assert ("role rollout target gen (elsewhere.Gen.generate) was never woven: its module 'elsewhere' was never "
+            "imported") in r.stderr, r
+    assert "skip.rollout.targets.gen" in r.stderr
+
+
+def test_a_class_the_script_never_defines_at_top_level_is_named_at_exit(tmp_path: Path) -> None:
+    body = """
+        def main():
+            class Trainer:
+                def generate(self):
+                    return 1
+            print(Trainer().generate())
+        main()
+    """
+    r = _weave_then(tmp_path, body, "__main__:Trainer.generate")
+    assert r.returncode == 0 and r.stdout.strip() == "1", r
+    assert "was never woven: the main script never defined 'Trainer' at its top level" in r.stderr, r
+    assert "skip.rollout.targets.gen" in r.stderr
+
+
+def test_a_class_defined_without_the_method_fails_at_its_definition(tmp_path: Path) -> None:
+    body = """
+        class Trainer:
+            def generat(self):
+                return 1
+        print("after the class")
+    """
+    r = _weave_then(tmp_path, body, "__main__:Trainer.generate")
+    assert r.returncode != 0 and "after the class" not in r.stdout, r
+    assert "did you mean 'generat'" in r.stderr, r
