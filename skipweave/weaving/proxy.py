@@ -32,14 +32,13 @@ import contextvars
 import heapq
 import inspect
 import logging
-import operator
 import os
 import sys
 import threading
 import time
 import types
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from skipweave import report
 from skipweave.config.errors import ConfigError
@@ -57,6 +56,7 @@ from skipweave.store.rng import RngMarks, capture_rng_state, prepare_rng_state, 
 from skipweave.store.step_store import EntryMeta, StepStore
 from skipweave.store.write_behind import WRITER
 from skipweave.store.writers import is_concurrent_other, started_unix, this_writer
+from skipweave.weaving.effects import recorded_form, split_appended
 
 logger = logging.getLogger(__name__)
 
@@ -892,7 +892,7 @@ class SkipProxy:
 
     def _effects_after(self, d: _Decision) -> dict[str, Any]:
         """The values of the declared side effects now, after the real call (containers as plain copies); a list
-        the call only appended to (see :func:`appended_items`) as :class:`Appended`, its new items alone."""
+        the call only appended to as its new items alone (:func:`~skipweave.weaving.effects.recorded_form`)."""
         out: dict[str, Any] = {}
         before = (d.lists_before if self._close_call(d) else None) or {}  # another call ran beside it: whole values
         for effect in self._effects:
@@ -1109,62 +1109,6 @@ def _chooser() -> concurrent.futures.ThreadPoolExecutor:
 
 
 os.register_at_fork(after_in_child=_CHOOSERS.clear)  # the parent's thread does not exist in a forked child
-
-
-class Appended(NamedTuple):
-    """A declared effect that was a list the real call only appended to: what the record keeps of it."""
-
-    n_before: int
-    """Items the list held before the call."""
-    tail: list[Any]
-    """The items the call appended (plain copies, see :func:`plain_copy`)."""
-
-
-def appended_items(before: list[Any], items: list[Any], now: Any) -> list[Any] | None:
-    """The items a call appended to the list ``before`` that held ``items`` (a shallow copy taken before the call),
-    when ``now`` (the effect's value after it) is that very list, and its first ``len(items)`` items are the same
-    objects (by identity) as before; ``None`` for anything else (a new list, one shrunk or with an item replaced).
-    An item changed in place is the same object: what the call did inside an older item is not seen."""
-    if now is not before:
-        return None
-    current = list.copy(now)
-    n = len(items)
-    if len(current) < n or not all(map(operator.is_, current, items)):
-        return None
-    return current[n:]
-
-
-def recorded_form(was: tuple[list[Any], list[Any]] | None, value: Any) -> Any:
-    """What a record keeps of an effect's ``value`` after the call: :class:`Appended` when it is the list ``was``
-    names (``(the list, its items before the call)``, see :meth:`SkipProxy._lists_before`) and the call only
-    appended to it, else a plain copy of the whole value."""
-    if was is not None:
-        tail = appended_items(*was, value)
-        if tail is not None:
-            return Appended(len(was[1]), plain_copy(tail))
-    return plain_copy(value)
-
-
-def split_appended(effects: dict[str, Any] | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """Split a snapshot's effects (:meth:`SkipProxy._effects_after`) into the whole values and the appended items
-    in the form the store keeps (``{"n_before": int, "tail": list}`` by expression; ``None`` when none)."""
-    if not effects or not any(type(v) is Appended for v in effects.values()):
-        return effects, None
-    whole = {k: v for k, v in effects.items() if type(v) is not Appended}
-    appended = {k: {"n_before": v.n_before, "tail": v.tail} for k, v in effects.items() if type(v) is Appended}
-    return whole, appended
-
-
-def plain_copy(value: Any) -> Any:
-    """A copy of ``value`` with mapping and list subclasses made plain (a ``defaultdict`` becomes a ``dict``), so
-    the codec stores it without pickle; a replay restores it into the host's own containers, types kept."""
-    if isinstance(value, Mapping):
-        return {k: plain_copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain_copy(v) for v in value]
-    if type(value) is tuple:
-        return tuple(plain_copy(v) for v in value)
-    return value
 
 
 def proxy_of(wrapper: Any) -> SkipProxy | None:
