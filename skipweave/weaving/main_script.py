@@ -76,7 +76,8 @@ def _script_from_command_line() -> str | None:
 
 def _module_name_of_file(path: str) -> str | None:
     stem, ext = os.path.splitext(os.path.basename(path))
-    return stem if ext in (".py", ".pyw", "") and stem.isidentifier() else None
+    # (a stem that is no identifier, my-train.py, can only be named __main__; it still tells a script runs)
+    return stem if ext in (".py", ".pyw", "") and stem else None
 
 
 def main_script_names() -> tuple[str, ...]:
@@ -205,6 +206,9 @@ class MainScriptWatch:
         if frame is not None:  # the script runs already: follow its top-level frame from here
             frame.f_trace = self._local_for(frame.f_trace)
         sys.settrace(self._global)
+        from skipweave import lifecycle
+
+        lifecycle.at_exit(lifecycle.STOP, self.forget)  # no tracer of ours while the interpreter finalizes
         logger.debug("skipweave: following the main script until it defines %s", ", ".join(self.waiting()))
 
     def _global(self, frame: FrameType, event: str, arg: Any) -> Any:
