@@ -1,1 +1,17 @@
-"""Integrations: Hydra search-path plugin and callback, Ray worker propagation, non-Hydra launcher."""
+"""Integrations: the hosts skipweave knows by name (verl, tensordict, Ray, Hydra, the ``skipweave run`` launcher).
+
+Each integration registers what it adds to the generic layers in their registries (:mod:`skipweave.hooks`);
+:func:`register_builtin` is how the shipped ones do it, called once per process the first time a registry is
+read. Importing this package imports no host library.
+"""
+
+from __future__ import annotations
+
+
+def register_builtin() -> None:
+    """Register every shipped integration's hooks (host types, config adapters, weave hooks). Imports no host
+    library: each integration imports its host only when it meets one of its objects."""
+    # Each integration adds its registration module here, e.g. ``from skipweave.integrations.verl import hooks``.
+
+
+__all__ = ["register_builtin"]
