@@ -8,7 +8,11 @@ exception" (exit status 134), after a run that did everything right. So no threa
 when the handlers are done: each piece that starts one registers how to finish it here, and the one handler
 runs those steps in order:
 
-1. :data:`FINISH` -- finish what was recorded: pending background writes committed, parts marked complete;
+1. :data:`FINISH` -- first close the door on skipweave's own work in the host's threads (:func:`close_work`): a
+   daemon thread of the host's that calls a target from now on calls it through, unrecorded, and the step waits
+   for the threads already inside skipweave's own work (staging, decoding, RNG capture: torch calls) to leave
+   it; then finish what was recorded: pending background writes committed, parts marked complete. (Closed
+   first, so that a thread recording without pause cannot keep the flush busy);
 2. :data:`STOP` -- stop and join every thread skipweave started (the background writer, mark writers), and let go
    of the memory they kept (copy buffers), while torch is still whole;
 3. :data:`REPORT` -- the exit summary and its warnings, which count what the steps before it finished.
@@ -69,6 +73,57 @@ def run_exit_steps() -> None:
                 logger.exception("skipweave: at exit, %s failed", getattr(fn, "__qualname__", fn))
 
 
+DRAIN_SECONDS = 10.0
+"""How long (seconds) the exit waits for threads inside skipweave's own work to leave it."""
+
+_work = threading.Condition()
+_working = 0
+_closing = False
+
+
+def enter_work() -> bool:
+    """A thread enters skipweave's own work for a call (what it does besides the host's real call: decide, decode,
+    stage, capture RNG state). Always pair with :func:`leave_work`, whatever this returns.
+
+    Returns:
+        True while the process is not exiting; False once the exit steps began: the caller then does no work of
+        its own (calls the target through, records nothing), since a daemon thread still inside torch when the
+        interpreter finalizes aborts the process.
+    """
+    global _working
+    with _work:
+        _working += 1
+        return not _closing
+
+
+def leave_work() -> None:
+    """A thread leaves skipweave's own work (before the host's real call, or when the call is settled)."""
+    global _working
+    with _work:
+        _working -= 1
+        if _working <= 0:
+            _work.notify_all()
+
+
+def exiting() -> bool:
+    """Whether the exit steps began: skipweave's own work is refused from then on."""
+    return _closing
+
+
+def close_work(timeout: float = DRAIN_SECONDS) -> bool:
+    """Refuse skipweave's own work from now on and wait up to ``timeout`` seconds for the threads inside it to
+    leave. The first :data:`FINISH` step. Returns whether every thread left in time (else a WARNING is logged)."""
+    global _closing
+    with _work:
+        _closing = True
+        done = _work.wait_for(lambda: _working <= 0, timeout)
+        busy = _working
+    if not done:
+        logger.warning("skipweave: at exit, %d thread(s) still inside skipweave's own work after %.0f s; the "
+                       "process may abort while the interpreter finalizes", busy, timeout)
+    return done
+
+
 _MP_HOOKED_PID: int | None = None
 
 
@@ -86,12 +141,15 @@ def in_multiprocessing_children(fn: Callable[[], object]) -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _ran, _lock
+    global _ran, _lock, _work, _working, _closing
     _lock = threading.Lock()  # another thread may have held the parent's
+    _work, _working, _closing = threading.Condition(), 0, False  # the parent's other threads do not exist here
     _ran = False  # a forked child ends on its own (its steps are the parent's registrations, run for the child)
 
 
+at_exit(FINISH, close_work)  # first of all, see the module docstring
 atexit.register(run_exit_steps)
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
-__all__ = ["FINISH", "REPORT", "STOP", "at_exit", "in_multiprocessing_children", "run_exit_steps"]
+__all__ = ["DRAIN_SECONDS", "FINISH", "REPORT", "STOP", "at_exit", "close_work", "enter_work", "exiting",
+           "in_multiprocessing_children", "leave_work", "run_exit_steps"]

@@ -107,6 +107,11 @@ def for_target(role: str, target: str) -> TargetCounters:
     return counts
 
 
+def steps_text(steps: Any) -> str:
+    """A role's ``steps`` as the warnings show it: ``[1,2,3]`` or the configured text (``"5-10"``, ``all``)."""
+    return "[" + ",".join(str(x) for x in steps) + "]" if isinstance(steps, list) else str(steps)
+
+
 def expect(role: str, target: str, expected: Expected) -> None:
     """Account for a woven target in the exit summary (called by the weaver for every target it weaves)."""
     with _lock:
@@ -308,6 +313,13 @@ def _log_totals_and_end() -> None:
             c["seconds_saved"], c["record_failures"],
         )
     end_plan()
+
+
+def forget_plan() -> None:
+    """Drop the accounts of the targets of a plan whose weave failed, with no summary and no warning (the failure
+    says what happened)."""
+    with _lock:
+        _EXPECTED.clear()
 
 
 def end_plan() -> None:

@@ -112,8 +112,16 @@ def spawn_run(dump: Path, cwd: Path) -> Run:
     return drive("spawn", FIRST, LAST, dump, cwd)
 
 
+def daemons_run(dump: Path, cwd: Path) -> Run:
+    """Daemon threads of the host's record without pause until the interpreter ends them, beside the steps; their
+    own calls do no torch work, so only skipweave's could abort the process (it hung, flushing their endless
+    recordings, before skipweave stopped recording once the exit began)."""
+    return drive("daemons", FIRST, LAST, dump, cwd)
+
+
 # (shape, fresh processes): the plain script, where the abort showed in 9 of 20 before the fix, runs most often
-SHAPES = [(weave_run, 20), (hydra_run, 8), (launcher_run, 8), (threads_run, 8), (fork_run, 4), (spawn_run, 4)]
+SHAPES = [(weave_run, 20), (hydra_run, 8), (launcher_run, 8), (threads_run, 8), (fork_run, 4), (spawn_run, 4),
+          (daemons_run, 6)]
 
 
 @pytest.mark.parametrize(("command", "count"), SHAPES, ids=[c.__name__ for c, _ in SHAPES])

@@ -5,10 +5,19 @@ once its top-level code has run the definition, and no import announces it: a po
 for an ``import train`` that never comes, and a weave made before the script runs (``skipweave run``) finds an
 empty ``__main__``. So a target named ``__main__:Trainer.generate``, or by the script's own module name
 (``train.Trainer.generate`` for ``python train.py``, ``pkg.train.Trainer.generate`` for ``python -m pkg.train``),
-that the script has not defined yet is handed to :data:`WATCH`. While such targets wait, it follows the script's
-top-level code statement by statement (:func:`sys.settrace` in the main thread, line events of the script's
-top-level frame only; any tracer installed before, a debugger's or coverage's, keeps getting its events), weaves
-each target as soon as its name is bound, before the next statement runs, and stands down once none waits.
+that the script has not defined yet is handed to :data:`WATCH`, which first reads the script's source to learn how
+its top level binds the name:
+
+- a method of a class the script defines with a ``class`` statement (the usual case) is woven the moment the class
+  is built, before any decorator sees it: :data:`builtins.__build_class__`, which every ``class`` statement calls,
+  is wrapped while such targets wait (and until exit, to tell of a second definition of a woven class), which costs
+  nothing to any other call;
+- a name bound otherwise (a ``def``, an assignment, an import) is woven as soon as it is bound to a class or
+  function that holds the target: the watch follows the script's top-level code statement by statement
+  (:func:`sys.settrace` in the main thread, line events of the script's top-level frame only; any tracer installed
+  before, a debugger's or coverage's, keeps getting its events) and stands down once none waits. Until then every
+  Python call of the main thread pays for a tracer call;
+- a name the script's top level never binds is not waited for at all: it is reported at exit as never defined.
 
 What cannot work, and is reported at exit as never woven (see :mod:`skipweave.report`):
 
@@ -16,16 +25,19 @@ What cannot work, and is reported at exit as never woven (see :mod:`skipweave.re
 - a definition the script never reaches (behind a condition that is false, or after a ``sys.exit``).
 
 A reference to a function taken while the statement defining it runs (a decorator that registers the function
-in a table) keeps the function unwoven, as a ``from module import name`` copy taken before a weave does.
+in a table) keeps the function unwoven, as a ``from module import name`` copy taken before a weave does. A class
+the script defines a second time is not woven again: a WARNING names the line.
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
 import logging
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType, ModuleType
 from typing import Any
@@ -124,10 +136,81 @@ class _Waiting:
     attr: str  # ``Trainer.generate`` or ``generate``
     weave: Callable[[ModuleType], None]  # weaves it on the main module; raises TargetNotFound when it cannot
     undecided: bool  # the module may yet turn out not to be the main script (judged when the script starts)
+    traced: bool = True  # the name is bound otherwise than by a class statement: the tracer looks for it
 
     @property
     def name(self) -> str:
         return self.attr.split(".", 1)[0]
+
+    @property
+    def of_class(self) -> bool:
+        """A method (``Class.method``): the class statement that builds the class weaves it."""
+        return "." in self.attr
+
+
+def holds_target(value: Any, attr: str) -> bool:
+    """Whether ``value``, bound to the first name of ``attr``, is what the target lives on: a class for
+    ``Class.method``, a function for ``function`` (so ``Trainer = None`` before ``class Trainer`` is passed by)."""
+    if "." in attr:
+        return isinstance(value, type) or hasattr(value, "__ray_actor_class__")  # (a @ray.remote class)
+    return callable(value) and not isinstance(value, type)
+
+
+def how_script_binds(name: str) -> str | None:
+    """How the main script's top level binds ``name``, read from its source: ``"class"`` (only ``class``
+    statements), ``"other"`` (a ``def``, an assignment, an import, ``global``, or a ``from m import *``),
+    ``"never"``; ``None`` when the source cannot be read or parsed (then nothing is assumed)."""
+    path = _script_path()
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    kinds = set(_top_level_bindings(tree.body, name))
+    if not kinds:
+        return "never"
+    return "class" if kinds == {"class"} else "other"
+
+
+def _top_level_bindings(body: list[ast.stmt], name: str) -> Iterator[str]:
+    """``"class"`` or ``"other"`` for each statement under ``body`` that binds ``name``. Nested bodies count too (a
+    function's local of that name says ``"other"``: the tracer then looks, which is never wrong, only slower)."""
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.ClassDef):
+                if node.name == name:
+                    yield "class"
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if node.name == name:
+                    yield "other"
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                if any(a.name == "*" or (a.asname or a.name.split(".", 1)[0]) == name for a in node.names):
+                    yield "other"
+            elif isinstance(node, ast.Name):
+                if node.id == name and isinstance(node.ctx, (ast.Store, ast.Del)):
+                    yield "other"
+            elif isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+                yield "other"
+            elif isinstance(node, ast.ExceptHandler) and node.name == name:
+                yield "other"
+
+
+def _script_path() -> str | None:
+    """The main script's source file: ``__main__.__file__`` once it runs, the command line's before."""
+    main = sys.modules.get(MAIN)
+    path = getattr(main, "__file__", None)
+    if path:
+        return str(path)
+    argv = list(getattr(sys, "orig_argv", []) or [])[1:]
+    for i, arg in enumerate(argv):
+        if arg in ("-W", "-X") or (i and argv[i - 1] in ("-W", "-X")) or arg.startswith("-"):
+            if arg.startswith(("-m", "-c")):
+                break  # (a module's file is known once it runs)
+            continue
+        return arg if arg.endswith((".py", ".pyw")) else None
+    return None
 
 
 class MainScriptWatch:
@@ -139,6 +222,8 @@ class MainScriptWatch:
         self._previous: TraceFunction | None = None
         self._tracing = False
         self._main: dict[str, Any] | None = None
+        self._build_class: Callable[..., Any] | None = None  # builtins' own, while ours is installed
+        self._woven_classes: dict[str, type] = {}  # name -> the class the watch wove, to tell of a second one
 
     def waiting(self) -> list[str]:
         """The targets still waiting, as ``module:attr``."""
@@ -164,21 +249,91 @@ class MainScriptWatch:
         """
         undecided = names_main_script(module) is None
         main = sys.modules.get(MAIN)
-        if not undecided and main is not None and attr.split(".", 1)[0] in vars(main):
+        name = attr.split(".", 1)[0]
+        if not undecided and main is not None and holds_target(vars(main).get(name), attr):
             weave(main)
             return True
         if threading.current_thread() is not threading.main_thread() or not self._script_may_define_more():
             return False
+        binds = how_script_binds(name)
+        w = _Waiting(module, attr, weave, undecided, traced=binds != "never" and not (binds == "class" and
+                                                                                          "." in attr))
         with self._lock:
-            self._waiting.append(_Waiting(module, attr, weave, undecided))
-            self._arm()
+            self._waiting.append(w)
+            if w.of_class:
+                self._hook_class_statements()
+            if w.traced:
+                self._arm()
+        if binds == "never":
+            logger.debug("skipweave: the main script never binds %r at its top level: %s:%s waits for nothing",
+                         name, module, attr)
         return True
 
     def forget(self) -> None:
-        """Stop waiting for every target (unweave); the tracer stands down at the script's next statement."""
+        """Stop waiting for every target (unweave, exit): ``class`` statements are left alone again, and the
+        tracer stands down at the script's next statement."""
         with self._lock:
             self._waiting.clear()
-        if self._tracing and sys.gettrace() == self._global:  # (a bound method: compared by ==)
+            self._woven_classes.clear()
+            if self._build_class is not None:
+                if builtins.__build_class__ == self._on_class_statement:  # (a bound method: compared by ==)
+                    builtins.__build_class__ = self._build_class
+                self._build_class = None
+        if self._tracing and sys.gettrace() == self._global:
+            sys.settrace(self._previous)
+            self._tracing = False
+
+    def _hook_class_statements(self) -> None:
+        if self._build_class is not None:
+            return
+        self._build_class = builtins.__build_class__
+        builtins.__build_class__ = self._on_class_statement  # type: ignore[assignment]  # (same call shape)
+        from skipweave import lifecycle
+
+        lifecycle.at_exit(lifecycle.STOP, self.forget)
+
+    def _on_class_statement(self, func: Callable[..., Any], name: str, *bases: Any, **kwds: Any) -> Any:
+        """``builtins.__build_class__`` while class targets of the main script wait: build the class, and when the
+        script's top level defines one of them, weave it before any decorator or the name binding sees it.
+
+        Raises:
+            TargetNotFound: the class lacks the target's method (at the script's ``class`` statement).
+        """
+        build = self._build_class or _BUILD_CLASS
+        cls = build(func, name, *bases, **kwds)
+        main = sys.modules.get(MAIN)
+        if (main is None or getattr(func, "__globals__", None) is not vars(main)
+                or getattr(func, "__qualname__", name) != name):
+            return cls  # another module's class, or one defined inside a function or class
+        with self._lock:
+            ready = []
+            for w in list(self._waiting):
+                if not w.of_class or w.name != name:
+                    continue
+                if w.undecided and not names_main_script(w.module):
+                    self._waiting.remove(w)  # another module after all: its post-import hook weaves it
+                    continue
+                self._waiting.remove(w)
+                ready.append(w)
+            again = self._woven_classes.get(name)
+            if ready:
+                self._woven_classes[name] = cls
+            self._stand_down_if_done()
+        if again is not None and again is not cls and not ready:
+            code = getattr(func, "__code__", None)
+            logger.warning("skipweave: the main script defines class %r again (line %s) after skipweave wove the "
+                           "first definition; the methods of this one are neither recorded nor replayed (define the "
+                           "class once)", name, getattr(code, "co_firstlineno", "?"))
+        for w in ready:
+            w.weave(_Defined(name, cls))  # type: ignore[arg-type]  # (resolves the target as a module would)
+        return cls
+
+    def _any_traced(self) -> bool:
+        return any(w.traced for w in self._waiting)
+
+    def _stand_down_if_done(self) -> None:
+        """No traced target waits any more: the tracer stands down (the class hook stays, see the class doc)."""
+        if self._tracing and not self._any_traced():
             sys.settrace(self._previous)
             self._tracing = False
 
@@ -215,7 +370,7 @@ class MainScriptWatch:
         """Every new frame of the main thread while targets wait: the script's top-level frame gets followed."""
         previous = self._previous
         local = previous(frame, event, arg) if previous is not None else None
-        if not self._waiting:
+        if not self._any_traced():
             sys.settrace(previous)
             self._tracing = False
             return local
@@ -245,7 +400,7 @@ class MainScriptWatch:
                 previous = previous(frame, event, arg)  # (a tracer returns the next local tracer, or None)
             if event in ("line", "return"):
                 self._look(frame)
-            if not self._waiting or event == "return":
+            if event == "return" or not self._any_traced():
                 return previous
             return local
 
@@ -258,14 +413,26 @@ class MainScriptWatch:
             return
         bound = frame.f_globals
         with self._lock:
-            ready = [w for w in self._waiting if not w.undecided and w.name in bound]
+            ready = [w for w in self._waiting
+                     if w.traced and not w.undecided and holds_target(bound.get(w.name), w.attr)]
             for w in ready:
                 self._waiting.remove(w)
-            if not self._waiting and self._tracing:
-                sys.settrace(self._previous)
-                self._tracing = False
+                if w.of_class:
+                    self._woven_classes[w.name] = bound[w.name]
+            self._stand_down_if_done()
         for w in ready:
             w.weave(main)  # TargetNotFound surfaces at the script's statement, as a failed import hook's would
+
+
+_BUILD_CLASS = builtins.__build_class__
+
+
+class _Defined:
+    """What a class target is resolved on while its ``class`` statement runs: the class under its name."""
+
+    def __init__(self, name: str, cls: type) -> None:
+        setattr(self, name, cls)
+        self.__name__ = MAIN
 
 
 def _is_top_level(frame: FrameType, main_globals: dict[str, Any]) -> bool:

@@ -40,7 +40,7 @@ import types
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from typing import Any
 
-from skipweave import report
+from skipweave import lifecycle, report
 from skipweave.config.errors import ConfigError
 from skipweave.config.schema import Action, OnMismatch, RoleConfig, ShardKind, TargetSpec
 from skipweave.policy.actions import choose_step
@@ -335,9 +335,14 @@ class SkipProxy:
             # then takes no call index and no single-flight slot that later calls would wait on for good.
             return self._async_path(wrapped, args, kwargs, step, instance, maybe_sync=not self.is_async,
                                     validation=validation)
-        decision = self._decide(step, args, kwargs, validation)
-        decision.instance = instance
-        return self._sync_path(wrapped, args, kwargs, decision)
+        try:
+            if not lifecycle.enter_work():  # the process exits: no work of ours may still run in torch
+                return self._live_bypass(wrapped, args, kwargs, step)
+            decision = self._decide(step, args, kwargs, validation)
+            decision.instance = instance
+            return self._sync_path(wrapped, args, kwargs, decision)
+        finally:
+            lifecycle.leave_work()
 
     def validation_call(self, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                         kwargs: dict[str, Any], awaited: bool = False) -> Any:
@@ -419,7 +424,13 @@ class SkipProxy:
             other, d.wait = d.wait, None
             if other.done is not None and other.thread != threading.get_ident() and not report.loop_running():
                 # (in a thread that runs that call or an event loop, waiting here could never end: run live)
-                other.done.result()
+                lifecycle.leave_work()  # waiting is no work of ours: exit need not wait for the other call
+                try:
+                    other.done.result()
+                finally:
+                    exiting = not lifecycle.enter_work()
+                if exiting:
+                    return self._stand_aside(wrapped, args, kwargs, d)
                 d.waited = True  # waits once: if that call recorded nothing, this one runs live, not in a queue
                 self._choose(d)
         found, value = self._try_replay(d, args, kwargs)
@@ -443,10 +454,31 @@ class SkipProxy:
             self._give_back(d)
             self._call_ended(d, failed=True)
             raise
-        return await self._after_live_off_loop(result, d, time.perf_counter() - t0)
+        try:
+            if not lifecycle.enter_work():
+                d.no_store = True
+            return await self._after_live_off_loop(result, d, time.perf_counter() - t0)
+        finally:
+            lifecycle.leave_work()
+
+    def _stand_aside(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                     d: _Decision, awaited: bool = False) -> Any:
+        """The process began to exit while ``d`` waited for another call: it takes no call index and runs live."""
+        self._give_back(d)
+        self._unregister(d)
+        return self._live_bypass(wrapped, args, kwargs, d.step, awaited)
 
     async def _async_path(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                           step: int, instance: Any, maybe_sync: bool = False, validation: bool = False) -> Any:
+        try:
+            if not lifecycle.enter_work():  # the process exits: no work of ours may still run in torch
+                return await self._live_bypass(wrapped, args, kwargs, step, awaited=True)
+            return await self._async_call(wrapped, args, kwargs, step, instance, maybe_sync, validation)
+        finally:
+            lifecycle.leave_work()
+
+    async def _async_call(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                          step: int, instance: Any, maybe_sync: bool, validation: bool) -> Any:
         d = self._decide(step, args, kwargs, validation, choose=False)
         d.instance = instance
         t0 = time.perf_counter()
@@ -456,7 +488,13 @@ class SkipProxy:
             if d.wait is not None:  # single flight (see _sync_path); awaiting yields: any thread's call may end
                 other, d.wait = d.wait, None
                 if other.done is not None:
-                    await asyncio.wrap_future(other.done)
+                    lifecycle.leave_work()  # waiting is no work of ours (see _sync_path)
+                    try:
+                        await asyncio.wrap_future(other.done)
+                    finally:
+                        exiting = not lifecycle.enter_work()
+                    if exiting:
+                        return await self._stand_aside(wrapped, args, kwargs, d, awaited=True)
                     d.waited = True
                     await loop.run_in_executor(_chooser(), self._choose, d)
             t0 = time.perf_counter()
@@ -608,6 +646,7 @@ class SkipProxy:
                 except Exception as exc:  # (a broken CUDA setup): never fail the call; the whole state is tried after
                     logger.debug("skipweave: RNG marks before %s failed (%s: %s)", self.target.name,
                                  type(exc).__name__, exc)
+        lifecycle.leave_work()  # the host's own call: exit does not wait for it
         try:
             yield
         except BaseException:
@@ -615,6 +654,8 @@ class SkipProxy:
             self._call_ended(d, failed=True)
             raise
         finally:
+            if not lifecycle.enter_work():
+                d.no_store = True  # the process exits meanwhile: the result goes back unrecorded
             with self._lock:
                 self._running[0] -= 1
             _ACTIVE.reset(token)
@@ -1009,6 +1050,8 @@ class SkipProxy:
         and the copy handed to the background writer (or, writing through, the whole write) run in a worker
         thread while the loop serves other tasks. The caller gets the result once it is staged, so nothing it
         does to it afterwards reaches the recording."""
+        if d.no_store:  # nothing to stage (and at exit no worker thread to stage it in)
+            return self._after_live(result, d, seconds)
         try:
             snapshot: tuple[Any, dict[str, Any] | None] | None = self._snapshot(d)
         except Exception:  # noqa: BLE001 - taken again in the worker, where the record's failure is reported

@@ -168,6 +168,7 @@ class Weaver:
                         continue  # the main script's: woven when it defines the name
                     wrapt.register_post_import_hook(hook, p.rpath.module)
             except BaseException:
+                report.forget_plan()  # a weave that failed has its own message: no exit warnings of its targets
                 self.unweave()  # nothing stays patched, and the same plan can be woven again
                 raise
             lifecycle.at_exit(lifecycle.FINISH, self.close_parts)
@@ -208,9 +209,8 @@ class Weaver:
                 return None
             return "" if patch.target.optional else _why_unwoven(patch.rpath)  # an optional one: no word
 
-        steps = patch.role.steps.to_config()
-        text = "[" + ",".join(str(x) for x in steps) + "]" if isinstance(steps, list) else str(steps)
-        return report.Expected(patch.target.path, text, mark, elsewhere, unwoven)
+        return report.Expected(patch.target.path, report.steps_text(patch.role.steps.to_config()), mark, elsewhere,
+                               unwoven)
 
     def _hook(self, patch: Patch, generation: int) -> Any:
         def on_import(module: Any) -> None:
@@ -295,7 +295,8 @@ class Weaver:
 def _why_unwoven(rpath: ResolvedPath) -> str:
     """Why a target waiting at exit was never woven, for the exit WARNING."""
     name = rpath.attr.split(".", 1)[0]
-    if rpath.module == MAIN or names_main_script(rpath.module):
+    # (None: the command line names the script so; at exit, when CPython has taken __file__ off __main__ again)
+    if names_main_script(rpath.module) is not False:
         return (f"the main script never defined '{name}' at its top level (a class or function defined inside a "
                 "function, or behind a condition that was false, cannot be woven; see docs/own_trainer.md)")
     if rpath.module in sys.modules:

@@ -110,3 +110,88 @@ def test_a_class_defined_without_the_method_fails_at_its_definition(tmp_path: Pa
     r = _weave_then(tmp_path, body, "__main__:Trainer.generate")
     assert r.returncode != 0 and "after the class" not in r.stdout, r
     assert "did you mean 'generat'" in r.stderr, r
+
+
+def test_a_class_target_needs_no_tracer_and_a_name_never_bound_waits_for_nothing(tmp_path: Path) -> None:
+    """A class statement weaves its class (no tracer, so no cost to any call); a name the script never binds is
+    not followed either, and is named at exit."""
+    body = """
+        import sys
+        print("TRACE", sys.gettrace())
+        class Trainer:
+            def generate(self):
+                return 1
+        print("WOVEN", type(Trainer.__dict__["generate"]).__name__)
+    """
+    r = _weave_then(tmp_path, body, "__main__:Trainer.generate")
+    assert r.returncode == 0 and "TRACE None" in r.stdout and "WOVEN FunctionWrapper" in r.stdout, r
+    r = _weave_then(tmp_path, 'import sys\nprint("TRACE", sys.gettrace())\n', "__main__:Traner.generate")
+    assert r.returncode == 0 and "TRACE None" in r.stdout, r
+    assert "was never woven: the main script never defined 'Traner' at its top level" in r.stderr, r
+
+
+def test_a_function_target_is_followed_until_defined_then_the_tracer_stands_down(tmp_path: Path) -> None:
+    body = """
+        import sys
+        score = None  # bound before its definition: not what the target lives on, so not woven yet
+        print("BEFORE", sys.gettrace() is not None)
+        def score(xs):
+            return sum(xs)
+        print("AFTER", sys.gettrace() is not None, type(score).__name__)
+    """
+    r = _weave_then(tmp_path, body, "__main__:score")
+    assert r.returncode == 0 and "BEFORE True" in r.stdout and "AFTER False FunctionWrapper" in r.stdout, r
+
+
+def test_a_class_name_bound_before_the_class_statement_is_woven_at_the_statement(tmp_path: Path) -> None:
+    body = """
+        Trainer = None
+        class Trainer:
+            def generate(self):
+                return 1
+        print("WOVEN", type(Trainer.__dict__["generate"]).__name__)
+    """
+    r = _weave_then(tmp_path, body, "__main__:Trainer.generate")
+    assert r.returncode == 0 and "WOVEN FunctionWrapper" in r.stdout, r
+
+
+def test_a_class_defined_again_is_named(tmp_path: Path) -> None:
+    body = """
+        class Trainer:
+            def generate(self):
+                return 1
+        class Trainer:
+            def generate(self):
+                return 2
+        print("NEW", type(Trainer.__dict__["generate"]).__name__)
+    """
+    r = _weave_then(tmp_path, body, "__main__:Trainer.generate")
+    assert r.returncode == 0 and "NEW function" in r.stdout, r
+    assert "the main script defines class 'Trainer' again (line 9)" in r.stderr, r
+
+
+@pytest.mark.parametrize(("target", "reason"), [
+    ("elsewhere.Gen.generate", "no process of the program imported its package 'elsewhere'"),
+    ("__main__:Traner.generate", "the main script never defined 'Traner' at its top level"),
+    ("app.Traner.generate", "the main script never defined 'Traner' at its top level"),
+], ids=["module", "main", "script-name"])
+def test_under_skipweave_run_a_target_never_woven_is_named_at_exit(tmp_path: Path, target: str,
+                                                                     reason: str) -> None:
+    (tmp_path / "elsewhere.py").write_text("class Gen:\n    def generate(self):\n        return 1\n")
+    (tmp_path / "app.py").write_text("print('done')\n")
+    r = run([sys.executable, "-m", "skipweave.cli", "run", "--skip", "rollout_cache",
+             f"skip.rollout.dump_dir={tmp_path / 'd'}", f"+skip.rollout.targets.gen={target}", "--",
+             sys.executable, str(tmp_path / "app.py")], cwd=tmp_path, env=clean_env(PYTHONPATH=str(tmp_path)))
+    assert r.returncode == 0 and r.stdout.strip() == "done", r
+    assert f"role rollout target gen ({target}) was never woven: {reason}" in r.stderr, r
+    assert "skip.rollout.targets.gen" in r.stderr
+
+
+def test_a_hydra_app_with_a_misspelt_target_says_so_once(tmp_path: Path) -> None:
+    """The weave runs inside the app's ``main()``, past the definitions: the did-you-mean error stops the run, with
+    no exit warning about the same target beside it."""
+    r = run([sys.executable, str(TRAIN), "hydra", "main", "-", f"hydra.run.dir={tmp_path}/hydra",
+             "+skip=rollout_cache", f"skip.rollout.dump_dir={tmp_path / 'dump'}",
+             "+skip.rollout.targets.cls=__main__:Traner.generate"], cwd=tmp_path)
+    assert r.returncode != 0 and "did you mean 'Trainer'" in r.stderr, r
+    assert "never woven" not in r.stderr and "never called" not in r.stderr, r

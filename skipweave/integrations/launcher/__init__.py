@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 from skipweave.config.schema import SkipConfig
-from skipweave.integrations.launcher.bootstrap import PLAN_ENV, top_module
+from skipweave.integrations.launcher.bootstrap import PLAN_ENV, PROGRAM_PID_ENV, top_module
 from skipweave.weaving.resolve import TargetNotFound
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap_site")
@@ -50,6 +50,7 @@ def child_env(plan: SkipConfig, environ: Mapping[str, str] | None = None) -> dic
     """Return the environment of the launched command: ``environ`` plus the plan and the bootstrap."""
     env = dict(os.environ if environ is None else environ)
     env[PLAN_ENV] = json.dumps(plan.to_config(), separators=(",", ":"))
+    env[PROGRAM_PID_ENV] = str(os.getpid())  # the command is exec'd: its process keeps this pid
     rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOTSTRAP_DIR]
     env["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP_DIR, *rest])
     return env

@@ -31,6 +31,10 @@ PLAN_ENV = "SKIPWEAVE_PLAN"
 LOG_LEVEL_ENV = "SKIPWEAVE_LOG_LEVEL"
 """Set by ``skipweave run -v/--log-level``: each process shows skipweave's log lines on stderr at this level."""
 
+PROGRAM_PID_ENV = "SKIPWEAVE_PROGRAM_PID"
+"""Set by ``skipweave run`` to its own pid, which the command it execs keeps: the program's first process, the one
+that accounts at exit for targets no process of the program wove (:func:`account_for_targets`)."""
+
 FAILURE_EXIT = 2
 """Exit status of a process whose weave failed."""
 
@@ -91,6 +95,35 @@ class DeferredWeave:
             fail(failure_message(exc, self.plan, where="skipweave run", when=when))
 
 
+def account_for_targets(hook: DeferredWeave, plan: SkipConfig) -> None:
+    """In the program's first process: have the exit summary name every enabled target that no process of the
+    program wove because none imported its package (the weaver accounts for the targets it weaves, and for those
+    still waiting once it ran). Quiet about a target another process of the run wove or called (its run marks,
+    see :mod:`skipweave.store.runs`), as a Ray driver is about its workers' targets. Imports no torch."""
+    from skipweave import report
+    from skipweave.store import runs
+    from skipweave.store.writers import run_id, run_started
+
+    run, since = run_id(), run_started()  # made here, before any child starts: the program's processes share it
+    for role in plan.enabled_roles:
+        for target in role.targets:
+            if target.optional:
+                continue
+
+            def elsewhere(kind: str, role: Any = role, target: Any = target) -> bool:
+                return runs.marked(role.dump_dir, role.namespace, role.role, run, target.name, kind, since=since)
+
+            def unwoven(target: Any = target) -> str | None:
+                if hook.done:
+                    return None  # the weaver accounts for it (woven, or why not)
+                return (f"no process of the program imported its package '{top_module(target.path)}' (check the "
+                        "path; a class in the script you run is named __main__:Class.method or by the script's "
+                        "name)")
+
+            report.expect(role.role, target.name, report.Expected(
+                target.path, report.steps_text(role.steps.to_config()), elsewhere=elsewhere, unwoven=unwoven))
+
+
 def fail(message: str) -> NoReturn:
     """Print ``message`` to stderr and end the process at once with :data:`FAILURE_EXIT`.
 
@@ -144,6 +177,8 @@ def bootstrap(environ: Any = None) -> DeferredWeave | None:
     # that the main script's watch follows the script from its first statement.
     roots = {MAIN if names_main_script(root) is not False else root
              for root in (top_module(t.path) for role in plan.enabled_roles for t in role.targets)}
+    if (os.environ if environ is None else environ).get(PROGRAM_PID_ENV) == str(os.getpid()):
+        account_for_targets(hook, plan)  # first: the weaver's own accounts, made when it weaves, replace these
     hook.register(sorted(roots))
     logger.debug("skipweave: weave deferred until the first import of %s", ", ".join(sorted(roots)))
     return hook

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 REAL: list[int] = []
+PREFETCHED: list[Proto] = []  # what the prefetching threads hand back (see keep_generating)
 DIGESTS: dict[str, str] = {}
 _lock = threading.Lock()
 
@@ -29,6 +30,9 @@ class Proto:
 class Rollout:
     def generate_sequences(self, prompts: Proto) -> Proto:
         step = prompts.meta_info["global_steps"]
+        if prompts.meta_info.get("prefetch"):
+            ready = PREFETCHED[0]
+            return Proto(dict(ready.batch), dict(ready.non_tensor_batch), {"global_steps": step})
         with _lock:
             REAL.append(step)
         n = 64
@@ -75,6 +79,27 @@ def train_in_threads(first: int, last: int, threads: int) -> None:
     for t in range(threads):
         mine = [s for s in range(first, last + 1) if s % threads == t]
         threading.Thread(target=lambda mine=mine: [step(rollout, s) for s in mine], name=f"host-{t}").start()
+
+
+def keep_generating(first: int) -> None:
+    """Daemon threads the caller never stops: each calls the rollout without pause (steps ``first``, ``first``
+    + 1, ..., none of the main thread's) until the interpreter ends it, as a host's background prefetcher would.
+    Their calls do no torch work of their own (they hand back a batch made once, here): an unwoven process then
+    always exits 0, so any abort is skipweave's (recording their results). What they generate is theirs: no digest,
+    no count."""
+    rollout = Rollout()
+    n = 64
+    PREFETCHED.append(Proto({"responses": torch.zeros(n, 256, dtype=torch.long), "attention_mask": torch.ones(n, 512)},
+                            {"uid": np.array([f"d{i}" for i in range(n)], dtype=object)}, {}))
+
+    def loop(t: int) -> None:
+        for i in range(1_000_000):
+            s = first + 2 * i + t
+            rollout.generate_sequences(Proto({}, {"uid": np.array(["d"], dtype=object)},
+                                             {"global_steps": s, "prefetch": True}))
+
+    for t in range(2):
+        threading.Thread(target=loop, args=(t,), name=f"prefetch-{t}", daemon=True).start()
 
 
 def result() -> None:

@@ -2,7 +2,9 @@
 
 Modes: ``unwoven`` (no skipweave: the reference, and the program ``skipweave run`` weaves); ``weave`` (``weave()``
 first); ``threads`` (``weave()``, then steps in threads still running when the main thread returns); ``fork`` and
-``spawn`` (``weave()``; the parent runs the first steps, a ``multiprocessing`` child the rest).
+``spawn`` (``weave()``; the parent runs the first steps, a ``multiprocessing`` child the rest); ``daemons``
+(``weave()``, then daemon threads that call the target without pause until the interpreter ends them, beside the
+steps).
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ if __name__ == "__main__":
     mode, first, last = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     if mode != "unwoven":
         weave(sys.argv[4])
-    if mode in ("unwoven", "weave"):
+    if mode == "daemons":
+        dapo_host.keep_generating(1000)
+    if mode in ("unwoven", "weave", "daemons"):
         dapo_host.train(first, last)
         dapo_host.result()
     elif mode == "threads":
