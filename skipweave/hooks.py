@@ -26,19 +26,25 @@ T = TypeVar("T")
 
 _builtin_lock = threading.RLock()
 _builtin_loaded = False
+_builtin_loading = False
 
 
 def _load_builtin() -> None:
-    """Have the shipped integrations register themselves, once per process."""
-    global _builtin_loaded
+    """Have the shipped integrations register themselves, once per process. Another thread reading a registry
+    meanwhile waits until they all have (it would else see a registry half filled, e.g. no DataProto host type);
+    the loading thread itself reads the registries as they are (an integration's registration may read them)."""
+    global _builtin_loaded, _builtin_loading
     if _builtin_loaded:
         return
     with _builtin_lock:
-        if _builtin_loaded:
+        if _builtin_loaded or _builtin_loading:
             return
-        _builtin_loaded = True  # set first: an integration's registration reads registries too
-        # (by name: the generic layers may not import the integrations package, only ask for it at run time)
-        importlib.import_module("skipweave.integrations").register_builtin()
+        _builtin_loading = True
+        try:
+            # (by name: the generic layers may not import the integrations package, only ask for it at run time)
+            importlib.import_module("skipweave.integrations").register_builtin()
+        finally:
+            _builtin_loaded, _builtin_loading = True, False
 
 
 class Registry(Generic[T]):
