@@ -231,10 +231,14 @@ def replay_problem(cls: type, kind: str) -> str | None:
 # --------------------------------------------------------------------------------------------------------
 # helpers
 
-def _approved_notes() -> str:
-    """`` (already approved: <the host types' approved_note>, ...)``, or empty."""
-    notes = [host.approved_note for host in HOST_TYPES.items() if host.approved_note]
-    return f" (already approved: {' and '.join(notes)})" if notes else ""
+def _approved_notes(only: HostType | None = None) -> str:
+    """`` (verl's DataProto and tensordict's classes are)``: what the host types (or ``only``) approve, for
+    messages; empty when none says."""
+    hosts = (only,) if only is not None else HOST_TYPES.items()
+    notes = [host.approved_note for host in hosts if host.approved_note]
+    if not notes:
+        return ""
+    return f" ({' and '.join(notes)} {'is' if len(notes) == 1 else 'are'})"
 
 
 def _check_host_class(host: HostType, cls: type, ref: str) -> None:
@@ -248,7 +252,7 @@ def _check_host_class(host: HostType, cls: type, ref: str) -> None:
             raise CodecError(
                 f"class {ref!r} is not approved to be rebuilt as a {host.label}: it {problem}. skipweave "
                 f"rebuilds {host.shape_rule}, classes registered with skipweave.store.classes.register({ref!r}, "
-                f"{kind!r}){_approved_notes()} and classes listed in skip.<role>.trusted_classes"
+                f"{kind!r}){_approved_notes(host)} and classes listed in skip.<role>.trusted_classes"
             )
     raise CodecError(
         f"class {ref!r} is not approved to be rebuilt as a {host.label}: skipweave rebuilds only "
