@@ -12,6 +12,9 @@ def register_builtin() -> None:
     """Register every shipped integration's hooks (host types, config adapters, weave hooks). Imports no host
     library: each integration imports its host only when it meets one of its objects."""
     # Each integration adds its registration module here, e.g. ``from skipweave.integrations.verl import hooks``.
+    # Host types: tensordict's before verl's DataProto shape (the first matching host type encodes an object).
+    from skipweave.integrations import tensordict  # noqa: F401
+    from skipweave.integrations.verl import hosts  # noqa: F401
 
 
 __all__ = ["register_builtin"]

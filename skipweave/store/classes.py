@@ -1,7 +1,7 @@
 """Which classes decoding may construct: the approved host classes and the lookup rules for class references.
 
 A codec tree names classes as ``"module:qualname"`` strings (field ``cls`` of ``enum``, ``namedtuple``,
-``dataclass``, ``dataproto``, ``tensordict`` and ``nontensordata`` nodes). A dump dir is untrusted input
+``dataclass`` and host-type nodes, :mod:`skipweave.store.hosts`). A dump dir is untrusted input
 (shared storage, copied from another cluster), so turning such a string back into a class must not let the
 file run code: :func:`resolve` is the only way the codec does it, under these rules.
 
@@ -18,8 +18,8 @@ Lookup
   ``<locals>``). Single-underscore names are allowed: a module-private dataclass is still user data, and what
   keeps a private stdlib class such as ``tempfile._TemporaryFileCloser`` out is the kind rule below.
 * **Canonical name.** For classes accepted by their shape (not registered, not trusted) the class found must
-  carry that very name (``__module__`` and ``__qualname__``), as :func:`skipweave.store.codec.class_ref`
-  writes it; an alias re-exported elsewhere is not followed.
+  carry that very name (``__module__`` and ``__qualname__``), as :func:`class_ref` writes it; an alias
+  re-exported elsewhere is not followed.
 
 Kinds
 -----
@@ -27,26 +27,22 @@ Kinds
 * ``enum`` -- a subclass of :class:`enum.Enum` (decoding looks members up, it constructs nothing new except a
   ``Flag`` combination);
 * ``namedtuple`` -- a ``tuple`` subclass whose ``_fields`` is a tuple of strings;
-* ``dataproto`` -- an object shaped like verl's ``DataProto``: a registered class (:func:`register`; verl's
-  ``DataProto`` is pre-registered), a trusted one, or a class of the host's own: its top-level module is
-  outside the standard library (where the finalizer gadgets live) and skipweave, it has no ``__del__`` and no
-  ``__getattribute__`` of its own, and ``batch``/``non_tensor_batch``/``meta_info`` are plain attributes on it
-  (no property whose setter would run). Without this, every trainer with its own batch class (the shape verl
-  popularised) would need configuration to replay, against skipweave's zero-change promise; what remains
-  possible is documented in docs/format.md's threat model;
-* ``tensordict`` / ``nontensordata`` -- registered or trusted (tensordict's classes are pre-registered);
-  ``tensordict`` also accepts any class whose MRO holds tensordict's ``TensorDictBase`` and which is defined
-  in the ``tensordict`` package itself (the codec only builds ``TensorDict`` or lazy stacks from such nodes).
+* a host kind (:mod:`skipweave.store.hosts`: the kinds integrations register, e.g. ``dataproto``,
+  ``tensordict``) -- a class the host type approves (its ``approved`` refs), one registered with
+  :func:`register`, a trusted one, or a class the host type's own ``class_problem`` accepts by its shape
+  (the DataProto shape accepts batch classes of the host's own, outside the standard library and data only,
+  see :func:`library_problem` and :func:`acting_problem`; what remains possible is documented in
+  docs/format.md's threat model).
 
 Data only
 ---------
-The codec builds dataclass, namedtuple and DataProto-like objects with ``object.__new__`` /
-``tuple.__new__`` and sets attributes with ``object.__setattr__``: no ``__new__``, ``__init__``,
-``__post_init__`` or ``__setattr__`` of the class runs. What would still run is a finalizer, so a
-``dataclass``, ``namedtuple`` or DataProto-like class (or any base) defining ``__del__`` is refused unless
-registered or trusted. Registration and trust are explicit approvals: they skip the kind (for host kinds), data-only and
-canonical-name rules, never the static lookup. Shape rules the codec needs to rebuild the object (a dataclass
-node needs a dataclass) apply to trusted refs too.
+The codec builds dataclass, namedtuple and data-only host objects (such as the DataProto shape) with
+``object.__new__`` / ``tuple.__new__`` and sets attributes with ``object.__setattr__``: no ``__new__``,
+``__init__``, ``__post_init__`` or ``__setattr__`` of the class runs. What would still run is a finalizer, so
+such a class (or any base) defining ``__del__`` is refused unless registered or trusted. Registration and
+trust are explicit approvals: they skip the kind (for host kinds), data-only and canonical-name rules, never
+the static lookup. Shape rules the codec needs to rebuild the object (a dataclass node needs a dataclass)
+apply to trusted refs too.
 
 Errors are :class:`~skipweave.store.tree.CodecError` with a message naming the ref and what to do; the
 caller adds the node path.
@@ -65,17 +61,14 @@ from collections.abc import Collection
 from types import ModuleType
 from typing import Any
 
+from skipweave.store.hosts import HOST_TYPES, HostType, host_for_kind, host_kinds
 from skipweave.store.tree import CodecError
 
 logger = logging.getLogger(__name__)
 
-HOST_KINDS = ("dataproto", "tensordict", "nontensordata")
-"""Kinds :func:`register` accepts: host container types the codec knows by duck typing."""
-
 SHAPE_KINDS = ("dataclass", "enum", "namedtuple")
-"""Kinds accepted by the class's shape alone (plus the data-only rule), without registration."""
-
-KINDS = SHAPE_KINDS + HOST_KINDS
+"""Kinds accepted by the class's shape alone (plus the data-only rule), without registration; the other
+kinds are those of the registered host types (:func:`skipweave.store.hosts.host_kinds`)."""
 
 _MISSING = object()
 _lock = threading.Lock()
@@ -87,6 +80,23 @@ _HOW_TO_APPROVE = (
 )
 
 
+def class_ref(cls: type) -> str:
+    """Return ``"module:qualname"`` for a class, the name a codec tree gives it.
+
+    Args:
+        cls: the class.
+
+    Returns:
+        The reference string; decoding looks it up (without importing) under this module's rules.
+    """
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def kinds() -> tuple[str, ...]:
+    """Every class kind :func:`resolve` accepts: :data:`SHAPE_KINDS`, then the registered host kinds."""
+    return SHAPE_KINDS + host_kinds()
+
+
 def register(ref: str, kind: str) -> None:
     """Approve the class named ``ref`` as a host container of ``kind`` for decoding.
 
@@ -95,20 +105,21 @@ def register(ref: str, kind: str) -> None:
     registered ref with the same kind is a no-op.
 
     Args:
-        ref: ``"module:qualname"`` as :func:`skipweave.store.codec.class_ref` writes it (aliases such as
-            ``"tensordict:TensorDict"`` work too: the name is looked up as written).
-        kind: one of :data:`HOST_KINDS`.
+        ref: ``"module:qualname"`` as :func:`class_ref` writes it (aliases such as
+            a package's re-export work too: the name is looked up as written).
+        kind: a host kind (:func:`skipweave.store.hosts.host_kinds`).
 
     Raises:
         ValueError: ``kind`` is not a host kind, ``ref`` is malformed, or ``ref`` is registered with another kind.
     """
-    if kind not in HOST_KINDS:
-        raise ValueError(f"kind must be one of {', '.join(HOST_KINDS)}, not {kind!r}")
+    host_kind_names = host_kinds()
+    if kind not in host_kind_names:
+        raise ValueError(f"kind must be one of {', '.join(host_kind_names)}, not {kind!r}")
     problem = _ref_problem(ref)
     if problem:
         raise ValueError(f"cannot register {ref!r}: {problem}")
     with _lock:
-        old = _registry.get(ref)
+        old = registered_kind(ref)
         if old is not None and old != kind:
             raise ValueError(f"{ref!r} is already registered as {old!r}, not {kind!r}")
         _registry[ref] = kind
@@ -116,8 +127,14 @@ def register(ref: str, kind: str) -> None:
 
 
 def registered_kind(ref: str) -> str | None:
-    """The kind ``ref`` is registered as, or None."""
-    return _registry.get(ref)
+    """The kind ``ref`` is registered as (by :func:`register` or a host type's ``approved``), or None."""
+    kind = _registry.get(ref)
+    if kind is not None:
+        return kind
+    for host in HOST_TYPES.items():
+        if ref in host.approved:
+            return host.kind
+    return None
 
 
 def resolve(ref: Any, kind: str, *, trusted: Collection[str] = ()) -> type:
@@ -125,7 +142,7 @@ def resolve(ref: Any, kind: str, *, trusted: Collection[str] = ()) -> type:
 
     Args:
         ref: the ``cls`` field of a tree node (untrusted: any JSON value).
-        kind: one of :data:`KINDS`, the node type asking.
+        kind: one of :func:`kinds`, the node type asking.
         trusted: refs the user approved (``skip.<role>.trusted_classes``); only these may be imported, and
             they skip the approval, data-only and canonical-name rules.
 
@@ -137,7 +154,8 @@ def resolve(ref: Any, kind: str, *, trusted: Collection[str] = ()) -> type:
             class, or a class decoding must not construct as ``kind``; the message says what to do.
         ValueError: ``kind`` is unknown (a bug in the caller).
     """
-    if kind not in KINDS:
+    host = host_for_kind(kind) if kind not in SHAPE_KINDS else None
+    if host is None and kind not in SHAPE_KINDS:
         raise ValueError(f"unknown class kind {kind!r}")
     if not isinstance(ref, str):
         raise CodecError(f"class reference {ref!r:.100} is not a string")
@@ -161,27 +179,13 @@ def resolve(ref: Any, kind: str, *, trusted: Collection[str] = ()) -> type:
         raise CodecError(f"{ref!r} {shape}; refusing to construct it")
     if is_trusted:
         return cls
-    reg = _registry.get(ref)
+    reg = registered_kind(ref)
     if reg is not None:
         if reg == kind:
             return cls
         raise CodecError(f"{ref!r} is approved as {reg!r}, not as {kind!r}; refusing to construct it")
-    if kind == "dataproto":
-        problem = _dataproto_problem(cls)
-        if problem:
-            raise CodecError(
-                f"class {ref!r} is not approved to be rebuilt as a {_KIND_LABEL[kind]}: it {problem}. skipweave "
-                f"rebuilds DataProto-like classes of your own (already imported, outside the standard library, "
-                f"data only), classes registered with skipweave.store.classes.register({ref!r}, {kind!r}) "
-                f"(verl's DataProto is) and classes listed in skip.<role>.trusted_classes"
-            )
-    elif kind in HOST_KINDS and not (kind == "tensordict" and _is_tensordict_class(cls)):
-        raise CodecError(
-            f"class {ref!r} is not approved to be rebuilt as a {_KIND_LABEL[kind]}: skipweave rebuilds only "
-            f"classes registered with skipweave.store.classes.register({ref!r}, {kind!r}) (verl's DataProto "
-            f"and tensordict's classes are) or listed in skip.<role>.trusted_classes "
-            f"(decode(..., trusted=[{ref!r}])); do that if {ref!r} is your own class"
-        )
+    if host is not None:
+        _check_host_class(host, cls, ref)
     canonical = f"{cls.__module__}:{cls.__qualname__}"
     if canonical != ref:
         raise CodecError(
@@ -190,11 +194,12 @@ def resolve(ref: Any, kind: str, *, trusted: Collection[str] = ()) -> type:
         )
     if kind == "dataclass":
         fields = inspect.getattr_static(cls, "__dataclass_fields__", {})
-        acting = _acting_problem(cls, [f for f in fields if isinstance(f, str)])
+        acting = acting_problem(cls, [f for f in fields if isinstance(f, str)])
         if acting:
             raise CodecError(f"class {ref!r} {acting}; list {ref!r} in skip.<role>.trusted_classes if you trust "
                              "the recording")
-    finalizer = _finalizer_owner(cls) if kind in ("dataclass", "namedtuple", "dataproto") else None
+    data_only = host.data_only if host is not None else kind in ("dataclass", "namedtuple")
+    finalizer = _finalizer_owner(cls) if data_only else None
     if finalizer is not None:
         raise CodecError(
             f"class {ref!r} defines a finalizer (__del__ in {finalizer}), which would run on data from the "
@@ -211,9 +216,9 @@ def replay_problem(cls: type, kind: str) -> str | None:
 
     Args:
         cls: a class the encoder is about to name in a tree.
-        kind: one of :data:`KINDS`.
+        kind: one of :func:`kinds`.
     """
-    ref = f"{cls.__module__}:{cls.__qualname__}"
+    ref = class_ref(cls)
     try:
         found = resolve(ref, kind)
     except CodecError as exc:
@@ -226,11 +231,35 @@ def replay_problem(cls: type, kind: str) -> str | None:
 # --------------------------------------------------------------------------------------------------------
 # helpers
 
-_KIND_LABEL = {
-    "dataproto": "DataProto-like object",
-    "tensordict": "TensorDict",
-    "nontensordata": "tensordict NonTensorData",
-}
+def _approved_notes(only: HostType | None = None) -> str:
+    """`` (verl's DataProto and tensordict's classes are)``: what the host types (or ``only``) approve, for
+    messages; empty when none says."""
+    hosts = (only,) if only is not None else HOST_TYPES.items()
+    notes = [host.approved_note for host in hosts if host.approved_note]
+    if not notes:
+        return ""
+    return f" ({' and '.join(notes)} {'is' if len(notes) == 1 else 'are'})"
+
+
+def _check_host_class(host: HostType, cls: type, ref: str) -> None:
+    """Refuse an unregistered, untrusted class the host type does not accept by its shape."""
+    kind = host.kind
+    if host.class_problem is not None:
+        problem = host.class_problem(cls)
+        if problem is None:
+            return
+        if host.shape_rule:
+            raise CodecError(
+                f"class {ref!r} is not approved to be rebuilt as a {host.label}: it {problem}. skipweave "
+                f"rebuilds {host.shape_rule}, classes registered with skipweave.store.classes.register({ref!r}, "
+                f"{kind!r}){_approved_notes(host)} and classes listed in skip.<role>.trusted_classes"
+            )
+    raise CodecError(
+        f"class {ref!r} is not approved to be rebuilt as a {host.label}: skipweave rebuilds only "
+        f"classes registered with skipweave.store.classes.register({ref!r}, {kind!r}){_approved_notes()} "
+        f"or listed in skip.<role>.trusted_classes "
+        f"(decode(..., trusted=[{ref!r}])); do that if {ref!r} is your own class"
+    )
 
 
 def _ref_problem(ref: str) -> str | None:
@@ -263,7 +292,7 @@ def _module(mod_name: str, ref: str, kind: str, *, import_it: bool) -> ModuleTyp
         + _HOW_TO_APPROVE.format(
             ref=ref,
             mod=mod_name,
-            also="" if kind not in HOST_KINDS or ref in _registry else f" and register it as {kind!r}",
+            also="" if kind in SHAPE_KINDS or registered_kind(ref) else f" and register it as {kind!r}",
         )
     )
 
@@ -281,29 +310,38 @@ def _shape_problem(cls: type, kind: str) -> str | None:
     return None
 
 
-_DATAPROTO_ATTRS = ("batch", "non_tensor_batch", "meta_info")
+def library_problem(cls: type) -> str | None:
+    """Why ``cls`` is not a class of the host's own, or None.
 
+    A host type that rebuilds unregistered classes by their shape accepts only classes whose top-level module
+    is outside the standard library (the home of the finalizer gadgets: ``tempfile``, ``subprocess``,
+    ``weakref``...) and outside skipweave.
 
-def _dataproto_problem(cls: type) -> str | None:
-    """Why an unregistered class may not be rebuilt as a DataProto-like object, or None.
+    Args:
+        cls: the class a tree names.
 
-    Accepted: a class of the host's own -- its top-level module is not in the standard library (the home of
-    the finalizer gadgets: ``tempfile``, ``subprocess``, ``weakref``...) -- whose attribute access is the
-    default one (no ``__getattribute__`` of its own) and on which ``batch``, ``non_tensor_batch`` and
-    ``meta_info`` are plain attributes (no property or other data descriptor whose setter would run).
+    Returns:
+        ``"is defined in the standard library (tempfile)"`` or the like, or None.
     """
     top = (cls.__module__ or "").partition(".")[0]
     if top in sys.stdlib_module_names or top in ("builtins", "skipweave"):
         return f"is defined in {'skipweave' if top == 'skipweave' else 'the standard library'} ({cls.__module__})"
-    return _acting_problem(cls, _DATAPROTO_ATTRS)
+    return None
 
 
-def _acting_problem(cls: type, names: Collection[str]) -> str | None:
+def acting_problem(cls: type, names: Collection[str]) -> str | None:
     """Why setting ``names`` on an ``object.__new__`` instance of ``cls``, or using it, would run class code.
 
     ``object.__setattr__`` skips a class's ``__setattr__`` but still calls a data descriptor's ``__set__``
     (a property setter) at the name; a ``__getattribute__`` of its own runs on every attribute read.
     Slots (member descriptors) only store the value.
+
+    Args:
+        cls: the class to be built with ``object.__new__``.
+        names: the attributes that will be set on it.
+
+    Returns:
+        What would run (``"has a property named 'meta_info', ..."``), or None.
     """
     for klass in cls.__mro__:
         if klass is not object and "__getattribute__" in vars(klass):
@@ -316,39 +354,9 @@ def _acting_problem(cls: type, names: Collection[str]) -> str | None:
     return None
 
 
-def _is_tensordict_class(cls: type) -> bool:
-    """True for a class defined in the ``tensordict`` package whose MRO holds tensordict's ``TensorDictBase``."""
-    if not _in_tensordict(cls):
-        return False
-    return any(c.__name__ == "TensorDictBase" and _in_tensordict(c) for c in cls.__mro__)
-
-
-def _in_tensordict(cls: type) -> bool:
-    mod = getattr(cls, "__module__", "") or ""
-    return mod == "tensordict" or mod.startswith("tensordict.")
-
-
 def _finalizer_owner(cls: type) -> str | None:
     """The ``module:qualname`` of the first class in ``cls``'s MRO defining ``__del__``, or None."""
     for klass in cls.__mro__:
         if klass is not object and "__del__" in vars(klass):
             return f"{klass.__module__}:{klass.__qualname__}"
     return None
-
-
-def _builtin_registrations() -> None:
-    for ref, kind in (
-        ("verl.protocol:DataProto", "dataproto"),
-        ("tensordict:TensorDict", "tensordict"),
-        ("tensordict._td:TensorDict", "tensordict"),
-        ("tensordict:LazyStackedTensorDict", "tensordict"),
-        ("tensordict._lazy:LazyStackedTensorDict", "tensordict"),
-        ("tensordict:NonTensorStack", "tensordict"),
-        ("tensordict.tensorclass:NonTensorStack", "tensordict"),
-        ("tensordict:NonTensorData", "nontensordata"),
-        ("tensordict.tensorclass:NonTensorData", "nontensordata"),
-    ):
-        register(ref, kind)
-
-
-_builtin_registrations()

@@ -7,10 +7,12 @@ instead of paying torch's import (~2-3 s). The codec re-exports what it takes fr
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeAlias
 
 import numpy as np
+
+from skipweave.store.hosts import host_for_kind
 
 READABLE_VERSIONS = (1, 2)
 """Codec versions this skipweave reads (see :mod:`skipweave.store.codec`, *Versions*)."""
@@ -30,6 +32,42 @@ def child_path(path: str, suffix: str) -> str:
     if not path and suffix.startswith("."):
         return suffix[1:]
     return path + suffix
+
+
+NodePath: TypeAlias = str | tuple[Any, Callable[[Any], str], Any]
+"""Where a node sits, for error messages, built as text only when one is raised.
+
+Encoding and decoding pass each child the path naming it (``obj['rng']['python'].state``). Formatting it as
+text for every node (a ``repr`` of the key, a concatenation) was a large part of a small entry's cost, and it
+is read only in errors. So a path is the root name (a ``str``) or a tuple ``(parent, label, value)``: the
+parent's path and the function making this level's suffix from ``value`` (``key_label``, ``index_label``,
+``attr_label``, ``str`` for a fixed suffix such as ``".data"``); :func:`path_text` formats it.
+"""
+
+
+def index_label(i: Any) -> str:
+    """The path part naming a sequence index, e.g. ``[3]``."""
+    return f"[{i}]"
+
+
+def attr_label(name: Any) -> str:
+    """The path part naming an attribute or field, e.g. ``.meta_info``."""
+    return f".{name}"
+
+
+def path_text(path: NodePath) -> str:
+    """The text of a :data:`NodePath`, e.g. ``result.batch['input_ids']``.
+
+    Formatted iteratively, so a path as deep as the recursion limit allows is formatted without recursing.
+    """
+    suffixes: list[str] = []
+    while type(path) is tuple:
+        path, label, value = path
+        suffixes.append(label(value))
+    text = path if isinstance(path, str) else str(path)  # the root name, a str
+    for suffix in reversed(suffixes):
+        text = child_path(text, suffix)
+    return text
 
 
 def float_from_node(node: Mapping[str, Any]) -> float:
@@ -94,22 +132,13 @@ def _walk(node: Mapping[str, Any], path: str) -> Iterator[dict[str, Any]]:
     elif tag in ("namedtuple", "dataclass"):
         for k, v in node["v"].items():
             yield from _walk(v, child_path(path, f".{k}"))
-    elif tag == "tensordict":
-        if "stack" in node:
-            for i, v in enumerate(node["stack"]):
-                yield from _walk(v, child_path(path, f".tensordicts[{i}]"))
-        else:
-            for k, v in node["v"].items():
-                yield from _walk(v, child_path(path, key_label(k)))
-    elif tag == "nontensordata":
-        yield from _walk(node["data"], child_path(path, ".data"))
-    elif tag == "dataproto":
-        for attr in ("batch", "non_tensor_batch", "meta_info"):
-            yield from _walk(node[attr], child_path(path, f".{attr}"))
-        for k, v in node.get("extra", {}).items():
-            yield from _walk(v, child_path(path, f".{k}"))
     else:
-        yield _leaf_row(node, path)
+        host = host_for_kind(tag) if type(tag) is str else None
+        if host is None:
+            yield _leaf_row(node, path)
+            return
+        for suffix, child in host.children(node):
+            yield from _walk(child, child_path(path, suffix))
 
 
 def _summary_key(node: Mapping[str, Any]) -> Any:
@@ -133,7 +162,7 @@ def _summary_key(node: Mapping[str, Any]) -> Any:
 def summarize(tree: Mapping[str, Any], *, root: str = "") -> list[dict[str, Any]]:
     """List the leaves of an encoded tree without needing its tensors.
 
-    Containers (dict, list, tuple, set, namedtuple, dataclass, TensorDict, DataProto-like) are expanded;
+    Containers (dict, list, tuple, set, namedtuple, dataclass, host types such as a DataProto) are expanded;
     object-dtype numpy arrays are reported as one leaf. Empty containers produce no row.
 
     Args:

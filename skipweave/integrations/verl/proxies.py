@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from skipweave.config.schema import StepSourceKind
+from skipweave.integrations.tensordict import is_tensordict
 from skipweave.policy.steps import StepError, StepSource
-from skipweave.store.codec import is_tensordict
 from skipweave.weaving.proxy import SkipProxy
 
 logger = logging.getLogger(__name__)

@@ -9,8 +9,9 @@ that is identical across processes and machines (no ``id()``, no ``hash()``, no 
 * ``None``, ``bool``, ``int``, ``float`` (bit pattern: ``0.0 != -0.0``), ``complex``, ``str``, ``bytes``;
 * dicts by their items regardless of insertion order (like ``==``); lists and tuples in order (a list and a
   tuple differ); sets regardless of order;
-* dataclasses by class and fields; DataProto-like objects by class, ``batch``, ``non_tensor_batch`` and
-  ``meta_info``; TensorDicts by batch size and items; enum members by class and name;
+* dataclasses by class and fields; host objects (:mod:`skipweave.store.hosts`) as their host type says: a
+  DataProto-like object by class, ``batch``, ``non_tensor_batch`` and ``meta_info``, a TensorDict by batch
+  size and items; enum members by class and name;
 * functions/classes/modules by qualified name; other objects with a ``__dict__`` by class name plus the
   attributes whose values the codec supports natively (others are skipped);
 * anything else by type name plus ``repr`` when the repr carries no memory address (else type name only).
@@ -33,7 +34,8 @@ import numpy as np
 import torch
 import xxhash
 
-from skipweave.store.codec import class_ref, is_dataproto_like, is_tensordict
+from skipweave.store.classes import class_ref
+from skipweave.store.hosts import HOST_TYPES, FingerprintParts
 
 logger = logging.getLogger(__name__)
 
@@ -101,10 +103,8 @@ class _Hasher:
             self.put_str(b"T" + tp.__name__.encode(), str(obj))
         elif isinstance(obj, (dict, list, tuple, set, frozenset)) and not hasattr(obj, "__dataclass_fields__"):
             self._guard(obj, path, pats, strict, self._container)
-        elif is_tensordict(obj):
-            self._guard(obj, path, pats, strict, self._tensordict)
-        elif is_dataproto_like(obj):
-            self._guard(obj, path, pats, strict, self._dataproto)
+        elif (parts := _host_parts(obj)) is not None:
+            self._guard(parts, path, pats, strict, self._host, oid=id(obj))
         elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             self._guard(obj, path, pats, strict, self._dataclass)
         elif isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
@@ -124,8 +124,11 @@ class _Hasher:
                 raise _Unsupported
             self._opaque(obj)
 
-    def _guard(self, obj: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool, fn: Any) -> None:
-        oid = id(obj)
+    def _guard(self, obj: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool, fn: Any,
+               oid: int | None = None) -> None:
+        """``fn(obj, ...)`` unless the object (``oid``, default ``id(obj)``) is already being hashed."""
+        if oid is None:
+            oid = id(obj)
         if oid in self.stack:
             self.put(b"@")  # reference cycle: hash a marker, stays deterministic
             return
@@ -233,19 +236,12 @@ class _Hasher:
                 self.put_str(b"#", f.name)
         self.put(b"d")
 
-    def _dataproto(self, obj: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool) -> None:
-        self.put_str(b"P", class_ref(type(obj)))
-        for attr in ("batch", "non_tensor_batch", "meta_info"):
-            if self.child(attr, getattr(obj, attr), path, pats, strict):
-                self.put_str(b"#", attr)
-        self.put(b"p")
-
-    def _tensordict(self, obj: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool) -> None:
-        self.put_str(b"X", ",".join(str(int(d)) for d in obj.batch_size))
-        for k in sorted(obj.keys(), key=str):
-            if self.child(str(k), obj[k], path, pats, strict):
-                self.put_str(b"#", str(k))
-        self.put(b"x")
+    def _host(self, host: FingerprintParts, path: tuple[str, ...], pats: list[_Pattern], strict: bool) -> None:
+        self.put_str(host.opening, host.header)
+        for name, value in host.parts:
+            if self.child(name, value, path, pats, strict):
+                self.put_str(b"#", name)
+        self.put(host.closing)
 
     def _object(self, obj: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool) -> None:
         self.put_str(b"J", class_ref(type(obj)))
@@ -264,6 +260,14 @@ class _Hasher:
             self.put_str(b"#", name)
             self.put(b"v", h.h.digest())
         self.put(b"j")
+
+
+def _host_parts(obj: Any) -> FingerprintParts | None:
+    """How the first host type that hashes its objects and matches ``obj`` hashes it, or None."""
+    for host in HOST_TYPES.items():
+        if host.fingerprint is not None and host.matches(obj):
+            return host.fingerprint(obj)
+    return None
 
 
 def _comp(key: Any) -> str:

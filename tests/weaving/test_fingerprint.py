@@ -1,4 +1,4 @@
-"""Tests for skipweave.store.fingerprint (real tensors, real subprocesses)."""
+"""Tests for skipweave.weaving.fingerprint (real tensors, real subprocesses)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from skipweave.store.fingerprint import fingerprint
+from skipweave.weaving.fingerprint import fingerprint
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -182,7 +182,7 @@ _CASE = textwrap.dedent(
     """
     import dataclasses
     import numpy as np, torch
-    from skipweave.store.fingerprint import fingerprint
+    from skipweave.weaving.fingerprint import fingerprint
 
     @dataclasses.dataclass
     class DataProto:
