@@ -15,21 +15,21 @@ days. Exits 0, 1 when some removal failed, 2 when the dump dir cannot be read. S
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import time
 from typing import Any
 
-from skipweave.cli.ls import (
+from skipweave.cli.common import (
     EXIT_USAGE,
     add_dump_dir_arguments,
+    add_json_argument,
     emit,
-    ignored_lines,
-    ignored_list,
+    emit_json,
     misplaced,
     scan_or_explain,
 )
+from skipweave.cli.format import action_doc, human_bytes, ignored_lines, ignored_list, plural
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def register(subparsers: Any) -> None:
         "--min-age", type=_seconds, default=DEFAULT_MIN_AGE_S, metavar="SECONDS",
         help="keep items a writer may own that changed less than this ago (default %(default).0f)",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON document (schema skipweave.gc/1)")
+    add_json_argument(parser, SCHEMA)
     parser.set_defaults(func=run)
 
 
@@ -77,7 +77,8 @@ def _seconds(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     """Plan and (with ``--yes``) carry out the removals; return 0, 1 (a removal failed) or 2."""
-    from skipweave.store.inspect import Status, apply_gc, plan_gc
+    from skipweave.store.gc import apply_gc, plan_gc
+    from skipweave.store.scan import Status
 
     result = scan_or_explain("gc", args, checksums=True)
     if result is None or misplaced("gc", result):
@@ -94,17 +95,16 @@ def run(args: argparse.Namespace) -> int:
     freed = sum(a.bytes for a in done)
     failed = any(a.outcome == "failed" for a in actions)
     if args.json:
-        doc = {
+        emit_json({
             "schema": SCHEMA,
             "dump_dir": result.dump_dir,
             "dry_run": dry_run,
             "min_age_seconds": args.min_age,
-            "actions": [a.as_dict() for a in actions],
+            "actions": [action_doc(a) for a in actions],
             "freed_bytes": freed,
             "complete_entries_kept": kept,
             "ignored": ignored_list(result),
-        }
-        emit(json.dumps(doc, indent=2))
+        })
         return EXIT_FAILED if failed else EXIT_OK
     emit("\n".join([render(result.dump_dir, actions, dry_run=dry_run, freed=freed, kept=kept),
                     *ignored_lines(result)]))
@@ -113,8 +113,6 @@ def run(args: argparse.Namespace) -> int:
 
 def render(dump_dir: str, actions: list[Any], *, dry_run: bool, freed: int, kept: int) -> str:
     """Return the human report of a gc run."""
-    from skipweave.store.inspect import human_bytes, plural
-
     head = f"gc {dump_dir}"
     lines = [head + (" (dry run: nothing is removed; pass --yes to remove)" if dry_run else "")]
     if not actions:
@@ -152,7 +150,6 @@ def render(dump_dir: str, actions: list[Any], *, dry_run: bool, freed: int, kept
 def _run_mark_lines(dump_dir: str, actions: list[Any]) -> list[str]:
     """The run-mark actions, one line per outcome: a shared store holds a folder per run, too many to list
     one by one (``--json`` has each, with why its run counts as ended)."""
-    from skipweave.store.inspect import human_bytes, plural
     from skipweave.store.paths import RUNS
 
     lines = []

@@ -8,16 +8,32 @@ the ``--json`` schema.
 from __future__ import annotations
 
 import argparse
-import json
-import logging
-import os
-import sys
 from typing import Any
 
-logger = logging.getLogger(__name__)
+from skipweave.cli.common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    add_dump_dir_arguments,
+    add_json_argument,
+    emit,
+    emit_json,
+    misplaced,
+    scan_or_explain,
+)
+from skipweave.cli.format import (
+    human_bytes,
+    human_time,
+    ignored_lines,
+    ignored_list,
+    leftover_doc,
+    leftover_summary,
+    namespaces_doc,
+    plural,
+    table,
+    totals_doc,
+)
 
 SCHEMA = "skipweave.ls/1"
-EXIT_OK, EXIT_USAGE = 0, 2
 
 
 def register(subparsers: Any) -> None:
@@ -27,62 +43,8 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_dump_dir_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print one JSON document (schema skipweave.ls/1)")
+    add_json_argument(parser, SCHEMA)
     parser.set_defaults(func=run)
-
-
-def add_dump_dir_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``DUMP_DIR`` and ``--calls-per-step`` (shared by ls, verify and gc)."""
-    parser.add_argument("dump_dir", metavar="DUMP_DIR", help="the store root (skip.<role>.dump_dir)")
-    parser.add_argument(
-        "--calls-per-step", type=_positive_int, default=None, metavar="N",
-        help="calls one shard makes per step (as skip.<role>.calls_per_step); default: learned from closed steps",
-    )
-    parser.add_argument(
-        "--allow-pickle", action="store_true",
-        help="judge entries holding pickled data as a run with skip.<role>.allow_pickle=true would "
-             "(default: they are 'refused', as a run refuses them)",
-    )
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
-    return value
-
-
-def scan_or_explain(command: str, args: argparse.Namespace, *, checksums: bool) -> Any:
-    """Scan ``args.dump_dir``; on failure print a message for people to stderr and return ``None``."""
-    from skipweave.store.inspect import scan
-
-    try:
-        return scan(args.dump_dir, checksums=checksums, calls_per_step=args.calls_per_step,
-                    allow_pickle=getattr(args, "allow_pickle", False))
-    except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
-        print(f"skipweave {command}: {exc.args[0] if exc.args else exc}", file=sys.stderr)
-        return None
-
-
-def misplaced(command: str, result: Any) -> bool:
-    """When ``result`` is empty but entries sit below it at another depth, say where to look (stderr).
-
-    Returns:
-        True when the message was printed: the caller exits 2, as for any dump dir that cannot be read.
-    """
-    from skipweave.store.inspect import find_dump_dir_hint
-
-    if result.parts or result.leftovers:
-        return False
-    hint = find_dump_dir_hint(result.dump_dir)
-    if hint is None:
-        return False
-    print(f"skipweave {command}: {result.dump_dir} is not a dump dir, but entries sit below it: "
-          f"try `skipweave {command} {hint}`", file=sys.stderr)
-    return True
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,30 +53,29 @@ def run(args: argparse.Namespace) -> int:
     if result is None or misplaced("ls", result):
         return EXIT_USAGE
     if args.json:
-        doc = {
+        emit_json({
             "schema": SCHEMA,
             "dump_dir": result.dump_dir,
             "checksums_checked": False,
-            "totals": result.totals(),
-            "namespaces": result.tree(),
-            "leftovers": [x.as_dict() for x in result.leftovers],
+            "totals": totals_doc(result),
+            "namespaces": namespaces_doc(result),
+            "leftovers": [leftover_doc(x) for x in result.leftovers],
             "ignored": ignored_list(result),
-        }
-        emit(json.dumps(doc, indent=2))
+        })
         return EXIT_OK
     emit(render(result))
     return EXIT_OK
 
 
 def render(result: Any) -> str:
-    """Return the human listing of a :class:`~skipweave.store.inspect.DumpScan`."""
-    from skipweave.store.inspect import Status, human_bytes, human_time, plural
+    """Return the human listing of a :class:`~skipweave.store.scan.DumpScan`."""
+    from skipweave.store.scan import Status
 
     lines = [f"dump dir {result.dump_dir}"]
     if not result.parts and not result.leftovers:
         lines.append("nothing recorded yet")
         return "\n".join(lines)
-    for ns in result.tree():
+    for ns in namespaces_doc(result):
         for role in ns["roles"]:
             lines.append(f"{ns['name']}/{role['name']}")
             for target in role["targets"]:
@@ -126,7 +87,7 @@ def render(result: Any) -> str:
                         human_time(p["created_unix"]),
                     ])
                 lines += ["    " + r for r in table(rows)]
-    totals = result.totals()
+    totals = totals_doc(result)
     parts = totals["parts_by_status"]
     summary = (
         f"{plural(totals['parts'], 'part')}, {plural(totals['entries'], 'entry', 'entries')}, "
@@ -140,52 +101,3 @@ def render(result: Any) -> str:
         lines.append(f"leftovers: {leftover_summary(result.leftovers)}; `skipweave gc` removes them")
     lines += ignored_lines(result)
     return "\n".join(lines)
-
-
-def ignored_list(result: Any) -> list[dict[str, str]]:
-    """The ``ignored`` list of the JSON documents: names skipweave never writes, each ``{path, why}``."""
-    return [{"path": path, "why": why} for path, why in result.ignored]
-
-
-def ignored_lines(result: Any, limit: int = 10) -> list[str]:
-    """Human lines for the names a scan ignored (symlinks, stray files and folders); none when there are none."""
-    if not result.ignored:
-        return []
-    lines = [f"ignored (never followed, read or removed): {len(result.ignored)} name(s) skipweave does not write"]
-    lines += [f"  {path}: {why}" for path, why in result.ignored[:limit]]
-    if len(result.ignored) > limit:
-        lines.append(f"  ... and {len(result.ignored) - limit} more")
-    return lines
-
-
-def leftover_summary(leftovers: list[Any]) -> str:
-    """Return e.g. ``2 temporary files, 1 set-aside folder (3.1 KiB)``."""
-    from skipweave.store.inspect import LeftoverKind, human_bytes, plural
-
-    names = {
-        LeftoverKind.TEMPORARY: "temporary file",
-        LeftoverKind.ORPHAN: "orphan payload file",
-        LeftoverKind.SET_ASIDE: "set-aside folder",
-    }
-    parts = []
-    for kind, one in names.items():
-        n = sum(1 for x in leftovers if x.kind is kind)
-        if n:
-            parts.append(plural(n, one))
-    return ", ".join(parts) + f" ({human_bytes(sum(x.bytes for x in leftovers))})"
-
-
-def emit(text: str) -> None:
-    """Print ``text`` to stdout; a reader that stops early (``| head``) ends the output quietly."""
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
-        os.close(devnull)
-
-
-def table(rows: list[list[str]]) -> list[str]:
-    """Return rows of cells as left-aligned text columns."""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]

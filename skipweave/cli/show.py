@@ -11,16 +11,15 @@ not an entry. See docs/cli.md for the ``--json`` schema.
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import os
 import sys
 from typing import Any
 
-logger = logging.getLogger(__name__)
+from skipweave.cli.common import EXIT_OK, EXIT_USAGE, add_json_argument, emit, emit_json
+from skipweave.cli.format import human_bytes, human_time, plural, table
 
 SCHEMA = "skipweave.show/1"
-EXIT_OK, EXIT_CORRUPT, EXIT_USAGE = 0, 1, 2
+EXIT_CORRUPT = 1
 _MAX_ROWS = 200
 
 
@@ -42,7 +41,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--all", action="store_true", help=f"list every leaf (default: the first {_MAX_ROWS})")
     parser.add_argument("--allow-pickle", action="store_true",
                         help="judge an entry holding pickled data as a run with allow_pickle=true would")
-    parser.add_argument("--json", action="store_true", help="print one JSON document (schema skipweave.show/1)")
+    add_json_argument(parser, SCHEMA)
     parser.set_defaults(func=run)
 
 
@@ -56,8 +55,8 @@ def resolve_manifest(path: str, call: int | None = None) -> tuple[str, int | Non
         NotAnEntry: ``path`` does not exist, or is a file or folder that names no single entry; or it is a group
             file (or its data file) and ``call`` is not one of its calls.
     """
-    from skipweave.store.inspect import payload_stem
     from skipweave.store.layout import MANIFEST_SUFFIX, PACK_SUFFIX, TMP_PREFIX, parse_manifest_name, parse_pack_name
+    from skipweave.store.validity import payload_stem
 
     path = os.path.abspath(path)
     if os.path.isdir(path):
@@ -126,7 +125,7 @@ def store_folder(path: str) -> str | None:
     Args:
         path: an absolute folder that holds no manifest itself.
     """
-    from skipweave.store.inspect import find_dump_dir_hint, scan
+    from skipweave.store.scan import find_dump_dir_hint, scan
 
     dump = find_dump_dir_hint(path) or path
     rel = os.path.relpath(path, dump).split(os.sep)
@@ -158,8 +157,6 @@ def _what(dump: str, below: list[str], path: str) -> str:
 def _holding(parts: list[Any], depth: int) -> str:
     """What ``parts`` hold below a folder ``depth`` levels down the dump dir: roles by namespace (steps and
     entries each), a role's steps, or a step's targets."""
-    from skipweave.store.inspect import plural
-
     entries = plural(sum(len(p.entries) for p in parts), "entry", "entries")
     if depth == 3:
         targets = list(dict.fromkeys(p.target for p in parts))
@@ -206,8 +203,8 @@ def describe(manifest_path: str, *, checksums: bool, allow_pickle: bool = False,
     Raises:
         FileNotFoundError: the manifest does not exist (a payload file whose entry was never committed).
     """
-    from skipweave.store.inspect import check_entry
     from skipweave.store.layout import EntryKey, parse_pack_name
+    from skipweave.store.validity import check_entry
 
     key = None
     grouped = parse_pack_name(os.path.basename(manifest_path))
@@ -215,12 +212,12 @@ def describe(manifest_path: str, *, checksums: bool, allow_pickle: bool = False,
         parts = os.path.abspath(manifest_path).split(os.sep)
         namespace, role, step, target = parts[-5:-1]
         key = EntryKey(namespace, role, int(step), target, grouped[0], call) if step.lstrip("-").isdigit() else None
-    verdict = check_entry(manifest_path, checksums=checksums, allow_pickle=allow_pickle, key=key)
-    manifest, reason = verdict.manifest, verdict.reason
+    validity = check_entry(manifest_path, checksums=checksums, allow_pickle=allow_pickle, key=key)
+    manifest, reason = validity.manifest, validity.reason
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "path": manifest_path,
-        "status": "refused" if verdict.refused else "corrupt" if reason else "valid",
+        "status": "refused" if validity.refused else "corrupt" if reason else "valid",
         "reason": reason,
         "checksums_checked": checksums,
         "manifest": manifest,
@@ -330,17 +327,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"skipweave show: no manifest {exc.filename or ''}: the entry was never committed "
               "(its writer stopped before the manifest); `skipweave gc` removes such files", file=sys.stderr)
         return EXIT_USAGE
-    from skipweave.cli.ls import emit
-
-    emit(json.dumps(doc, indent=2) if args.json else render(doc, all_rows=args.all))
+    if args.json:
+        emit_json(doc)
+    else:
+        emit(render(doc, all_rows=args.all))
     return EXIT_CORRUPT if doc["status"] in ("corrupt", "refused") else EXIT_OK
 
 
 def render(doc: dict[str, Any], *, all_rows: bool = False) -> str:
     """Return the human view of a ``skipweave.show/1`` document."""
-    from skipweave.cli.ls import table
-    from skipweave.store.inspect import human_bytes, human_time
-
     m = doc["manifest"]
     lines = [f"entry     {doc['path']}"]
     if doc["status"] == "corrupt":

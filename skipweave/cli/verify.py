@@ -11,22 +11,26 @@ cannot be read. Leftovers and ignored names are listed but are not errors. See d
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 from typing import Any
 
-from skipweave.cli.ls import (
+from skipweave.cli.common import (
     EXIT_USAGE,
     add_dump_dir_arguments,
+    add_json_argument,
     emit,
-    ignored_lines,
-    ignored_list,
-    leftover_summary,
+    emit_json,
     misplaced,
     scan_or_explain,
 )
-
-logger = logging.getLogger(__name__)
+from skipweave.cli.format import (
+    human_bytes,
+    ignored_lines,
+    ignored_list,
+    leftover_doc,
+    leftover_summary,
+    plural,
+    totals_doc,
+)
 
 SCHEMA = "skipweave.verify/1"
 EXIT_OK, EXIT_PROBLEMS = 0, 1
@@ -39,13 +43,13 @@ def register(subparsers: Any) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_dump_dir_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print one JSON document (schema skipweave.verify/1)")
+    add_json_argument(parser, SCHEMA)
     parser.set_defaults(func=run)
 
 
 def problems(result: Any) -> list[dict[str, Any]]:
     """Return the ``problems`` list documented in docs/cli.md, in part order (namespace, role, target, step)."""
-    from skipweave.store.inspect import Status
+    from skipweave.store.scan import Status
 
     out: list[dict[str, Any]] = []
     for p in result.parts:
@@ -68,17 +72,16 @@ def run(args: argparse.Namespace) -> int:
     found = problems(result)
     bad = failing(found)
     if args.json:
-        doc = {
+        emit_json({
             "schema": SCHEMA,
             "dump_dir": result.dump_dir,
             "ok": not bad,
             "checksums_checked": True,
-            "totals": result.totals(),
+            "totals": totals_doc(result),
             "problems": found,
-            "leftovers": [x.as_dict() for x in result.leftovers],
+            "leftovers": [leftover_doc(x) for x in result.leftovers],
             "ignored": ignored_list(result),
-        }
-        emit(json.dumps(doc, indent=2))
+        })
     else:
         emit(render(result, found))
     return EXIT_PROBLEMS if bad else EXIT_OK
@@ -91,9 +94,7 @@ def failing(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def render(result: Any, found: list[dict[str, Any]]) -> str:
     """Return the human report of a verification."""
-    from skipweave.store.inspect import human_bytes, plural
-
-    totals = result.totals()
+    totals = totals_doc(result)
     lines = [f"verified {result.dump_dir}: {plural(totals['entries'], 'entry', 'entries')} in "
              f"{plural(totals['parts'], 'part')}, {human_bytes(totals['bytes'])}, sizes and checksums"]
     for p in found:

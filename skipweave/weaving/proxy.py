@@ -51,12 +51,12 @@ from skipweave.policy.steps import StepError, StepSource
 from skipweave.store import codec
 from skipweave.store.manifest import EntryInvalid, seconds_of
 from skipweave.store.paths import UnsafePath
-from skipweave.store.rng import RngMarks, capture_rng_state, prepare_rng_state, rng_changes, rng_marks
 from skipweave.store.step_store import EntryMeta, StepStore
 from skipweave.store.write_behind import WRITER
 from skipweave.store.writers import is_concurrent_other, started_unix, this_writer
 from skipweave.weaving.effects import recorded_form, split_appended
 from skipweave.weaving.fingerprint import fingerprint
+from skipweave.weaving.rng import RngMarks, capture_rng_state, prepare_rng_state, rng_changes, rng_marks
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ import filelock
 import pytest
 import torch
 
-from skipweave.store import inspect
+from skipweave.store import gc as store_gc
+from skipweave.store import scan as store_scan
 from skipweave.store.manifest import file_checksum
 from skipweave.store.step_store import StepStore
 from tests.cli.test_ls import NS, ROLE, Store, cli, make_store, payload
@@ -107,15 +108,15 @@ def test_gc_yes_with_default_min_age_removes_only_corrupt_entries(tmp_path: Path
 
 def test_gc_rechecks_under_the_writer_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     s = make_store(tmp_path / "dump")
-    result = inspect.scan(str(s.dump), checksums=True)
-    actions = {(a.kind.value, a.path): a for a in inspect.plan_gc(result)}
+    result = store_scan.scan(str(s.dump), checksums=True)
+    actions = {(a.kind.value, a.path): a for a in store_gc.plan_gc(result)}
     store = StepStore(str(s.dump), NS, ROLE)
 
     # A writer replaced the corrupt entry after the scan: gc must keep the new, valid one.
     repaired = actions[("corrupt_entry", str(s.corrupt["flipped"]))]
     store.record(store.key(4, "gen", "r0", 1), payload(4, 1), target_path="m:f", fingerprint="fp", rng_state=None,
                  seconds=0.1, replace=True)
-    inspect.apply_gc(result, repaired, min_age=0, dry_run=False)
+    store_gc.apply_gc(result, repaired, min_age=0, dry_run=False)
     assert repaired.outcome == "skipped" and repaired.detail == "valid again (a writer replaced it)"
     assert torch.equal(store.load(store.key(4, "gen", "r0", 1)).result["ids"], payload(4, 1)["ids"])
 
@@ -123,18 +124,18 @@ def test_gc_rechecks_under_the_writer_lock(tmp_path: Path, monkeypatch: pytest.M
     part = actions[("incomplete_part", str(s.incomplete))]
     store.record(store.key(3, "gen", "r0", 1), payload(3, 1), target_path="m:f", fingerprint="fp", rng_state=None,
                  seconds=0.1)
-    inspect.apply_gc(result, part, min_age=0, dry_run=False)
+    store_gc.apply_gc(result, part, min_age=0, dry_run=False)
     assert part.outcome == "skipped" and part.detail == "complete now (a writer finished it)"
     assert len(list(s.incomplete.glob("r0-*.manifest.json"))) == 2
 
     # A writer holds the entry's lock: gc leaves it alone rather than wait.
-    monkeypatch.setattr(inspect, "LOCK_WAIT_S", 0.05)
+    monkeypatch.setattr(store_gc, "LOCK_WAIT_S", 0.05)
     busy = actions[("corrupt_entry", str(s.corrupt["garbage"]))]
     holder = filelock.FileLock(str(s.target(7) / ".r0.part.lock"))  # another open file: flock conflicts
     with holder:
-        inspect.apply_gc(result, busy, min_age=0, dry_run=False)
+        store_gc.apply_gc(result, busy, min_age=0, dry_run=False)
     assert busy.outcome == "skipped" and busy.detail == "a writer holds its lock" and s.corrupt["garbage"].exists()
-    inspect.apply_gc(result, busy, min_age=0, dry_run=False)
+    store_gc.apply_gc(result, busy, min_age=0, dry_run=False)
     assert busy.outcome == "removed" and not s.corrupt["garbage"].exists()
 
 
@@ -236,21 +237,21 @@ def test_gc_lists_and_removes_the_marks_of_ended_runs_and_keeps_live_ones(tmp_pa
 def test_gc_judges_a_run_again_before_removing_its_marks(tmp_path: Path) -> None:
     s = make_store(tmp_path / "dump", damage=False)
     folder = _run_folder(s.dump, "back", owner={"pid": _dead_pid()}, age_days=1)
-    result = inspect.scan(str(s.dump), checksums=True)
-    action = next(a for a in inspect.plan_gc(result) if a.kind is inspect.GcKind.RUN_MARKS)
+    result = store_scan.scan(str(s.dump), checksums=True)
+    action = next(a for a in store_gc.plan_gc(result) if a.kind is store_gc.GcKind.RUN_MARKS)
     (folder / ".owner.json").write_text(json.dumps({  # meanwhile: named a live process as its first
         "host": platform.node(), "pid": os.getpid(), "pid_namespace": _pid_namespace(), "process_start": None}))
-    inspect.apply_gc(result, action, min_age=0, dry_run=False)
+    store_gc.apply_gc(result, action, min_age=0, dry_run=False)
     assert action.outcome == "skipped" and "no longer known to have ended" in (action.detail or "")
     assert folder.exists()
 
     (folder / ".owner.json").write_text(json.dumps({"host": "elsewhere", "pid": 1, "pid_namespace": "",
                                                     "ended_unix": time.time()}))
     (folder / NS / ROLE / "gen.called").touch()  # a process of the run that outlived its first one marked
-    inspect.apply_gc(result, action, min_age=3600, dry_run=False)
+    store_gc.apply_gc(result, action, min_age=3600, dry_run=False)
     assert action.outcome == "skipped" and "less than --min-age 3600 s" in (action.detail or "")
     _age(folder, 1)
-    inspect.apply_gc(result, action, min_age=3600, dry_run=False)
+    store_gc.apply_gc(result, action, min_age=3600, dry_run=False)
     assert action.outcome == "removed" and not folder.exists()
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from skipweave.store.rng import capture_rng_state
 from skipweave.store.step_store import StepStore
+from skipweave.weaving.rng import capture_rng_state
 from tests.cli.test_ls import NS, ROLE, cli, make_store
 
 

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 import torch
 
-from skipweave.store.inspect import apply_gc, plan_gc, scan
+from skipweave.store.gc import apply_gc, plan_gc
 from skipweave.store.layout import parse_pack_name
 from skipweave.store.manifest import EntryInvalid
+from skipweave.store.scan import scan
 from skipweave.store.step_store import EntryMeta, StepStore
 
 CALLS = 10

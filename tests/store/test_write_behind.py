@@ -59,7 +59,7 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
 def _manifests(dump: Path) -> list[Path]:
     """Where each committed entry's manifest is (its own, or the group file holding it), as a run and ``skipweave
     ls`` see them."""
-    from skipweave.store.inspect import scan
+    from skipweave.store.scan import scan
 
     return sorted(Path(e.path) for e in scan(str(dump)).entries()) if dump.exists() else []
 

@@ -90,7 +90,7 @@ def test_eight_threads_each_get_their_own_result_in_both_runs(host_module: Any, 
         samples.append({k: r["sample"].tolist() for k, r in got.items()})
         assert len(m.LIVE) == (24 if run == 1 else 0)
     assert samples[0] == samples[1]  # each thread was served the very entry it recorded
-    from skipweave.store.inspect import scan
+    from skipweave.store.scan import scan
 
     entries = list(scan(str(tmp_path / "dump")).entries())  # single entries or groups, as a run reads them
     assert sorted(e.key.call for e in entries if e.key.step == 1) == list(range(8))

@@ -1,23 +1,29 @@
 """Capture and restore the global random number generator states (Python, numpy, torch CPU and CUDA).
 
-The captured state is a plain dict of ints, floats, strings, numpy arrays and tensors, so
-``skipweave.store.codec.encode`` can store it without pickle.
+Skipping a real call leaves the generators where they were, so everything after it (shuffles, dropout) would
+diverge from the recorded run; so a record keeps the states the real call left behind and a replay restores them
+(see docs/architecture.md). The captured state is a plain dict of ints, floats, strings, numpy arrays and tensors,
+so the codec stores it without pickle.
 
 A record keeps only what its call changed: :func:`rng_marks` is taken right before the real call and
 :func:`rng_changes` right after, and only the generators the call changed go into the entry. A replay restores
 those, to the state the call left them in, and leaves the others as the host has them, as the real call would have.
-Most calls leave most generators alone, and showing one unchanged costs about a microsecond: its state's bytes are
-compared where the generator keeps them (:class:`_Probe`; where that is not possible here, the public API is read
-before and after, with the same outcome). The state recorded always comes from the public API
-(``random.getstate``, ``np.random.get_state``, ``torch.get_rng_state``).
+Most calls leave most generators alone; showing Python's and numpy's unchanged reads their states' bytes where the
+generators keep them (:class:`_Probe`, about 1 µs each), because their public API (``random.getstate``,
+``np.random.get_state``) costs a recorded call more than the ``small.record`` row of ``bench/run.py`` can pay
+(numbers in :class:`_Probe`). Where a probe cannot be verified here, the public API is read before and after, with
+the same outcome. The state recorded always comes from the public API (``random.getstate``,
+``np.random.get_state``, ``torch.get_rng_state``).
 """
 
 from __future__ import annotations
 
 import array
 import ctypes
+import functools
 import logging
 import random
+import struct
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -126,14 +132,10 @@ def _torch_bytes(state: torch.Tensor) -> bytes:
     return bytes(state.numpy().data)
 
 
+@functools.cache
 def _cuda() -> bool:
     """``torch.cuda.is_available()``, asked once per process (it does not change while a process runs)."""
-    if not _CUDA:
-        _CUDA.append(torch.cuda.is_available())
-    return _CUDA[0]
-
-
-_CUDA: list[bool] = []
+    return torch.cuda.is_available()
 
 
 def _python_section(version: Any, internal: tuple[int, ...], gauss: Any) -> dict[str, Any]:
@@ -247,8 +249,16 @@ _MT_STATE_BYTES = 624 * 4 + 4
 
 
 class _Probe:
-    """Reads a generator's whole state as bytes where the generator keeps it (about 1 µs, against 15-75 µs for
+    """Reads a generator's whole state as bytes where the generator keeps it (about 1 µs, against 15-95 µs for
     its public API), to compare before and after a call.
+
+    Why it stays: every recorded call marks the generators before and after (:func:`rng_marks`,
+    :func:`rng_changes`). Measured 2026-12-03 on the 2-core machine under load from other jobs, interleaved in one
+    process: 15-30 µs per recorded call with the probes, 170-470 µs through ``random.getstate`` and
+    ``np.random.get_state``. In ``python bench/run.py --only small`` (probe and public API alternating, two runs
+    each), the ``small.record`` row (1 KB entries, target <= 0.3 ms per entry; 0.200 ms with the probes on an idle
+    machine, docs/performance.md) gave 0.63 and 0.47 ms with the probes against 2.35 and 1.50 ms with the public
+    API: the public API alone costs more than the target leaves.
 
     - Python's ``random``: CPython's ``Random`` object holds its Mersenne Twister (``int index``, ``uint32
       state[624]``) right after its object header; its cached gaussian is the public ``gauss_next`` attribute.
@@ -354,19 +364,14 @@ def _numpy_probe_bytes(address: int, gauss_at: tuple[int, int]) -> bytes:
             + ctypes.string_at(gauss_at[1], 8))
 
 
-_GAUSS_OFFSETS: list[tuple[int, int] | None] = []
-
-
+@functools.cache
 def _gauss_offsets() -> tuple[int, int] | None:
     """Where a ``RandomState`` keeps ``has_gauss`` (a C ``int``) and ``gauss`` (a ``double``), as offsets into the
     object: the one pair of offsets that holds them over four distinct states of a scratch generator (and whose
-    twister bytes, at ``ctypes.state_address``, match too); ``None`` when no single pair does."""
-    if _GAUSS_OFFSETS:
-        return _GAUSS_OFFSETS[0]
+    twister bytes, at ``ctypes.state_address``, match too); ``None`` when no single pair does. Found once per
+    process."""
     found: tuple[int, int] | None = None
     try:
-        import struct
-
         rs: Any = np.random.RandomState(12345)
         size = type(rs).__basicsize__
         address = int(rs._bit_generator.ctypes.state_address)
@@ -386,7 +391,6 @@ def _gauss_offsets() -> tuple[int, int] | None:
             found = candidates.pop()
     except Exception as exc:  # noqa: BLE001 - no probe: the public API
         logger.debug("skipweave: numpy's cached gaussian could not be located (%s: %s)", type(exc).__name__, exc)
-    _GAUSS_OFFSETS.append(found)
     return found
 
 
@@ -406,13 +410,10 @@ def _python_bytes(state: tuple[Any, ...]) -> bytes:
 
 _PYTHON = _Probe("python")
 _NUMPY = _Probe("numpy")
-_TORCH_STATE_SHAPE: list[torch.Size] = []
-
-
+@functools.cache
 def _torch_state_shape() -> torch.Size:
-    if not _TORCH_STATE_SHAPE:
-        _TORCH_STATE_SHAPE.append(torch.get_rng_state().shape)
-    return _TORCH_STATE_SHAPE[0]
+    """The shape of torch's CPU generator state in this process."""
+    return torch.get_rng_state().shape
 
 
 def _restore_cuda(cuda: Any) -> None:

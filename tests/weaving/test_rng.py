@@ -1,4 +1,4 @@
-"""Tests for skipweave.store.rng: capture -> encode (no pickle) -> file -> decode -> restore."""
+"""Tests for skipweave.weaving.rng: capture -> encode (no pickle) -> file -> decode -> restore."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from skipweave.store.codec import decode, encode
-from skipweave.store.rng import capture_rng_state, restore_rng_state, rng_changes, rng_marks
+from skipweave.weaving.rng import capture_rng_state, restore_rng_state, rng_changes, rng_marks
 
 
 def _draw() -> tuple[list[float], list[float], list[float], list[float], list[float]]:
@@ -67,7 +67,7 @@ def test_cuda_states_skipped_without_cuda(caplog: pytest.LogCaptureFixture) -> N
     assert "torch_cuda" not in state
     state["torch_cuda"] = [torch.zeros(16, dtype=torch.uint8)]
     expected = _draw()
-    with caplog.at_level(logging.DEBUG, logger="skipweave.store.rng"):
+    with caplog.at_level(logging.DEBUG, logger="skipweave.weaving.rng"):
         restore_rng_state(state)
     assert _draw() == expected
     assert any("CUDA is not available" in r.getMessage() for r in caplog.records)
@@ -134,7 +134,7 @@ def test_a_cached_gaussian_taken_without_moving_the_twister_is_seen() -> None:
 def test_without_probes_the_public_api_decides_alike(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where a probe is unusable (another Python, another numpy layout), the states are read and compared
     through the public API before and after the call: slower, the same outcome."""
-    from skipweave.store import rng
+    from skipweave.weaving import rng
 
     monkeypatch.setattr(rng._PYTHON, "bound", ())
     monkeypatch.setattr(rng._NUMPY, "bound", ())
@@ -149,7 +149,7 @@ def test_without_probes_the_public_api_decides_alike(monkeypatch: pytest.MonkeyP
 
 def test_probes_agree_with_the_public_state() -> None:
     """The probes read the very bytes the public API reports (this CPython and numpy: both are usable)."""
-    from skipweave.store import rng
+    from skipweave.weaving import rng
 
     rng_marks()
     assert rng._PYTHON.address > 0 and rng._NUMPY.address > 0
@@ -207,7 +207,7 @@ def test_a_global_generator_that_is_not_a_mersenne_twister_is_left_out(caplog: p
     original = np.random.get_bit_generator()
     np.random.set_bit_generator(np.random.PCG64(7))
     try:
-        with warnings.catch_warnings(), caplog.at_level(logging.WARNING, logger="skipweave.store.rng"):
+        with warnings.catch_warnings(), caplog.at_level(logging.WARNING, logger="skipweave.weaving.rng"):
             warnings.simplefilter("error")
             changes = _changed_by(lambda: (np.random.rand(), torch.rand(1)))
             assert changes is not None and set(changes) == {"format", "torch_cpu"}

@@ -1,0 +1,111 @@
+"""What the store commands (``ls``, ``verify``, ``gc``, ``show``) share: their dump-dir arguments, the scan with
+its messages for people, and output to stdout.
+
+Kept light at import time (every subcommand's module is imported to build the parser): the store is imported
+when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+__all__ = ["EXIT_OK", "EXIT_USAGE", "add_dump_dir_arguments", "add_json_argument", "emit", "emit_json",
+           "misplaced", "positive_int", "scan_or_explain"]
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+"""Exit status of every store command when its dump dir or path cannot be read (or names no entry)."""
+
+
+def add_dump_dir_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``DUMP_DIR``, ``--calls-per-step`` and ``--allow-pickle`` (shared by ls, verify and gc)."""
+    parser.add_argument("dump_dir", metavar="DUMP_DIR", help="the store root (skip.<role>.dump_dir)")
+    parser.add_argument(
+        "--calls-per-step", type=positive_int, default=None, metavar="N",
+        help="calls one shard makes per step (as skip.<role>.calls_per_step); default: learned from closed steps",
+    )
+    parser.add_argument(
+        "--allow-pickle", action="store_true",
+        help="judge entries holding pickled data as a run with skip.<role>.allow_pickle=true would "
+             "(default: they are 'refused', as a run refuses them)",
+    )
+
+
+def add_json_argument(parser: argparse.ArgumentParser, schema: str) -> None:
+    """Add ``--json``: print one JSON document of ``schema`` (e.g. ``skipweave.ls/1``) instead of text."""
+    parser.add_argument("--json", action="store_true", help=f"print one JSON document (schema {schema})")
+
+
+def positive_int(text: str) -> int:
+    """Parse a whole number of 1 or more (an ``argparse`` type).
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is not such a number.
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
+    return value
+
+
+def scan_or_explain(command: str, args: argparse.Namespace, *, checksums: bool) -> Any:
+    """Scan ``args.dump_dir`` (:func:`skipweave.store.scan.scan`); on failure print a message for people to stderr
+    and return ``None``.
+
+    Args:
+        command: the subcommand's name, for the message.
+        args: the parsed arguments of :func:`add_dump_dir_arguments`.
+        checksums: check every payload byte (else sizes only).
+
+    Returns:
+        The :class:`~skipweave.store.scan.DumpScan`, or ``None`` when the dump dir cannot be read.
+    """
+    from skipweave.store.scan import scan
+
+    try:
+        return scan(args.dump_dir, checksums=checksums, calls_per_step=args.calls_per_step,
+                    allow_pickle=getattr(args, "allow_pickle", False))
+    except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+        print(f"skipweave {command}: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return None
+
+
+def misplaced(command: str, result: Any) -> bool:
+    """When ``result`` (a :class:`~skipweave.store.scan.DumpScan`) is empty but entries sit below it at another
+    depth, say where to look (stderr).
+
+    Returns:
+        True when the message was printed: the caller exits 2, as for any dump dir that cannot be read.
+    """
+    from skipweave.store.scan import find_dump_dir_hint
+
+    if result.parts or result.leftovers:
+        return False
+    hint = find_dump_dir_hint(result.dump_dir)
+    if hint is None:
+        return False
+    print(f"skipweave {command}: {result.dump_dir} is not a dump dir, but entries sit below it: "
+          f"try `skipweave {command} {hint}`", file=sys.stderr)
+    return True
+
+
+def emit(text: str) -> None:
+    """Print ``text`` to stdout; a reader that stops early (``| head``) ends the output quietly."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
+        os.close(devnull)
+
+
+def emit_json(doc: dict[str, Any]) -> None:
+    """Print one JSON document (indented) to stdout, as :func:`emit` does."""
+    emit(json.dumps(doc, indent=2))

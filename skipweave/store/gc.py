@@ -1,0 +1,321 @@
+"""What ``skipweave gc`` removes, and the removal itself: only what no run will ever serve.
+
+:func:`plan_gc` lists, from a :class:`~skipweave.store.scan.DumpScan`, the incomplete parts, corrupt entries and
+leftovers (see :mod:`skipweave.store.scan`), then the ``.runs`` marks of runs that ended
+(:func:`skipweave.store.runs.ended_runs` says which). :func:`apply_gc` removes one item. Entries are judged again
+(:func:`skipweave.store.validity.check_entry`) right before they are removed, under the file lock their writer
+takes, so a complete, valid entry is never removed, also when a run replaces or completes one meanwhile. Anything a
+running writer may still own (temporary and orphan files, incomplete parts, set-aside folders, run marks) is kept
+while it is younger than ``min_age``. Nothing outside the dump dir is touched, and no symlink is followed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import time
+from dataclasses import dataclass
+
+import filelock
+
+from skipweave.store import runs
+from skipweave.store.layout import (
+    MANIFEST_SUFFIX,
+    PACK_SUFFIX,
+    PART_SUFFIX,
+    TMP_PREFIX,
+    pack_stem,
+    parse_pack_data_name,
+    parse_pack_name,
+    touch_changes,
+)
+from skipweave.store.manifest import EntryInvalid, read_manifest
+from skipweave.store.pack import read_pack
+from skipweave.store.paths import is_real_dir, remove_tree
+from skipweave.store.scan import DumpScan, EntryScan, LeftoverKind, PartScan, Status, size_and_mtime
+from skipweave.store.step_store import calls_in, part_lock
+from skipweave.store.validity import check_entry, group_data_names, payload_names, payload_stem
+
+__all__ = ["LOCK_WAIT_S", "GcAction", "GcKind", "apply_gc", "plan_gc"]
+
+LOCK_WAIT_S = 2.0
+"""Seconds gc waits for a writer's lock before leaving the item alone."""
+
+
+
+class GcKind(str, enum.Enum):
+    """What a gc action removes."""
+
+    CORRUPT_ENTRY = "corrupt_entry"
+    INCOMPLETE_PART = "incomplete_part"
+    TEMPORARY = "temporary"
+    ORPHAN = "orphan"
+    SET_ASIDE = "set_aside"
+    RUN_MARKS = "run_marks"
+
+
+@dataclass
+class GcAction:
+    """One thing gc removes (or would remove) and what became of it.
+
+    Attributes:
+        kind: what is removed.
+        path: the manifest (corrupt entry), target folder (incomplete part), file or folder (a set-aside one, or
+            a run's folder of marks).
+        files: every path the action removes.
+        bytes: their total size.
+        reason: why it is garbage.
+        where: short human label of the entry, part or run (``run {id}``), else ``None``.
+        outcome: ``would_remove`` (dry run), ``removed``, ``skipped`` (left alone for safety) or ``failed``.
+        detail: why it was skipped or failed.
+        part: the part of an incomplete part or corrupt entry, else ``None``.
+        entry: the corrupt entry, else ``None``.
+        modified: newest modification time of what is removed (unix seconds), against ``min_age``.
+    """
+
+    kind: GcKind
+    path: str
+    files: list[str]
+    bytes: int
+    reason: str
+    where: str | None = None
+    outcome: str = "would_remove"
+    detail: str | None = None
+    part: PartScan | None = None
+    entry: EntryScan | None = None
+    modified: float = 0.0
+
+
+def plan_gc(result: DumpScan) -> list[GcAction]:
+    """List what gc removes: incomplete parts, corrupt entries, leftovers, then ended runs' marks. Nothing is touched.
+
+    A corrupt entry inside an incomplete part goes with its part. Orphan payload files written for an
+    entry that is removed go with that entry. Complete, valid entries never appear. What gc leaves alone under
+    ``.runs`` (symlinks, files, odd names) is added to ``result.ignored``.
+    """
+    actions: list[GcAction] = []
+    owner: dict[tuple[str, str], GcAction] = {}  # (folder, stem) -> the action removing that entry
+    for part in result.parts:
+        if not part.complete:
+            files = list(dict.fromkeys(os.path.join(part.folder, n) for e in part.entries for n in e.files))
+            files += [part.part_file] if part.part_file else []
+            reasons = [part.incomplete_reason or "incomplete"]
+            reasons += [f"call {e.key.call} is corrupt: {e.reason}" for e in part.entries if e.reason]
+            action = GcAction(
+                GcKind.INCOMPLETE_PART, part.folder, files, sum(size_and_mtime(f)[0] for f in files),
+                "; ".join(reasons), where=part.where, part=part, modified=part.modified,
+            )
+            actions.append(action)
+            owner.update({(part.folder, _stem_of(e)): action for e in part.entries})
+            continue
+        grouped: set[str] = set()  # group files already removed by an action: shared by their entries
+        for e in part.entries:
+            if e.status is Status.CORRUPT and e.path not in grouped:
+                if e.path.endswith(PACK_SUFFIX):
+                    grouped.add(e.path)
+                action = GcAction(
+                    GcKind.CORRUPT_ENTRY, e.path, [os.path.join(part.folder, n) for n in e.files],
+                    sum(size_and_mtime(os.path.join(part.folder, n))[0] for n in e.files),
+                    e.reason or "corrupt", where=f"{part.where} call {e.key.call}", part=part, entry=e,
+                    modified=e.modified,
+                )
+                actions.append(action)
+                owner[(part.folder, _stem_of(e))] = action
+    for x in result.leftovers:
+        entry_action = owner.get((os.path.dirname(x.path), x.stem or ""))
+        if x.kind is LeftoverKind.ORPHAN and entry_action is not None:
+            entry_action.files.append(x.path)
+            entry_action.bytes += x.bytes
+            continue
+        kind = GcKind(x.kind.value)
+        actions.append(GcAction(kind, x.path, [x.path], x.bytes, _LEFTOVER_REASONS[kind], modified=x.modified))
+    ended, ignored = runs.ended_runs(result.dump_dir)
+    result.ignored.extend(i for i in ignored if i not in result.ignored)  # (planned twice: listed once)
+    for r in ended:
+        actions.append(GcAction(GcKind.RUN_MARKS, r.path, [r.path], r.bytes, f"run ended: {r.reason}",
+                                where=f"run {r.run}", modified=r.modified))
+    return actions
+
+
+_LEFTOVER_REASONS = {
+    GcKind.TEMPORARY: "temporary file of a write that never finished",
+    GcKind.ORPHAN: "payload file no manifest refers to (its writer stopped before committing)",
+    GcKind.SET_ASIDE: "set aside by a run (interrupted part or corrupt entry); never served",
+}
+
+
+def _stem_of(entry: EntryScan) -> str:
+    """The stem of the files an entry's removal takes: its own (``r0-0003``), or its group's (``r0-0000-0063``)."""
+    name = os.path.basename(entry.path)
+    return name[: -len(PACK_SUFFIX)] if parse_pack_name(name) is not None else entry.key.stem
+
+
+def apply_gc(result: DumpScan, action: GcAction, *, min_age: float, dry_run: bool, now: float | None = None) -> None:
+    """Carry out (or, with ``dry_run``, only vet) one action; set its ``outcome`` and ``detail``.
+
+    Items a running writer may still own (all but corrupt entries) are skipped while younger than
+    ``min_age`` seconds. Entries are checked again under their writer lock right before removal: an entry
+    that has become complete and valid meanwhile is skipped. Never raises for a single item: an
+    ``OSError`` sets ``outcome="failed"``.
+    """
+    now = time.time() if now is None else now
+    if action.kind is not GcKind.CORRUPT_ENTRY and now - action.modified < min_age:
+        action.outcome = "skipped"
+        action.detail = (
+            f"modified {now - action.modified:.0f} s ago, less than --min-age {min_age:.0f} s; "
+            "a run may still be writing it"
+        )
+        return
+    if dry_run:
+        action.outcome = "would_remove"
+        return
+    try:
+        skipped = _REMOVERS[action.kind](result, action, min_age, now)
+        if not skipped and action.part is not None:  # runs reading this role re-read its recorded steps
+            touch_changes(result.dump_dir, action.part.namespace, action.part.role)
+    except filelock.Timeout:
+        skipped = "a writer holds its lock"
+    except Exception as exc:  # OSError, or whatever a crafted tree provokes: this item fails, gc goes on
+        action.outcome, action.detail = "failed", f"{type(exc).__name__}: {exc}"
+        return
+    action.outcome, action.detail = ("skipped", skipped) if skipped else ("removed", None)
+
+
+def _unlink_stem(folder: str, stem: str) -> None:
+    """Remove the manifest and every payload file of one entry (the caller holds its part's lock).
+
+    Symlinks are removed themselves (never their targets); a folder planted at a payload's name is removed
+    with its contents (it lies inside the dump dir: :func:`~skipweave.store.paths.remove_tree` follows no symlink).
+    """
+    for n in os.listdir(folder):
+        if n.startswith(stem + ".") and not n.startswith(TMP_PREFIX):
+            path = os.path.join(folder, n)
+            with contextlib.suppress(FileNotFoundError):
+                remove_tree(path)
+
+
+def _entry_lock(folder: str, stem: str) -> filelock.FileLock:
+    # The lock of the entry's (or group's) part, which every writer of the part holds (StepStore's part_lock).
+    grouped = parse_pack_name(stem + PACK_SUFFIX)
+    return part_lock(folder, grouped[0] if grouped else stem.rsplit("-", 1)[0], timeout=LOCK_WAIT_S)
+
+
+def _part_lock(folder: str, shard: str) -> filelock.FileLock:
+    return part_lock(folder, shard, timeout=LOCK_WAIT_S)
+
+
+def _remove_corrupt_entry(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
+    assert action.entry is not None and action.part is not None
+    folder, stem = action.part.folder, _stem_of(action.entry)
+    with _part_lock(folder, action.part.shard):
+        try:
+            validity = check_entry(action.path, checksums=True, allow_pickle=result.allow_pickle,
+                                  key=action.entry.key)
+        except FileNotFoundError:
+            return "already gone"
+        if validity.reason is None or validity.refused:
+            return "valid again (a writer replaced it)"
+        _unlink_stem(folder, stem)
+    _drop_empty_part(action.part)
+    return None
+
+
+def _drop_empty_part(part: PartScan) -> None:
+    """After its last entry was removed, remove a part's state file and the folders left empty, so that
+    ``verify`` passes right after one ``gc``."""
+    with _part_lock(part.folder, part.shard):
+        try:
+            names = os.listdir(part.folder)
+        except FileNotFoundError:
+            return
+        own, groups = calls_in(names, part.shard)
+        if own or groups:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(part.folder, part.shard + PART_SUFFIX))
+    for folder in (part.folder, os.path.dirname(part.folder)):  # target, then step folder
+        for n in os.listdir(folder) if os.path.isdir(folder) else []:
+            if n.endswith(".lock") and n.startswith("."):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, n))
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)  # only when empty
+
+
+def _remove_incomplete_part(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
+    part = action.part
+    assert part is not None
+    store = result.store(part.namespace, part.role)
+    with _part_lock(part.folder, part.shard):
+        if store.is_complete(part.step, part.target, part.shard):
+            return "complete now (a writer finished it)"
+        own, groups = calls_in(os.listdir(part.folder), part.shard)
+        stems = [store.key(part.step, part.target, part.shard, c).stem for c in sorted(own)]
+        group_stems = [pack_stem(part.shard, first, last) for first, last, _ in groups]
+        newest = max([size_and_mtime(os.path.join(part.folder, s + MANIFEST_SUFFIX))[1] for s in stems]
+                     + [size_and_mtime(os.path.join(part.folder, s + PACK_SUFFIX))[1] for s in group_stems]
+                     + [size_and_mtime(part.part_file or "")[1]])
+        stems += group_stems
+        if now - newest < min_age:
+            return "a writer added to it meanwhile"
+        for stem in stems:  # under the part's lock, which every writer of the part takes
+            _unlink_stem(part.folder, stem)
+        for path in action.files:  # orphans of removed entries; the part file last
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+    _drop_empty_part(part)
+    return None
+
+
+def _remove_file(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
+    try:
+        remove_tree(action.path)  # a file, or a folder planted at its name
+    except FileNotFoundError:
+        return "already gone"
+    return None
+
+
+def _remove_orphan(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
+    folder, name = os.path.split(action.path)
+    stem = payload_stem(name) or name
+    grouped = parse_pack_data_name(name) is not None
+    with _entry_lock(folder, stem):
+        manifest_file = os.path.join(folder, stem + (PACK_SUFFIX if grouped else MANIFEST_SUFFIX))
+        if os.path.exists(manifest_file):
+            try:
+                referenced = group_data_names(read_pack(manifest_file)) if grouped \
+                    else payload_names(read_manifest(manifest_file))
+            except EntryInvalid:
+                referenced = None
+            if referenced is None or name in referenced:
+                return "a manifest refers to it now"
+        try:
+            remove_tree(action.path)  # a file, or a folder planted at its name
+        except FileNotFoundError:
+            return "already gone"
+    return None
+
+
+def _remove_run_marks(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
+    return runs.remove_ended(action.path, min_age=min_age, now=now)  # judged again: the run may have come back
+
+
+def _remove_tree(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
+    if not os.path.lexists(action.path):
+        return "already gone"
+    if not is_real_dir(os.path.dirname(action.path)):  # its _set_aside became a symlink meanwhile
+        return "its folder is no longer a real folder of the dump dir"
+    remove_tree(action.path)
+    return None
+
+
+_REMOVERS = {
+    GcKind.CORRUPT_ENTRY: _remove_corrupt_entry,
+    GcKind.INCOMPLETE_PART: _remove_incomplete_part,
+    GcKind.TEMPORARY: _remove_file,
+    GcKind.ORPHAN: _remove_orphan,
+    GcKind.SET_ASIDE: _remove_tree,
+    GcKind.RUN_MARKS: _remove_run_marks,
+}
+
