@@ -8,7 +8,7 @@ exception" (exit status 134), after a run that did everything right. So no threa
 when the handlers are done: each piece that starts one registers how to finish it here, and the one handler
 runs those steps in order:
 
-1. :data:`FINISH` -- first close the door on skipweave's own work in the host's threads (:func:`close_work`): a
+1. :data:`FINISH` -- first close the door on skipweave's own work in the host's threads (:class:`Work`): a
    daemon thread of the host's that calls a target from now on calls it through, unrecorded, and the step waits
    for the threads already inside skipweave's own work (staging, decoding, RNG capture: torch calls) to leave
    it; then finish what was recorded: pending background writes committed, parts marked complete. (Closed
@@ -81,28 +81,42 @@ _working = 0
 _closing = False
 
 
-def enter_work() -> bool:
-    """A thread enters skipweave's own work for a call (what it does besides the host's real call: decide, decode,
-    stage, capture RNG state). Always pair with :func:`leave_work`, whatever this returns.
-
-    Returns:
-        True while the process is not exiting; False once the exit steps began: the caller then does no work of
-        its own (calls the target through, records nothing), since a daemon thread still inside torch when the
-        interpreter finalizes aborts the process.
+class Work:
+    """One call's hold on skipweave's own work: what the proxy does besides the host's real call (decide, decode,
+    stage, capture RNG state). The exit (:func:`close_work`) waits for every held one to be let go, and refuses new
+    holds; a call holds only while it runs such work, never while the host's call runs, nor while it awaits or
+    waits for another call (a coroutine never resumed must not keep the exit waiting).
     """
-    global _working
-    with _work:
-        _working += 1
-        return not _closing
 
+    __slots__ = ("held",)
 
-def leave_work() -> None:
-    """A thread leaves skipweave's own work (before the host's real call, or when the call is settled)."""
-    global _working
-    with _work:
-        _working -= 1
-        if _working <= 0:
-            _work.notify_all()
+    def __init__(self) -> None:
+        self.held = False
+
+    def enter(self) -> bool:
+        """Take the hold (again). Returns False once the exit steps began: the caller then does no work of its own
+        (calls the target through, records nothing), since a daemon thread still inside torch when the interpreter
+        finalizes aborts the process."""
+        global _working
+        if self.held:
+            return True
+        with _work:
+            if _closing:
+                return False
+            _working += 1
+        self.held = True
+        return True
+
+    def leave(self) -> None:
+        """Let go of the hold, if held."""
+        global _working
+        if not self.held:
+            return
+        self.held = False
+        with _work:
+            _working -= 1
+            if _working <= 0:
+                _work.notify_all()
 
 
 def exiting() -> bool:
@@ -151,5 +165,5 @@ at_exit(FINISH, close_work)  # first of all, see the module docstring
 atexit.register(run_exit_steps)
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
-__all__ = ["DRAIN_SECONDS", "FINISH", "REPORT", "STOP", "at_exit", "close_work", "enter_work", "exiting",
-           "in_multiprocessing_children", "leave_work", "run_exit_steps"]
+__all__ = ["DRAIN_SECONDS", "FINISH", "REPORT", "STOP", "Work", "at_exit", "close_work", "exiting",
+           "in_multiprocessing_children", "run_exit_steps"]

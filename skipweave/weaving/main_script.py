@@ -205,11 +205,27 @@ def _script_path() -> str | None:
         return str(path)
     argv = list(getattr(sys, "orig_argv", []) or [])[1:]
     for i, arg in enumerate(argv):
+        if arg == "-m" and i + 1 < len(argv):
+            return _module_file(argv[i + 1])
+        if arg.startswith("-m") and len(arg) > 2:
+            return _module_file(arg[2:])
+        if arg.startswith("-c"):
+            return None
         if arg in ("-W", "-X") or (i and argv[i - 1] in ("-W", "-X")) or arg.startswith("-"):
-            if arg.startswith(("-m", "-c")):
-                break  # (a module's file is known once it runs)
             continue
         return arg if arg.endswith((".py", ".pyw")) else None
+    return None
+
+
+def _module_file(name: str) -> str | None:
+    """The source file ``python -m name`` runs, found on ``sys.path`` without importing anything (its packages'
+    ``__init__`` run only when the program starts): ``pkg/train.py``, or ``pkg/__main__.py`` for a package."""
+    parts = name.split(".")
+    for base in sys.path:
+        folder = os.path.join(base or os.curdir, *parts)
+        for candidate in (folder + ".py", os.path.join(folder, "__main__.py")):
+            if os.path.isfile(candidate):
+                return candidate
     return None
 
 
@@ -292,7 +308,7 @@ class MainScriptWatch:
 
         lifecycle.at_exit(lifecycle.STOP, self.forget)
 
-    def _on_class_statement(self, func: Callable[..., Any], name: str, *bases: Any, **kwds: Any) -> Any:
+    def _on_class_statement(self, func: Callable[..., Any], name: str, /, *bases: Any, **kwds: Any) -> Any:
         """``builtins.__build_class__`` while class targets of the main script wait: build the class, and when the
         script's top level defines one of them, weave it before any decorator or the name binding sees it.
 

@@ -98,7 +98,7 @@ class _Decision:
 
     __slots__ = ("step", "call", "shard", "served", "fp", "replace", "no_store", "running", "slot", "wait",
                  "done", "thread", "concurrent", "instance", "waited", "validation", "unserved", "rng_before",
-                 "lists_before", "opened")
+                 "lists_before", "opened", "work")
 
     def __init__(self, step: int, call: int, shard: str, served: int | None) -> None:
         self.step, self.call, self.shard, self.served = step, call, shard, served
@@ -119,6 +119,7 @@ class _Decision:
         # declared effects that were lists right before the real call: expression -> (the list, its items then)
         self.lists_before: dict[str, tuple[list[Any], list[Any]]] | None = None
         self.opened = 0  # its number among the target's real calls with effects, until its effects are taken; else 0
+        self.work = lifecycle.Work()  # its hold on skipweave's own work, which the process's exit waits for
 
 
 class ReplayMissing(RuntimeError):
@@ -335,14 +336,15 @@ class SkipProxy:
             # then takes no call index and no single-flight slot that later calls would wait on for good.
             return self._async_path(wrapped, args, kwargs, step, instance, maybe_sync=not self.is_async,
                                     validation=validation)
+        work = lifecycle.Work()
+        if not work.enter():  # the process exits: no work of ours may still run in torch
+            return self._live_bypass(wrapped, args, kwargs, step)
         try:
-            if not lifecycle.enter_work():  # the process exits: no work of ours may still run in torch
-                return self._live_bypass(wrapped, args, kwargs, step)
             decision = self._decide(step, args, kwargs, validation)
-            decision.instance = instance
+            decision.instance, decision.work = instance, work
             return self._sync_path(wrapped, args, kwargs, decision)
         finally:
-            lifecycle.leave_work()
+            work.leave()
 
     def validation_call(self, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                         kwargs: dict[str, Any], awaited: bool = False) -> Any:
@@ -424,11 +426,11 @@ class SkipProxy:
             other, d.wait = d.wait, None
             if other.done is not None and other.thread != threading.get_ident() and not report.loop_running():
                 # (in a thread that runs that call or an event loop, waiting here could never end: run live)
-                lifecycle.leave_work()  # waiting is no work of ours: exit need not wait for the other call
+                d.work.leave()  # waiting is no work of ours: exit need not wait for the other call
                 try:
                     other.done.result()
                 finally:
-                    exiting = not lifecycle.enter_work()
+                    exiting = not d.work.enter()
                 if exiting:
                     return self._stand_aside(wrapped, args, kwargs, d)
                 d.waited = True  # waits once: if that call recorded nothing, this one runs live, not in a queue
@@ -454,12 +456,12 @@ class SkipProxy:
             self._give_back(d)
             self._call_ended(d, failed=True)
             raise
+        if not d.work.enter():
+            d.no_store = True
         try:
-            if not lifecycle.enter_work():
-                d.no_store = True
             return await self._after_live_off_loop(result, d, time.perf_counter() - t0)
         finally:
-            lifecycle.leave_work()
+            d.work.leave()
 
     def _stand_aside(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                      d: _Decision, awaited: bool = False) -> Any:
@@ -470,39 +472,41 @@ class SkipProxy:
 
     async def _async_path(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                           step: int, instance: Any, maybe_sync: bool = False, validation: bool = False) -> Any:
+        work = lifecycle.Work()
+        if not work.enter():  # the process exits: no work of ours may still run in torch
+            return await self._live_bypass(wrapped, args, kwargs, step, awaited=True)
         try:
-            if not lifecycle.enter_work():  # the process exits: no work of ours may still run in torch
-                return await self._live_bypass(wrapped, args, kwargs, step, awaited=True)
-            return await self._async_call(wrapped, args, kwargs, step, instance, maybe_sync, validation)
+            return await self._async_call(wrapped, args, kwargs, step, instance, maybe_sync, validation, work)
         finally:
-            lifecycle.leave_work()
+            work.leave()
 
     async def _async_call(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                          step: int, instance: Any, maybe_sync: bool, validation: bool) -> Any:
+                          step: int, instance: Any, maybe_sync: bool, validation: bool, work: lifecycle.Work) -> Any:
         d = self._decide(step, args, kwargs, validation, choose=False)
-        d.instance = instance
+        d.instance, d.work = instance, work
         t0 = time.perf_counter()
-        loop = asyncio.get_running_loop()
         try:  # the serving step's choice (stats, the part's files) off the loop, in the order the calls came
-            await loop.run_in_executor(_chooser(), self._choose_first, d)
+            # (no hold while awaiting: a task never resumed must not keep the exit waiting; the worker threads are
+            # joined before the exit steps run)
+            work.leave()
+            await _off_loop(_chooser(), self._choose_first, d)
             if d.wait is not None:  # single flight (see _sync_path); awaiting yields: any thread's call may end
                 other, d.wait = d.wait, None
                 if other.done is not None:
-                    lifecycle.leave_work()  # waiting is no work of ours (see _sync_path)
-                    try:
-                        await asyncio.wrap_future(other.done)
-                    finally:
-                        exiting = not lifecycle.enter_work()
-                    if exiting:
-                        return await self._stand_aside(wrapped, args, kwargs, d, awaited=True)
+                    await asyncio.wrap_future(other.done)
                     d.waited = True
-                    await loop.run_in_executor(_chooser(), self._choose, d)
+                    await _off_loop(_chooser(), self._choose, d)
             t0 = time.perf_counter()
-            read = await asyncio.to_thread(self._read_entry, d, args, kwargs)  # reads run side by side
+            try:
+                read = await _off_loop(None, self._read_entry, d, args, kwargs, work=work)  # reads side by side
+            except _ExitBegan:
+                read = _EXIT_BEGAN
         except BaseException:  # cancelled while choosing or waiting: its call index goes back, nothing ran
             self._give_back(d)
             self._unregister(d)
             raise
+        if read is _EXIT_BEGAN or not work.enter():
+            return await self._stand_aside(wrapped, args, kwargs, d, awaited=True)
         found, value = self._serve(d, read, args, kwargs, t0)
         if found:
             return value
@@ -646,7 +650,7 @@ class SkipProxy:
                 except Exception as exc:  # (a broken CUDA setup): never fail the call; the whole state is tried after
                     logger.debug("skipweave: RNG marks before %s failed (%s: %s)", self.target.name,
                                  type(exc).__name__, exc)
-        lifecycle.leave_work()  # the host's own call: exit does not wait for it
+        d.work.leave()  # the host's own call: exit does not wait for it
         try:
             yield
         except BaseException:
@@ -654,7 +658,7 @@ class SkipProxy:
             self._call_ended(d, failed=True)
             raise
         finally:
-            if not lifecycle.enter_work():
+            if not d.work.enter():
                 d.no_store = True  # the process exits meanwhile: the result goes back unrecorded
             with self._lock:
                 self._running[0] -= 1
@@ -1056,7 +1060,12 @@ class SkipProxy:
             snapshot: tuple[Any, dict[str, Any] | None] | None = self._snapshot(d)
         except Exception:  # noqa: BLE001 - taken again in the worker, where the record's failure is reported
             snapshot = None
-        return await asyncio.to_thread(self._after_live, result, d, seconds, snapshot)
+        d.work.leave()  # (the worker thread is joined before the exit steps run)
+        try:
+            return await _off_loop(None, self._after_live, result, d, seconds, snapshot, work=d.work)
+        except _ExitBegan:
+            d.no_store = True
+            return self._after_live(result, d, seconds)
 
     def _record_live(self, result: Any, d: _Decision, seconds: float,
                      snapshot: tuple[Any, dict[str, Any] | None] | None = None) -> tuple[Any, bool]:
@@ -1136,6 +1145,37 @@ class SkipProxy:
             if end:
                 self._call_ended(d)
 
+
+class _ExitBegan(Exception):
+    """Work that had to run in this thread could not take its hold: the process's exit began."""
+
+
+async def _off_loop(executor: concurrent.futures.Executor | None, fn: Callable[..., Any], *args: Any,
+                    work: lifecycle.Work | None = None) -> Any:
+    """``fn(*args)`` in a worker thread of ``executor`` (``None``: the loop's default), off the event loop; in
+    this thread, holding ``work``, when the interpreter is shutting down, since the executors take no work then
+    (an ``async`` target called from a daemon thread's loop or a host's ``atexit`` handler).
+
+    Raises:
+        _ExitBegan: ``fn`` had to run here and ``work`` could not be held (the exit steps began).
+    """
+    loop = asyncio.get_running_loop()
+    try:
+        future = loop.run_in_executor(executor, fn, *args)
+    except RuntimeError as exc:
+        if "shutdown" not in str(exc):
+            raise
+        if work is not None and not work.enter():
+            raise _ExitBegan from None
+        try:
+            return fn(*args)
+        finally:
+            if work is not None:
+                work.leave()
+    return await future
+
+
+_EXIT_BEGAN: Any = object()
 
 _CHOOSERS: list[concurrent.futures.ThreadPoolExecutor] = []
 _CHOOSER_LOCK = threading.Lock()

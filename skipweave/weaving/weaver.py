@@ -51,6 +51,7 @@ class Patch:
         owner, attr: where the wrapper was installed.
         handle: the wrapt ``FunctionWrapper`` installed (identity used to remove it).
         pending: waiting for the module's first import.
+        failed: its weave raised (the error said why; the exit summary says nothing more of it).
     """
 
     role: RoleConfig
@@ -61,6 +62,7 @@ class Patch:
     attr: str = ""
     handle: Any = None
     pending: bool = True
+    failed: bool = False
 
 
 @dataclass
@@ -207,7 +209,9 @@ class Weaver:
         def unwoven() -> str | None:
             if not patch.pending:
                 return None
-            return "" if patch.target.optional else _why_unwoven(patch.rpath)  # an optional one: no word
+            if patch.target.optional or patch.failed:  # no host of it here; or its failure was said already
+                return ""
+            return _why_unwoven(patch.rpath)
 
         return report.Expected(patch.target.path, report.steps_text(patch.role.steps.to_config()), mark, elsewhere,
                                unwoven)
@@ -223,6 +227,7 @@ class Weaver:
                     if patch.target.optional:
                         logger.debug("skipweave: optional target %s skipped: %s", patch.target.path, exc)
                         return
+                    patch.failed = True  # its own error says why: no exit warning repeats it
                     raise
 
         return on_import

@@ -195,3 +195,34 @@ def test_a_hydra_app_with_a_misspelt_target_says_so_once(tmp_path: Path) -> None
              "+skip.rollout.targets.cls=__main__:Traner.generate"], cwd=tmp_path)
     assert r.returncode != 0 and "did you mean 'Trainer'" in r.stderr, r
     assert "never woven" not in r.stderr and "never called" not in r.stderr, r
+
+
+def test_class_statements_with_keywords_of_any_name_still_work(tmp_path: Path) -> None:
+    """``class Echo(Plugin, name="echo")`` (an ``__init_subclass__`` registry) passes its keywords through the
+    class-statement hook, which takes ``func`` and ``name`` positionally only."""
+    body = """
+        class Plugin:
+            table = {}
+            def __init_subclass__(cls, name="", func=None, **kw):
+                super().__init_subclass__(**kw)
+                Plugin.table[name] = func
+        class Echo(Plugin, name="echo", func=len):
+            pass
+        class Trainer:
+            def generate(self):
+                return 1
+        print("TABLE", sorted(Plugin.table), type(Trainer.__dict__["generate"]).__name__)
+    """
+    r = _weave_then(tmp_path, body, "__main__:Trainer.generate")
+    assert r.returncode == 0 and "TABLE ['echo'] FunctionWrapper" in r.stdout, r
+
+
+def test_a_misspelt_method_fails_at_the_class_statement_and_says_so_once(tmp_path: Path) -> None:
+    body = """
+        class Trainer:
+            def generate(self):
+                return 1
+    """
+    r = _weave_then(tmp_path, body, "__main__:Trainer.generat")
+    assert r.returncode != 0 and "did you mean 'generate'" in r.stderr, r
+    assert "never woven" not in r.stderr and "never called" not in r.stderr, r

@@ -113,9 +113,9 @@ def account_for_targets(hook: DeferredWeave, plan: SkipConfig) -> None:
             def elsewhere(kind: str, role: Any = role, target: Any = target) -> bool:
                 return runs.marked(role.dump_dir, role.namespace, role.role, run, target.name, kind, since=since)
 
-            def unwoven(target: Any = target) -> str | None:
-                if hook.done:
-                    return None  # the weaver accounts for it (woven, or why not)
+            def unwoven(target: Any = target, pid: int = os.getpid()) -> str | None:
+                if hook.done or os.getpid() != pid:
+                    return None  # the weaver accounts for it (woven, or why not); a forked child says nothing
                 return (f"no process of the program imported its package '{top_module(target.path)}' (check the "
                         "path; a class in the script you run is named __main__:Class.method or by the script's "
                         "name)")
