@@ -57,7 +57,9 @@ def resolve_manifest(path: str, call: int | None = None) -> tuple[str, int | Non
             file (or its data file) and ``call`` is not one of its calls.
     """
     from skipweave.store.inspect import payload_stem
-    from skipweave.store.layout import MANIFEST_SUFFIX, PACK_SUFFIX, TMP_PREFIX, parse_manifest_name, parse_pack_name
+    from skipweave.store.layout import GROUP_SUFFIX as PACK_SUFFIX
+    from skipweave.store.layout import MANIFEST_SUFFIX, TMP_PREFIX, parse_manifest_name
+    from skipweave.store.layout import parse_group_name as parse_pack_name
 
     path = os.path.abspath(path)
     if os.path.isdir(path):
@@ -207,7 +209,8 @@ def describe(manifest_path: str, *, checksums: bool, allow_pickle: bool = False,
         FileNotFoundError: the manifest does not exist (a payload file whose entry was never committed).
     """
     from skipweave.store.inspect import check_entry
-    from skipweave.store.layout import EntryKey, parse_pack_name
+    from skipweave.store.layout import EntryKey
+    from skipweave.store.layout import parse_group_name as parse_pack_name
 
     key = None
     grouped = parse_pack_name(os.path.basename(manifest_path))
@@ -276,14 +279,14 @@ def _leaves(folder: str, manifest: dict[str, Any], call: int | None = None) -> l
 
     names = [str(i.get("name")) for i in manifest.get("payload", []) if isinstance(i, dict)]
     if call is not None:
-        from skipweave.store.pack import read_tree
+        from skipweave.store.group import read_tree
 
         tree = jsonio.loads(read_tree(os.path.join(folder, names[0]), call))
         return [{**row, "bytes": _leaf_bytes(row)} for row in codec_tree.summarize(tree)]
     tree_name = next((n for n in names if n.endswith(".tree.json")), None)
     if tree_name is None:
         raise ValueError("the manifest lists no tree file")
-    from skipweave.store.paths import open_regular
+    from skipweave.store.fs import open_regular
 
     with open(open_regular(os.path.join(folder, tree_name)), "rb") as fh:  # never through a symlink
         tree = jsonio.loads(fh.read())  # (as a replay reads it: surrogates in its strings included)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 
-from skipweave.store.writers import Recorded, Writer, is_concurrent_other
+from skipweave.store.identity import Recorded, Writer, is_concurrent_other
 
 
 @dataclass(frozen=True)

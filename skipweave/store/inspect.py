@@ -44,22 +44,26 @@ from typing import Any
 import filelock
 
 from skipweave.store import runs
+from skipweave.store.fs import is_real_dir, is_step_name, name_problem, remove_tree
+from skipweave.store.group import check_group as check_pack
+from skipweave.store.group import claims, entry_of, read_data
+from skipweave.store.group import read_group as read_pack
+from skipweave.store.layout import GROUP_SUFFIX as PACK_SUFFIX
 from skipweave.store.layout import (
     MANIFEST_SUFFIX,
-    PACK_SUFFIX,
     PART_SUFFIX,
     SET_ASIDE_DIR,
     TMP_PREFIX,
     EntryKey,
     key_of_manifest,
-    pack_stem,
     parse_manifest_name,
-    parse_pack_data_name,
-    parse_pack_name,
     parse_payload_name,
     role_dir,
-    touch_changes,
 )
+from skipweave.store.layout import group_stem as pack_stem
+from skipweave.store.layout import parse_group_data_name as parse_pack_data_name
+from skipweave.store.layout import parse_group_name as parse_pack_name
+from skipweave.store.layout import touch_role as touch_changes
 from skipweave.store.manifest import (
     EntryInvalid,
     EntryRefused,
@@ -68,8 +72,6 @@ from skipweave.store.manifest import (
     seconds_of,
     verify_payload,
 )
-from skipweave.store.pack import check_pack, claims, entry_of, read_data, read_pack
-from skipweave.store.paths import is_real_dir, is_step_name, name_problem, remove_tree
 from skipweave.store.step_store import StepStore, calls_in, part_lock
 
 __all__ = [

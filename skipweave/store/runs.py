@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skipweave.store.atomic import tmp_name
-from skipweave.store.paths import (
+from skipweave.store.fs import (
     RUNS,
     UnsafePath,
     check_name,

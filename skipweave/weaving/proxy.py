@@ -50,12 +50,12 @@ from skipweave.policy.matching import Match, PartView, match_call, view_of
 from skipweave.policy.steps import StepError, StepSource
 from skipweave.store import codec
 from skipweave.store.fingerprint import fingerprint
+from skipweave.store.fs import UnsafePath
+from skipweave.store.identity import is_concurrent_other, started_unix, this_writer
 from skipweave.store.manifest import EntryInvalid, seconds_of
-from skipweave.store.paths import UnsafePath
 from skipweave.store.rng import RngMarks, capture_rng_state, prepare_rng_state, rng_changes, rng_marks
 from skipweave.store.step_store import EntryMeta, StepStore
 from skipweave.store.write_behind import WRITER
-from skipweave.store.writers import is_concurrent_other, started_unix, this_writer
 from skipweave.weaving.effects import recorded_form, split_appended
 
 logger = logging.getLogger(__name__)

@@ -221,7 +221,7 @@ def import_verl(
             folder of the store; see :func:`skipweave.store.paths.check_name`), naming the option.
     """
     from skipweave.config.errors import ConfigError
-    from skipweave.store.paths import NAME_RULE, name_problem
+    from skipweave.store.fs import NAME_RULE, name_problem
 
     for option, value in (("--role", role), ("--target", target), ("--namespace", namespace), ("shard", shard)):
         if value is not None and name_problem(value) is not None:

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from skipweave.store.paths import NAME_MAX
+from skipweave.store.fs import NAME_MAX
 
 NAMESPACE_KEYS: tuple[str, ...] = (
     "trainer.experiment_name",
