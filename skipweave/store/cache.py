@@ -52,21 +52,21 @@ class ValidatedCache(Generic[K, V]):
         """
         if validator is None:
             return None
-        with self._lock:
-            item = self._items.get(key)
-            if item is None or item[0] != validator:
-                return None
-            if max_age is not None and time.monotonic() - item[2] >= max_age:
-                return None
-            if self._lru:
-                self._items.move_to_end(key)
-            return item[1]
+        item = self._items.get(key)  # (one dict lookup, atomic: a hit takes no lock unless it reorders)
+        if item is None or item[0] != validator:
+            return None
+        if max_age is not None and time.monotonic() - item[2] >= max_age:
+            return None
+        if self._lru:
+            with self._lock:
+                if key in self._items:
+                    self._items.move_to_end(key)
+        return item[1]
 
     def last(self, key: K) -> tuple[Any, V] | None:
         """``(validator, value)`` kept for ``key`` whether or not it is still valid (to update a value in part),
         else ``None``."""
-        with self._lock:
-            item = self._items.get(key)
+        item = self._items.get(key)
         return None if item is None else (item[0], item[1])
 
     def put(self, key: K, validator: Any, value: V) -> None:

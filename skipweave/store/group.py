@@ -46,7 +46,7 @@ GROUP_KIND = "pack"
 """The group file's ``kind``."""
 
 GROUP_MAX_BYTES = 64 << 20
-"""A group file holds at most :data:`~skipweave.store.layout.MAX_PACK_CALLS` manifests of about 1 KB: a larger
+"""A group file holds at most :data:`~skipweave.store.layout.MAX_GROUP_CALLS` manifests of about 1 KB: a larger
 file is not one skipweave wrote (and is not parsed)."""
 
 ENTRY_MAX_BYTES = 256 << 10
