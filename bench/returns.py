@@ -88,7 +88,7 @@ def measure(mb: float, rounds: int, folder: str) -> dict[str, Any]:
                     host.generate(2)
                     out["behind_warm"]["seconds"].append(time.perf_counter() - t0)
                     skipweave.flush()
-                    out["behind_warm"]["kept_bytes"].append(float(POOL.held))
+                    out["behind_warm"]["kept_bytes"].append(float(POOL.kept_bytes))
                 skipweave.unweave()
                 assert skipweave.counters()["record_failures"] == 0
                 shutil.rmtree(dump, ignore_errors=True)

@@ -150,7 +150,7 @@ def render(dump_dir: str, actions: list[Any], *, dry_run: bool, freed: int, kept
 def _run_mark_lines(dump_dir: str, actions: list[Any]) -> list[str]:
     """The run-mark actions, one line per outcome: a shared store holds a folder per run, too many to list
     one by one (``--json`` has each, with why its run counts as ended)."""
-    from skipweave.store.paths import RUNS
+    from skipweave.store.fs import RUNS
 
     lines = []
     for outcome, word in _OUTCOMES.items():

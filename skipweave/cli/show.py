@@ -55,18 +55,18 @@ def resolve_manifest(path: str, call: int | None = None) -> tuple[str, int | Non
         NotAnEntry: ``path`` does not exist, or is a file or folder that names no single entry; or it is a group
             file (or its data file) and ``call`` is not one of its calls.
     """
-    from skipweave.store.layout import MANIFEST_SUFFIX, PACK_SUFFIX, TMP_PREFIX, parse_manifest_name, parse_pack_name
+    from skipweave.store.layout import GROUP_SUFFIX, MANIFEST_SUFFIX, TMP_PREFIX, parse_group_name, parse_manifest_name
     from skipweave.store.validity import payload_stem
 
     path = os.path.abspath(path)
     if os.path.isdir(path):
         listing = os.listdir(path)
         names = sorted(n for n in listing if n.endswith(MANIFEST_SUFFIX) and not n.startswith("."))
-        groups = sorted(n for n in listing if parse_pack_name(n) is not None)
+        groups = sorted(n for n in listing if parse_group_name(n) is not None)
         if call is not None:
             own = [n for n in names if (m := parse_manifest_name(n)) is not None and m[1] == call]
             shards = {m[0] for n in own if (m := parse_manifest_name(n)) is not None}
-            held = [n for n in groups if (g := parse_pack_name(n)) is not None and g[1] <= call <= g[2]
+            held = [n for n in groups if (g := parse_group_name(n)) is not None and g[1] <= call <= g[2]
                     and g[0] not in shards]  # a call's own manifest serves it, not its group
             found = [*own, *held]
             if len(found) == 1:
@@ -90,7 +90,7 @@ def resolve_manifest(path: str, call: int | None = None) -> tuple[str, int | Non
     entry = parse_manifest_name(name)
     if not os.path.exists(path):
         if entry is not None and os.path.isdir(folder):  # a grouped entry, named by the manifest it would have
-            held = [n for n in os.listdir(folder) if (g := parse_pack_name(n)) is not None and g[0] == entry[0]
+            held = [n for n in os.listdir(folder) if (g := parse_group_name(n)) is not None and g[0] == entry[0]
                     and g[1] <= entry[1] <= g[2]]
             if len(held) == 1:
                 return os.path.join(folder, held[0]), entry[1]
@@ -100,10 +100,10 @@ def resolve_manifest(path: str, call: int | None = None) -> tuple[str, int | Non
     if name.endswith(MANIFEST_SUFFIX):
         return path, None
     stem = payload_stem(name)
-    if stem is None and parse_pack_name(name) is None:
+    if stem is None and parse_group_name(name) is None:
         raise NotAnEntry(f"{path} is not an entry's manifest or payload file")
-    group = name if stem is None else stem + PACK_SUFFIX
-    grouped = parse_pack_name(group)
+    group = name if stem is None else stem + GROUP_SUFFIX
+    grouped = parse_group_name(group)
     if grouped is None:
         return os.path.join(folder, f"{stem}{MANIFEST_SUFFIX}"), None
     if call is None or not grouped[1] <= call <= grouped[2]:
@@ -203,11 +203,11 @@ def describe(manifest_path: str, *, checksums: bool, allow_pickle: bool = False,
     Raises:
         FileNotFoundError: the manifest does not exist (a payload file whose entry was never committed).
     """
-    from skipweave.store.layout import EntryKey, parse_pack_name
+    from skipweave.store.layout import EntryKey, parse_group_name
     from skipweave.store.validity import check_entry
 
     key = None
-    grouped = parse_pack_name(os.path.basename(manifest_path))
+    grouped = parse_group_name(os.path.basename(manifest_path))
     if grouped is not None and call is not None:
         parts = os.path.abspath(manifest_path).split(os.sep)
         namespace, role, step, target = parts[-5:-1]
@@ -273,14 +273,14 @@ def _leaves(folder: str, manifest: dict[str, Any], call: int | None = None) -> l
 
     names = [str(i.get("name")) for i in manifest.get("payload", []) if isinstance(i, dict)]
     if call is not None:
-        from skipweave.store.pack import read_tree
+        from skipweave.store.group import read_tree
 
         tree = jsonio.loads(read_tree(os.path.join(folder, names[0]), call))
         return [{**row, "bytes": _leaf_bytes(row)} for row in codec_tree.summarize(tree)]
     tree_name = next((n for n in names if n.endswith(".tree.json")), None)
     if tree_name is None:
         raise ValueError("the manifest lists no tree file")
-    from skipweave.store.paths import open_regular
+    from skipweave.store.fs import open_regular
 
     with open(open_regular(os.path.join(folder, tree_name)), "rb") as fh:  # never through a symlink
         tree = jsonio.loads(fh.read())  # (as a replay reads it: surrogates in its strings included)

@@ -20,7 +20,7 @@ from typing import Any
 
 from skipweave.config.errors import ConfigError
 from skipweave.config.legacy import MISSING
-from skipweave.store.paths import NAME_RULE, name_problem
+from skipweave.store.fs import NAME_RULE, name_problem
 
 DEFAULT_DUMP_DIR = "~/.cache/skipweave"
 

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 import wrapt
 
-from skipweave.store.writers import RUN_ENV, RUN_STARTED_ENV, run_id, run_started
+from skipweave.store.identity import RUN_ENV, RUN_STARTED_ENV, run_id, run_started
 from skipweave.weaving.unpatch import remove_wrapper
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ When several writers share the shard (Ray actors or processes without their own 
 process), arrival order says nothing about who is who, in the recording run or the next: then a call is
 served only an entry recorded for the same inputs (same fingerprint), and a call whose inputs match none
 is a miss that records its own entry. Entries a concurrent writer made are never served
-(:func:`skipweave.store.writers.is_concurrent_other`).
+(:func:`skipweave.store.identity.is_concurrent_other`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 
-from skipweave.store.writers import Recorded, Writer, is_concurrent_other
+from skipweave.store.identity import Recorded, Writer, is_concurrent_other
 
 
 @dataclass(frozen=True)

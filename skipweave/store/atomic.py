@@ -11,9 +11,9 @@ import contextlib
 import os
 import sys
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
+from skipweave.store.fs import open_nofollow
 from skipweave.store.layout import TMP_PREFIX
 
 
@@ -22,13 +22,9 @@ def tmp_name(folder: str, final_name: str) -> str:
     return os.path.join(folder, f"{TMP_PREFIX}{uuid.uuid4().hex[:12]}-{final_name}")
 
 
-def fsync_file(path: str) -> None:
-    """Flush ``path``'s data to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def tmp_name_in(folder: str, final_name: str) -> str:
+    """A fresh temporary file name (no folder) in ``folder`` for a file that becomes ``final_name``."""
+    return os.path.basename(tmp_name(folder, final_name))
 
 
 def fsync_dir(folder: str) -> None:
@@ -65,7 +61,7 @@ def sync_files(files: list[tuple[int, str]]) -> None:
         if all(_syncfs(fd) for fd in devices.values()):  # one per file system the files are on
             return
     for dir_fd, name in files:
-        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0), dir_fd=dir_fd)
+        fd = open_nofollow(name, os.O_RDONLY, dir_fd=dir_fd)
         try:
             os.fsync(fd)
         finally:
@@ -89,18 +85,6 @@ def _syncfs(fd: int) -> bool:
 _LIBC: Any = None
 
 
-@contextlib.contextmanager
-def removing_on_error(paths: list[str]) -> Iterator[list[str]]:
-    """Yield ``paths``; if the block raises, delete every path in it (temporary files) and re-raise."""
-    try:
-        yield paths
-    except BaseException:
-        for p in paths:
-            with contextlib.suppress(OSError):
-                os.unlink(p)
-        raise
-
-
 def write_bytes_atomic(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (temporary name, fsync, rename).
 
@@ -109,9 +93,16 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
     """
     folder = os.path.dirname(path)
     tmp = tmp_name(folder, os.path.basename(path))
-    with removing_on_error([tmp]):
+    try:
         with open(tmp, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+__all__ = ["fsync_dir", "sync_files", "tmp_name", "tmp_name_in", "write_bytes_atomic"]

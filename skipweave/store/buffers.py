@@ -31,9 +31,9 @@ POOL_MAX_BYTES = 1 << 30
 POOL_IDLE_S = 10.0
 """Seconds a kept buffer waits to be taken again, and without a recording before the writer empties the pool."""
 
-POOL_SLACK = 1.25
+POOL_FIT = 1.25
 """A copy goes into a kept buffer at most this many times its size: the memory a pending copy holds over its
-bytes (counted against ``write_buffer`` with them, see :attr:`~skipweave.store.step_store.Staged.held`)."""
+bytes (counted against ``write_buffer`` with them, see :attr:`~skipweave.store.staging.Staged.memory`)."""
 
 
 class CopyPool:
@@ -45,13 +45,13 @@ class CopyPool:
         self._bytes = 0
 
     @property
-    def held(self) -> int:
+    def kept_bytes(self) -> int:
         """Bytes of buffers kept now."""
         with self._lock:
             return self._bytes
 
     def copy(self, tensor: Any) -> tuple[Any, Any | None]:
-        """An owned copy of ``tensor`` (a CPU tensor, as the codec stages them) and the buffer it lives in, to hand
+        """A copy of ``tensor`` (a CPU tensor, as the codec stages them) and the buffer it lives in, to hand
         back with :meth:`give` once nothing reads the copy any more; ``None`` for a plain ``clone`` (small, not
         contiguous, or of a dtype a byte buffer cannot be viewed as)."""
         import torch
@@ -72,11 +72,11 @@ class CopyPool:
         return copy, buffer
 
     def _take(self, nbytes: int) -> Any | None:
-        """The smallest kept buffer of ``nbytes`` up to :data:`POOL_SLACK` times as many (a much larger one stays
+        """The smallest kept buffer of ``nbytes`` up to :data:`POOL_FIT` times as many (a much larger one stays
         for a larger copy)."""
         with self._lock:
             self._drop_stale_locked()
-            fits = [i for i, (_, b) in enumerate(self._free) if nbytes <= b.numel() <= nbytes * POOL_SLACK]
+            fits = [i for i, (_, b) in enumerate(self._free) if nbytes <= b.numel() <= nbytes * POOL_FIT]
             if not fits:
                 return None
             _, best = self._free.pop(min(fits, key=lambda i: self._free[i][1].numel()))

@@ -20,19 +20,19 @@ from dataclasses import dataclass
 import filelock
 
 from skipweave.store import runs
+from skipweave.store.fs import is_real_dir, remove_tree
+from skipweave.store.group import read_group
 from skipweave.store.layout import (
+    GROUP_SUFFIX,
     MANIFEST_SUFFIX,
-    PACK_SUFFIX,
     PART_SUFFIX,
     TMP_PREFIX,
-    pack_stem,
-    parse_pack_data_name,
-    parse_pack_name,
-    touch_changes,
+    group_stem,
+    parse_group_data_name,
+    parse_group_name,
+    touch_role,
 )
 from skipweave.store.manifest import EntryInvalid, read_manifest
-from skipweave.store.pack import read_pack
-from skipweave.store.paths import is_real_dir, remove_tree
 from skipweave.store.scan import DumpScan, EntryScan, LeftoverKind, PartScan, Status, size_and_mtime
 from skipweave.store.step_store import calls_in, part_lock
 from skipweave.store.validity import check_entry, group_data_names, payload_names, payload_stem
@@ -112,7 +112,7 @@ def plan_gc(result: DumpScan) -> list[GcAction]:
         grouped: set[str] = set()  # group files already removed by an action: shared by their entries
         for e in part.entries:
             if e.status is Status.CORRUPT and e.path not in grouped:
-                if e.path.endswith(PACK_SUFFIX):
+                if e.path.endswith(GROUP_SUFFIX):
                     grouped.add(e.path)
                 action = GcAction(
                     GcKind.CORRUPT_ENTRY, e.path, [os.path.join(part.folder, n) for n in e.files],
@@ -148,7 +148,7 @@ _LEFTOVER_REASONS = {
 def _stem_of(entry: EntryScan) -> str:
     """The stem of the files an entry's removal takes: its own (``r0-0003``), or its group's (``r0-0000-0063``)."""
     name = os.path.basename(entry.path)
-    return name[: -len(PACK_SUFFIX)] if parse_pack_name(name) is not None else entry.key.stem
+    return name[: -len(GROUP_SUFFIX)] if parse_group_name(name) is not None else entry.key.stem
 
 
 def apply_gc(result: DumpScan, action: GcAction, *, min_age: float, dry_run: bool, now: float | None = None) -> None:
@@ -173,7 +173,7 @@ def apply_gc(result: DumpScan, action: GcAction, *, min_age: float, dry_run: boo
     try:
         skipped = _REMOVERS[action.kind](result, action, min_age, now)
         if not skipped and action.part is not None:  # runs reading this role re-read its recorded steps
-            touch_changes(result.dump_dir, action.part.namespace, action.part.role)
+            touch_role(result.dump_dir, action.part.namespace, action.part.role)
     except filelock.Timeout:
         skipped = "a writer holds its lock"
     except Exception as exc:  # OSError, or whatever a crafted tree provokes: this item fails, gc goes on
@@ -186,7 +186,7 @@ def _unlink_stem(folder: str, stem: str) -> None:
     """Remove the manifest and every payload file of one entry (the caller holds its part's lock).
 
     Symlinks are removed themselves (never their targets); a folder planted at a payload's name is removed
-    with its contents (it lies inside the dump dir: :func:`~skipweave.store.paths.remove_tree` follows no symlink).
+    with its contents (it lies inside the dump dir: :func:`~skipweave.store.fs.remove_tree` follows no symlink).
     """
     for n in os.listdir(folder):
         if n.startswith(stem + ".") and not n.startswith(TMP_PREFIX):
@@ -197,7 +197,7 @@ def _unlink_stem(folder: str, stem: str) -> None:
 
 def _entry_lock(folder: str, stem: str) -> filelock.FileLock:
     # The lock of the entry's (or group's) part, which every writer of the part holds (StepStore's part_lock).
-    grouped = parse_pack_name(stem + PACK_SUFFIX)
+    grouped = parse_group_name(stem + GROUP_SUFFIX)
     return part_lock(folder, grouped[0] if grouped else stem.rsplit("-", 1)[0], timeout=LOCK_WAIT_S)
 
 
@@ -252,9 +252,9 @@ def _remove_incomplete_part(result: DumpScan, action: GcAction, min_age: float, 
             return "complete now (a writer finished it)"
         own, groups = calls_in(os.listdir(part.folder), part.shard)
         stems = [store.key(part.step, part.target, part.shard, c).stem for c in sorted(own)]
-        group_stems = [pack_stem(part.shard, first, last) for first, last, _ in groups]
+        group_stems = [group_stem(part.shard, first, last) for first, last, _ in groups]
         newest = max([size_and_mtime(os.path.join(part.folder, s + MANIFEST_SUFFIX))[1] for s in stems]
-                     + [size_and_mtime(os.path.join(part.folder, s + PACK_SUFFIX))[1] for s in group_stems]
+                     + [size_and_mtime(os.path.join(part.folder, s + GROUP_SUFFIX))[1] for s in group_stems]
                      + [size_and_mtime(part.part_file or "")[1]])
         stems += group_stems
         if now - newest < min_age:
@@ -279,12 +279,12 @@ def _remove_file(result: DumpScan, action: GcAction, min_age: float, now: float)
 def _remove_orphan(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
     folder, name = os.path.split(action.path)
     stem = payload_stem(name) or name
-    grouped = parse_pack_data_name(name) is not None
+    grouped = parse_group_data_name(name) is not None
     with _entry_lock(folder, stem):
-        manifest_file = os.path.join(folder, stem + (PACK_SUFFIX if grouped else MANIFEST_SUFFIX))
+        manifest_file = os.path.join(folder, stem + (GROUP_SUFFIX if grouped else MANIFEST_SUFFIX))
         if os.path.exists(manifest_file):
             try:
-                referenced = group_data_names(read_pack(manifest_file)) if grouped \
+                referenced = group_data_names(read_group(manifest_file)) if grouped \
                     else payload_names(read_manifest(manifest_file))
             except EntryInvalid:
                 referenced = None

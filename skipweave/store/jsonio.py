@@ -54,6 +54,17 @@ def dumps(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
+def dumps_spaced(value: Any, *, indent: int | None = None) -> bytes:
+    """The standard library's spaced JSON of ``value`` (ASCII, ``", "`` and ``": "`` separators, ``indent`` when
+    given): files people read (an entry's manifest, a part's state) are written byte for byte as they always were.
+
+    Raises:
+        TypeError: ``value`` holds something ``json`` does not serialise.
+        ValueError: a circular reference.
+    """
+    return json.dumps(value, indent=indent).encode()
+
+
 def loads(data: bytes | bytearray | memoryview | str) -> Any:
     """Parse JSON as ``json.loads`` does (same refusals; the same values but for integers beyond 64 bits, see the
     module docstring), usually with ``orjson``.
@@ -68,4 +79,4 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
         return json.loads(bytes(data) if isinstance(data, memoryview) else data)
 
 
-__all__ = ["dumps", "loads"]
+__all__ = ["dumps", "dumps_spaced", "loads"]

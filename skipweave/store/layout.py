@@ -6,7 +6,7 @@
                                                   {shard}.part.json
                                                   {shard}-{first:04d}-{last:04d}.pack.json   (a group of small
                                                   {shard}-{first:04d}-{last:04d}.{token}.pack.safetensors  entries)
-    {dump_dir}/{namespace}/{role}/_set_aside/{step}-{target}-{shard}-{stamp}/   (interrupted steps)
+    {dump_dir}/{namespace}/{role}/_set_aside/{step}-{target}-{shard}-{time}/   (interrupted steps)
 
 ``step`` is a plain decimal integer, ``call`` the index of the call within the step (verl's
 ``parameter_sync_step > 1`` makes several), ``shard`` the writer's label (``r0``, ``r1``… from ``RANK``).
@@ -19,14 +19,14 @@ import os
 import re
 from dataclasses import dataclass
 
-from skipweave.store.paths import SET_ASIDE, is_step_name
+from skipweave.store.fs import SET_ASIDE, is_step_name
 
 TMP_PREFIX = ".tmp-"
 SET_ASIDE_DIR = SET_ASIDE
 MANIFEST_SUFFIX = ".manifest.json"
 PART_SUFFIX = ".part.json"
-PACK_SUFFIX = ".pack.json"
-MAX_PACK_CALLS = 4096
+GROUP_SUFFIX = ".pack.json"
+MAX_GROUP_CALLS = 4096
 """Most calls one group file may hold; a name spanning more is not one skipweave writes (and is ignored)."""
 _ENTRY_RE = re.compile(r"^(?P<shard>[A-Za-z0-9_][A-Za-z0-9_\-]*)-(?P<call>[0-9]{4,})\.manifest\.json\Z", re.ASCII)
 _PAYLOAD_RE = re.compile(
@@ -34,9 +34,9 @@ _PAYLOAD_RE = re.compile(
     re.ASCII,
 )
 
-_PACK_RE = re.compile(
+_GROUP_RE = re.compile(
     r"^(?P<shard>[A-Za-z0-9_][A-Za-z0-9_\-]*)-(?P<first>[0-9]{4,})-(?P<last>[0-9]{4,})\.pack\.json\Z", re.ASCII)
-_PACK_DATA_RE = re.compile(
+_GROUP_DATA_RE = re.compile(
     r"^(?P<group>[A-Za-z0-9_][A-Za-z0-9_\-]*-[0-9]{4,}-[0-9]{4,})\.[A-Za-z0-9]+\.pack\.safetensors(?:\.zst)?\Z",
     re.ASCII)
 
@@ -91,39 +91,40 @@ def parse_manifest_name(name: str) -> tuple[str, int] | None:
     return (m.group("shard"), int(m.group("call"))) if m else None
 
 
-def pack_stem(shard: str, first: int, last: int) -> str:
+def group_stem(shard: str, first: int, last: int) -> str:
     """File name stem of the group of calls ``first..last`` of a shard, e.g. ``r0-0000-0063``."""
     return f"{shard}-{first:04d}-{last:04d}"
 
 
-def parse_pack_name(name: str) -> tuple[str, int, int] | None:
+def parse_group_name(name: str) -> tuple[str, int, int] | None:
     """Return ``(shard, first, last)`` for a group file name (``r0-0000-0063.pack.json``), else ``None``.
 
-    ``None`` too when ``first > last`` or the range spans more than :data:`MAX_PACK_CALLS` calls, or when the
-    numbers are not written as :func:`pack_stem` writes them (a crafted name never claims calls it could not hold).
+    ``None`` too when ``first > last`` or the range spans more than :data:`MAX_GROUP_CALLS` calls, or when the
+    numbers are not written as :func:`group_stem` writes them (a crafted name never claims calls it could not hold).
     """
-    m = _PACK_RE.match(name)
+    m = _GROUP_RE.match(name)
     if m is None:
         return None
     first, last = int(m.group("first")), int(m.group("last"))
-    if first > last or last - first >= MAX_PACK_CALLS or pack_stem(m.group("shard"), first, last) + PACK_SUFFIX != name:
+    if first > last or last - first >= MAX_GROUP_CALLS \
+            or group_stem(m.group("shard"), first, last) + GROUP_SUFFIX != name:
         return None
     return m.group("shard"), first, last
 
 
-def parse_pack_data_name(name: str) -> str | None:
+def parse_group_data_name(name: str) -> str | None:
     """Return the group stem (``r0-0000-0063``) of a group's data file name
     (``r0-0000-0063.<token>.pack.safetensors``, compressed ``....zst``), else ``None``."""
-    m = _PACK_DATA_RE.match(name)
+    m = _GROUP_DATA_RE.match(name)
     return m.group("group") if m else None
 
 
-def touch_changes(dump_dir: str, namespace: str, role: str) -> None:
+def touch_role(dump_dir: str, namespace: str, role: str) -> None:
     """Bump the role folder's modification time (never through a symlink); errors are ignored.
 
     Every skipweave writer does this when it commits, closes, sets aside or removes anything of the role,
-    so a reader's in-memory index of recorded steps stays valid exactly while the folder's stamp does
-    (adding or removing a step folder moves it too). No file is added for it.
+    so a reader's in-memory index of recorded steps stays valid exactly while the folder's :func:`role_mtime`
+    does (adding or removing a step folder moves it too). No file is added for it.
     """
     try:
         os.utime(role_dir(dump_dir, namespace, role), follow_symlinks=False)
@@ -131,10 +132,10 @@ def touch_changes(dump_dir: str, namespace: str, role: str) -> None:
         pass
 
 
-def folder_stamp(folder: str) -> tuple[int, int] | None:
+def folder_mtime(folder: str) -> tuple[int, int] | None:
     """(inode, mtime in ns) of a folder, or None when it does not exist; changes whenever an entry in it does.
 
-    ``lstat``: a symlink's own stamp never matches a real folder's (and the store refuses symlinks anyway).
+    ``lstat``: a symlink's own never matches a real folder's (and the store refuses symlinks anyway).
     """
     try:
         st = os.lstat(folder)
@@ -143,9 +144,9 @@ def folder_stamp(folder: str) -> tuple[int, int] | None:
     return st.st_ino, st.st_mtime_ns
 
 
-def changes_stamp(dump_dir: str, namespace: str, role: str) -> tuple[int, int] | None:
-    """The role folder's :func:`folder_stamp`, which :func:`touch_changes` moves."""
-    return folder_stamp(role_dir(dump_dir, namespace, role))
+def role_mtime(dump_dir: str, namespace: str, role: str) -> tuple[int, int] | None:
+    """The role folder's :func:`folder_mtime`, which :func:`touch_role` moves (every writer's change of the role)."""
+    return folder_mtime(role_dir(dump_dir, namespace, role))
 
 
 def key_of_manifest(path: str) -> EntryKey | None:

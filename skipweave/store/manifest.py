@@ -14,9 +14,10 @@ from typing import Any
 import xxhash
 
 from skipweave.store import jsonio
+from skipweave.store.errors import EntryInvalid, EntryRefused
+from skipweave.store.fs import open_payload, open_regular
+from skipweave.store.identity import this_writer
 from skipweave.store.layout import EntryKey, parse_payload_name
-from skipweave.store.paths import UnsafePath, open_regular
-from skipweave.store.writers import this_writer
 
 FORMAT_VERSION = 1
 """Version of the entry format; a manifest with another version is never served."""
@@ -24,19 +25,6 @@ FORMAT_VERSION = 1
 _CHUNK = 8 << 20
 MANIFEST_MAX_BYTES = 1 << 20
 """A manifest is a few hundred bytes; a larger file is not one skipweave wrote (and is not parsed)."""
-
-
-class EntryInvalid(Exception):
-    """A committed entry cannot be served: unreadable manifest, foreign format, missing or corrupt payload."""
-
-
-class EntryRefused(EntryInvalid):
-    """A sound entry that this process's policy does not serve: it holds pickled data and pickle is not allowed.
-
-    A run sets it aside like any invalid entry (never deleting it); ``skipweave verify`` reports it apart from
-    corrupt entries and ``skipweave gc`` keeps it (``--allow-pickle`` judges it as a run with
-    ``allow_pickle=true`` would).
-    """
 
 
 CHECKSUM_ALGORITHM = "xxh3_128"
@@ -54,13 +42,22 @@ def checksum_digest(hasher: xxhash.xxh3_128) -> str:
 
 
 def file_checksum(path: str) -> str:
-    """Return ``xxh3_128:<hex>`` of a file's bytes, read in 8 MiB chunks into one reused buffer."""
+    """Return ``xxh3_128:<hex>`` of a file's bytes, read in 8 MiB chunks into one reused buffer (never through a
+    symlink).
+
+    Raises:
+        OSError: the file cannot be read (:class:`~skipweave.store.errors.UnsafePath`: it is no regular file).
+    """
+    with open(open_regular(path), "rb", buffering=0) as fh:
+        return _stream_checksum(fh)
+
+
+def _stream_checksum(fh: Any) -> str:
     h = new_hasher()
     buf = bytearray(_CHUNK)
     view = memoryview(buf)
-    with open(open_regular(path), "rb", buffering=0) as fh:
-        while n := fh.readinto(buf):
-            h.update(view[:n])
+    while n := fh.readinto(buf):
+        h.update(view[:n])
     return checksum_digest(h)
 
 
@@ -127,7 +124,7 @@ def build_manifest(
 ) -> dict[str, Any]:
     """Return the manifest mapping of a new entry (see the on-disk format in the docs).
 
-    ``writer`` is :meth:`skipweave.store.writers.Writer.as_manifest` (this process when ``None``);
+    ``writer`` is :meth:`skipweave.store.identity.Writer.as_manifest` (this process when ``None``);
     ``concurrent`` says another thread called the target at the same step while this call ran.
     """
     return {
@@ -182,7 +179,7 @@ def read_json(path: str, limit: int, what: str) -> Any:
 
 def check_structure(data: Any, path: str) -> dict[str, Any]:
     """Check that parsed JSON is shaped like a manifest of this format version, as :func:`read_manifest` does
-    (also for the entries a group file holds, see :mod:`skipweave.store.pack`); return it.
+    (also for the entries a group file holds, see :mod:`skipweave.store.group`); return it.
 
     Raises:
         EntryInvalid: another format version, a missing field, or a malformed payload list.
@@ -255,7 +252,7 @@ def seconds_of(manifest: dict[str, Any], field: str = "generation_seconds") -> f
 
 
 @dataclass(frozen=True)
-class Judged:
+class CheckedManifest:
     """A manifest that passed :func:`check_manifest`: the manifest and its two payload items."""
 
     manifest: dict[str, Any]
@@ -263,7 +260,7 @@ class Judged:
     tensors: dict[str, Any]
 
 
-def check_manifest(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_pickle: bool) -> Judged:
+def check_manifest(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_pickle: bool) -> CheckedManifest:
     """Decide whether a readable manifest may be served for ``key``: the one judgement of runs and the CLI.
 
     Checks, in order: the manifest names this very entry (role, target, step, call index, shard; see
@@ -280,7 +277,7 @@ def check_manifest(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_
         allow_pickle: the role's ``allow_pickle``.
 
     Returns:
-        The :class:`Judged` manifest.
+        The :class:`CheckedManifest`.
 
     Raises:
         EntryRefused: the entry claims pickled data and ``allow_pickle`` is off.
@@ -303,13 +300,13 @@ def check_manifest(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_
     if set(items) != {"tree.json", *tensor_kinds} or len(tensor_kinds) != 1:
         raise EntryInvalid(f"manifest {path} lists no tree or tensor file, or two tensor files")
     check_fields(manifest, path, key, allow_pickle=allow_pickle)
-    return Judged(manifest, items["tree.json"], items[tensor_kinds[0]])
+    return CheckedManifest(manifest, items["tree.json"], items[tensor_kinds[0]])
 
 
 def check_fields(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_pickle: bool) -> None:
     """The checks of :func:`check_manifest` that do not concern payload files: the optional fields' types, the
     input fingerprint, and pickled data against ``allow_pickle`` (entries of a group file are judged with it too,
-    see :mod:`skipweave.store.pack`).
+    see :mod:`skipweave.store.group`).
 
     Raises:
         EntryRefused: the entry claims pickled data and ``allow_pickle`` is off.
@@ -331,7 +328,7 @@ def check_fields(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_pi
 def check_pickle(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_pickle: bool) -> None:
     """The last check of :func:`check_fields`: pickled data against ``allow_pickle``. Alone for a manifest that
     passed :func:`check_fields` with ``allow_pickle=True`` already (a group's entries, judged once per group file
-    by :func:`~skipweave.store.pack.check_pack`), the only part of the judgement that depends on the reader.
+    by :func:`~skipweave.store.group.check_group`), the only part of the judgement that depends on the reader.
 
     Raises:
         EntryRefused: the entry claims pickled data and ``allow_pickle`` is off.
@@ -351,20 +348,18 @@ def verify_payload(folder: str, manifest: dict[str, Any], *, checksums: bool = T
     """
     for item in manifest["payload"]:
         path = os.path.join(folder, item["name"])
-        try:
-            fd = open_regular(path)
-        except UnsafePath as exc:
-            raise EntryInvalid(f"payload {path} is not a file skipweave wrote: {exc}") from None
-        except OSError:
-            raise EntryInvalid(f"payload {path} is missing") from None
-        try:
-            size = os.fstat(fd).st_size
-        finally:
-            os.close(fd)
-        if size != item["bytes"]:
-            raise EntryInvalid(f"payload {path} has {size} bytes, manifest says {item['bytes']}")
-        try:
-            if checksums and file_checksum(path) != item["checksum"]:
+        with open_payload(path, item["bytes"]) as fh:
+            if not checksums:
+                continue
+            try:
+                matches = _stream_checksum(fh) == item["checksum"]
+            except OSError as exc:
+                raise EntryInvalid(f"payload {path} is unreadable: {exc}") from None
+            if not matches:
                 raise EntryInvalid(f"payload {path} does not match its checksum {item['checksum']}")
-        except OSError as exc:
-            raise EntryInvalid(f"payload {path} is unreadable: {exc}") from None
+
+
+__all__ = ["CHECKSUM_ALGORITHM", "FORMAT_VERSION", "MANIFEST_MAX_BYTES", "CheckedManifest", "EntryInvalid",
+           "EntryRefused", "PayloadFile", "build_manifest", "bytes_checksum", "check_fields", "check_identity",
+           "check_manifest", "check_pickle", "check_structure", "checksum_digest", "file_checksum", "library_versions",
+           "new_hasher", "read_json", "read_manifest", "seconds_of", "verify_payload"]

@@ -14,7 +14,7 @@ started (a mark older than the process is another, earlier run sharing the run i
 The marks are read only while their run runs (each process reads them at its own exit), so they are bounded:
 
 - the first call a process records leaves ``{target}.recorded`` too (:data:`RECORDED`);
-- the process that made the run id (:func:`~skipweave.store.writers.made_here`) names itself in
+- the process that made the run id (:func:`~skipweave.store.identity.made_here`) names itself in
   ``.runs/{run}/.owner.json`` (:data:`OWNER`: host, pid, pid namespace, process start; :func:`claim`), and at
   its exit, after its summary read the marks (:func:`release`), removes ``.runs/{run}`` when no process of the
   run recorded anything, else writes ``ended_unix`` into that file;
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skipweave.store.atomic import tmp_name
-from skipweave.store.paths import (
+from skipweave.store.fs import (
     RUNS,
     UnsafePath,
     check_name,
@@ -75,7 +75,7 @@ def mark(dump_dir: str, namespace: str, role: str, run: str, target: str, kind: 
 
     Args:
         dump_dir, namespace, role: the role's store.
-        run: the run id (:func:`skipweave.store.writers.run_id`).
+        run: the run id (:func:`skipweave.store.identity.run_id`).
         target: the target's name.
         kind: :data:`CALLED`, :data:`ELIGIBLE`, :data:`RECORDED` or :data:`WOVEN` (a process wove the target).
     """
@@ -107,7 +107,7 @@ def marked(dump_dir: str, namespace: str, role: str, run: str, target: str, kind
 def claim(dump_dir: str, run: str) -> None:
     """Make this process the owner of ``run``'s marks in ``dump_dir``; never raises (a failure is logged at DEBUG).
 
-    Call it in the process that made the run id (:func:`~skipweave.store.writers.made_here`), for each dump dir
+    Call it in the process that made the run id (:func:`~skipweave.store.identity.made_here`), for each dump dir
     it weaves, and have :func:`release` run at its exit. The owner file (:data:`OWNER`) is written now into a
     dump dir that exists (weaving creates no dump dir), else at this process's first mark there or at
     :func:`release`; gc reads it to tell that the run still lives.

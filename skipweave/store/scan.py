@@ -35,20 +35,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from skipweave.store.fs import is_real_dir, is_step_name, name_problem
 from skipweave.store.layout import (
+    GROUP_SUFFIX,
     MANIFEST_SUFFIX,
-    PACK_SUFFIX,
     PART_SUFFIX,
     SET_ASIDE_DIR,
     TMP_PREFIX,
     EntryKey,
-    pack_stem,
+    group_stem,
+    parse_group_name,
     parse_manifest_name,
-    parse_pack_name,
     role_dir,
 )
 from skipweave.store.manifest import seconds_of
-from skipweave.store.paths import is_real_dir, is_step_name, name_problem
 from skipweave.store.step_store import StepStore
 from skipweave.store.validity import check_entry, check_group, group_data_names, payload_names, payload_stem
 
@@ -381,9 +381,9 @@ def _scan_target(result: DumpScan, store: StepStore, step: int, target: str, fol
             manifests.setdefault(parsed[0], []).append((parsed[1], name))
         elif name.endswith(PART_SUFFIX) and name_problem(name[: -len(PART_SUFFIX)]) is None:
             part_files.add(name[: -len(PART_SUFFIX)])
-        elif (grouped := parse_pack_name(name)) is not None and name_problem(grouped[0]) is None:
+        elif (grouped := parse_group_name(name)) is not None and name_problem(grouped[0]) is None:
             groups.setdefault(grouped[0], []).append((grouped[1], grouped[2], name))
-        elif name.endswith((MANIFEST_SUFFIX, PART_SUFFIX, PACK_SUFFIX)):
+        elif name.endswith((MANIFEST_SUFFIX, PART_SUFFIX, GROUP_SUFFIX)):
             result.ignored.append((path, "a name skipweave never writes"))
         elif (stem := payload_stem(name)) is not None:
             payloads.setdefault(stem, []).append(name)
@@ -400,7 +400,7 @@ def _scan_target(result: DumpScan, store: StepStore, step: int, target: str, fol
         own = {e.key.call for e in entries}
         for first, last, name in groups.get(shard, []):
             grouped_entries = _scan_group(folder, store.key(step, target, shard, first), first, last, name,
-                                          payloads.get(pack_stem(shard, first, last), []), own=own,
+                                          payloads.get(group_stem(shard, first, last), []), own=own,
                                           checksums=result.checksums, allow_pickle=result.allow_pickle)
             for entry in grouped_entries:
                 claimed.update(entry.files)

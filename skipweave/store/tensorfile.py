@@ -29,20 +29,19 @@ from typing import Any, Protocol
 
 import torch
 
-from skipweave.store import jsonio
+from skipweave.store import jsonio, safetensors_header
+from skipweave.store.fs import open_new, open_payload
 from skipweave.store.manifest import EntryInvalid, bytes_checksum, checksum_digest, new_hasher
-from skipweave.store.paths import UnsafePath, open_regular
+from skipweave.store.safetensors_header import MAX_RATIO, header_length
 
 CHUNK = 1 << 20
 """Bytes per ``write``/``readinto`` call, each hashed right after it is copied (while it is still in the
 CPU cache: hashing 16 MiB chunks instead costs about twice as much memory traffic), and the unit of progress."""
 
-MAX_RATIO = 1024
-"""A compressed tensor file decompresses to at most this many times its own size (plus :data:`RATIO_SLACK`): the
+RATIO_SLACK = 1 << 20
+"""A compressed tensor file decompresses to at most :data:`MAX_RATIO` times its own size plus this many bytes: the
 writer stores an entry that would shrink more plainly (:class:`TooCompressible`), and a reader refuses a file whose
 header claims more, so a crafted file of a few KB cannot make a replay allocate gigabytes."""
-
-RATIO_SLACK = 1 << 20
 
 COMPRESSED_SUFFIX = ".zst"
 """Ending of a tensor file written with ``compress`` (``r0-0003.<token>.tensors.safetensors.zst``)."""
@@ -52,8 +51,6 @@ SMALL_FILE = 4 << 20
 
 PROGRESS_MIN = 256 << 20
 """Payloads larger than this show a progress bar (see :func:`progress_enabled`)."""
-
-_MAX_HEADER = 100 << 20
 
 _CODES: dict[torch.dtype, str] = {
     torch.bool: "BOOL",
@@ -73,6 +70,8 @@ for _name, _code in (("uint16", "U16"), ("uint32", "U32"), ("uint64", "U64"), ("
     if isinstance(_dt, torch.dtype):
         _CODES[_dt] = _code
 _DTYPES: dict[str, torch.dtype] = {code: dt for dt, code in _CODES.items()}
+_ITEMSIZE: dict[str, int] = {code: dt.itemsize for code, dt in _DTYPES.items()}
+"""The dtype codes this torch can make (a header naming another is refused)."""
 
 
 class _Progress(Protocol):
@@ -267,9 +266,7 @@ def write(
     total = len(prefix) + sum(len(v) for v in views)
     hasher = new_hasher()
     bar = _progress(total, desc)
-    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
-    flags |= os.O_TRUNC if dir_fd is None else os.O_EXCL
-    fd = os.open(path, flags, 0o644, dir_fd=dir_fd)
+    fd = open_new(path, dir_fd=dir_fd, exclusive=dir_fd is not None)
     written = 0
     try:
         pieces = [memoryview(prefix)] + [c for v in views if len(v) for c in _chunks(v)]
@@ -333,19 +330,11 @@ def read(path: str, *, size: int, checksum: str, desc: str | None = None) -> dic
         EntryInvalid: the file is missing, has another size, does not match its checksum, or its header
             is malformed.
     """
-    try:
-        fh = open(open_regular(path), "rb", buffering=0)  # noqa: SIM115 - closed below
-    except UnsafePath as exc:
-        raise EntryInvalid(f"payload {path} is not a file skipweave wrote: {exc}") from None
-    except OSError:
-        raise EntryInvalid(f"payload {path} is missing") from None
+    fh = open_payload(path, size)
     bar: _Progress = _NoProgress()
     hasher = new_hasher()
     compressed = path.endswith(COMPRESSED_SUFFIX)
     try:
-        actual = os.fstat(fh.fileno()).st_size
-        if actual != size:
-            raise EntryInvalid(f"payload {path} has {actual} bytes, manifest says {size}")
         if hasattr(os, "posix_fadvise"):
             try:
                 os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
@@ -359,9 +348,7 @@ def read(path: str, *, size: int, checksum: str, desc: str | None = None) -> dic
                                                                 read_size=CHUNK)
         prefix = bytearray(8)
         _readinto_exact(source, memoryview(prefix), path)
-        (n,) = struct.unpack("<Q", prefix)
-        if n > _MAX_HEADER or (not compressed and 8 + n > size):
-            raise EntryInvalid(f"payload {path} is not a valid safetensors file: header length {n} does not fit")
+        n = header_length(prefix, path, room=None if compressed else size - 8)
         header = bytearray(n)
         _readinto_exact(source, memoryview(header), path)
         if not compressed:
@@ -411,52 +398,16 @@ Span = tuple[int, int, str, torch.dtype, list[int]]
 
 
 def _spans(header_bytes: bytes | bytearray | memoryview, data_size: int, path: str) -> list[Span]:
-    """Parse a safetensors header into its tensors' spans, in file order.
-
-    The tensors' byte ranges must tile the data section exactly, as safetensors requires. A negative ``data_size``
-    is the most a compressed file may hold (:data:`MAX_RATIO` times its size): its size does not tell its data
-    section's.
+    """A safetensors header's tensors' spans, in file order, with their torch dtypes
+    (:func:`~skipweave.store.safetensors_header.parse` judges it).
 
     Raises:
-        EntryInvalid: the header is malformed (not JSON, nested too deeply, a non-finite number where a count
-            belongs, ...), or the spans do not tile the data section.
+        EntryInvalid: the header is malformed, names a dtype this torch lacks, or its spans do not tile the data
+            section.
     """
-    try:
-        header = jsonio.loads(header_bytes)
-        if not isinstance(header, dict):
-            raise ValueError("the header is not a JSON object")
-        spans: list[Span] = []
-        for name, info in header.items():
-            if name == "__metadata__":
-                continue
-            dtype = _DTYPES.get(info["dtype"])
-            if dtype is None:
-                raise ValueError(f"tensor {name!r} has unknown dtype {info['dtype']!r}")
-            shape = list(map(int, info["shape"]))
-            lo, hi = map(int, info["data_offsets"])  # (exactly two: else ValueError)
-            numel = 1
-            for d in shape:
-                if d < 0:
-                    raise ValueError(f"tensor {name!r} has a negative dimension in {shape}")
-                numel *= d
-            if hi - lo != numel * dtype.itemsize:
-                raise ValueError(f"tensor {name!r} has offsets {lo}..{hi} that do not fit its shape {shape}")
-            spans.append((lo, hi, name, dtype, shape))
-        spans.sort(key=lambda sp: (sp[0], sp[1]))
-        covered = 0
-        for lo, hi, *_ in spans:
-            if lo != covered:
-                raise ValueError("the tensors' bytes do not tile the data section")
-            covered = hi
-        if data_size < 0:
-            if covered > -data_size:
-                raise ValueError(f"the tensors would take {covered} bytes, more than {MAX_RATIO}x the compressed "
-                                 "file (skipweave never writes such a file)")
-        elif covered != data_size:
-            raise ValueError(f"the tensors' bytes end at {covered}, the data section at {data_size}")
-    except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:  # (int(inf); nesting too deep)
-        raise EntryInvalid(f"payload {path} is not a valid safetensors file: {type(exc).__name__}: {exc}") from exc
-    return spans
+    return [(lo, hi, name, _DTYPES[code], shape)
+            for lo, hi, name, code, shape in safetensors_header.parse(header_bytes, data_size, path,
+                                                                      itemsize=_ITEMSIZE)]
 
 
 def _allocate(header_bytes: bytes | bytearray, data_size: int, path: str) -> dict[str, torch.Tensor]:
@@ -482,16 +433,9 @@ def read_whole(path: str, *, size: int, checksum: str, limit: int) -> tuple[memo
     if not 0 <= size <= limit:
         raise EntryInvalid(f"payload {path}: a manifest size of {size} bytes is beyond the {limit} this file may have")
     try:
-        with open(open_regular(path), "rb", buffering=0) as fh:
-            actual = os.fstat(fh.fileno()).st_size  # before allocating: the manifest's size is only a claim
-            if actual != size:
-                raise EntryInvalid(f"payload {path} has {actual} bytes, manifest says {size}")
+        with open_payload(path, size) as fh:  # its size checked before allocating: the manifest's is only a claim
             raw = bytearray(size)
             _readinto_exact(fh, memoryview(raw), path)
-    except UnsafePath as exc:
-        raise EntryInvalid(f"payload {path} is not a file skipweave wrote: {exc}") from None
-    except FileNotFoundError:
-        raise EntryInvalid(f"payload {path} is missing") from None
     except OSError as exc:
         raise EntryInvalid(f"payload {path} is unreadable: {exc}") from exc
     if bytes_checksum(memoryview(raw)) != checksum:
@@ -515,9 +459,7 @@ def read_whole(path: str, *, size: int, checksum: str, limit: int) -> tuple[memo
         data = out
     if len(data) < 8:
         raise EntryInvalid(f"payload {path} is not a valid safetensors file: shorter than its header length")
-    (n,) = struct.unpack_from("<Q", data)
-    if n > _MAX_HEADER or 8 + n > len(data):
-        raise EntryInvalid(f"payload {path} is not a valid safetensors file: header length {n} does not fit")
+    n = header_length(data, path, room=len(data) - 8)
     view = memoryview(data)
     spans = _spans(view[8:8 + n], len(data) - 8 - n, path)
     return view[8 + n:], {sp[2]: sp for sp in spans}

@@ -3,7 +3,7 @@ and ``gc`` share (see docs/architecture.md).
 
 An entry is judged without decoding it, by the checks a reader makes before it serves one
 (:func:`~skipweave.store.manifest.check_manifest` for an entry with a manifest of its own,
-:func:`~skipweave.store.pack.check_pack` and :func:`~skipweave.store.pack.entry_of` for one held in a group file of
+:func:`~skipweave.store.group.check_group` and :func:`~skipweave.store.group.entry_of` for one held in a group file of
 small entries), and its payload files' sizes (with ``checksums``, every byte). A copy of this judgement for
 tools only would drift from what a run serves; so the tools call these functions.
 """
@@ -15,9 +15,16 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from skipweave.store.layout import EntryKey, key_of_manifest, parse_pack_data_name, parse_pack_name, parse_payload_name
+from skipweave.store.group import check_group as check_group_file
+from skipweave.store.group import claims, entry_of, read_data, read_group
+from skipweave.store.layout import (
+    EntryKey,
+    key_of_manifest,
+    parse_group_data_name,
+    parse_group_name,
+    parse_payload_name,
+)
 from skipweave.store.manifest import EntryInvalid, EntryRefused, check_manifest, read_manifest, verify_payload
-from skipweave.store.pack import check_pack, claims, entry_of, read_data, read_pack
 from skipweave.store.step_store import calls_in
 
 __all__ = ["Validity", "check_entry", "check_group", "group_data_names", "payload_names", "payload_stem"]
@@ -56,7 +63,7 @@ def check_entry(path: str, *, checksums: bool, allow_pickle: bool = False, key: 
     Raises:
         FileNotFoundError: the manifest (or group file) does not exist.
     """
-    grouped = parse_pack_name(os.path.basename(path))
+    grouped = parse_group_name(os.path.basename(path))
     if grouped is not None and key is not None:  # a grouped entry: its group file judged for its call
         checked = check_group(path, key, grouped[1], grouped[2], checksums=checksums, allow_pickle=allow_pickle)
         if checked is None:
@@ -90,8 +97,8 @@ def check_entry(path: str, *, checksums: bool, allow_pickle: bool = False, key: 
 def check_group(path: str, key: EntryKey, first: int, last: int, *, checksums: bool,
                 allow_pickle: bool = False) -> tuple[Any, dict[int, Validity]] | None:
     """Judge every entry of a group file the way :meth:`StepStore.load` would, without decoding it: the group
-    (:func:`~skipweave.store.pack.check_pack`), its data file (its size; with ``checksums`` every byte and its
-    header, each call's tree included, :func:`~skipweave.store.pack.read_data`), each call against the folder's
+    (:func:`~skipweave.store.group.check_group`), its data file (its size; with ``checksums`` every byte and its
+    header, each call's tree included, :func:`~skipweave.store.group.read_data`), each call against the folder's
     other group files (a call two of them claim, with no manifest of its own, is served by neither), then each
     entry's pickle against ``allow_pickle``.
 
@@ -107,14 +114,14 @@ def check_group(path: str, key: EntryKey, first: int, last: int, *, checksums: b
         when the group file does not exist.
     """
     try:
-        group = read_pack(path)
+        group = read_group(path)
     except FileNotFoundError:
         return None
     except EntryInvalid as exc:
         return None, {c: Validity(None, str(exc)) for c in range(first, last + 1)}
     folder = os.path.dirname(path)
     try:
-        checked = check_pack(group, path, key, first, last)
+        checked = check_group_file(group, path, key, first, last)
         if checksums:
             read_data(folder, checked, first, last)
         else:
@@ -146,7 +153,7 @@ def payload_stem(name: str) -> str | None:
     """Return the entry stem (``r0-0001``) of a payload file name, or the group stem (``r0-0000-0063``) of a group's
     data file, or ``None`` when it is neither."""
     parsed = parse_payload_name(name)
-    return parsed[0] if parsed else parse_pack_data_name(name)
+    return parsed[0] if parsed else parse_group_data_name(name)
 
 
 def payload_names(manifest: dict[str, Any] | None) -> set[str] | None:

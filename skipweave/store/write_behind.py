@@ -1,6 +1,6 @@
 """Recording off the host's critical path: one background writer per process commits staged entries.
 
-A recorded call hands its result over as a :class:`~skipweave.store.step_store.Staged` entry -- encoded, its
+A recorded call hands its result over as a :class:`~skipweave.store.staging.Staged` entry -- encoded, its
 tree serialised and every tensor copied, so the host may change the result in place the moment it has it --
 and returns. The writer thread commits entries with the store's own commit (temporary names, the manifest's
 rename last), so a process killed at any instant leaves whole entries or none: what it loses is the entries
@@ -13,8 +13,8 @@ not yet committed.
   :data:`BATCH_ENTRIES` entries, :data:`BATCH_BYTES` bytes) with one group sync
   (:meth:`~skipweave.store.step_store.StepStore.commit_many`), so thousands of per-sample entries do not pay
   three fsyncs each; the small entries of one part among them, with contiguous calls, become one group (two files
-  for the lot, :mod:`skipweave.store.pack`) instead of three files each. While small entries keep coming (within
-  :data:`LINGER_GAP_S` of each other) the writer holds off, up to :data:`LINGER_MAX_S`, so a group is what a
+  for the lot, :mod:`skipweave.store.group`) instead of three files each. While small entries keep coming (within
+  :data:`LINGER_GAP_S` of each other) the writer waits, up to :data:`LINGER_MAX_S`, so a group is what a
   burst of recordings made rather than what arrived during the last commit; never while anybody waits for it.
 - **Flushed at the end, then stopped.** :func:`flush` (``skipweave.flush()``) waits for every entry pending when it
   is called, with a progress bar when that takes over :data:`BAR_AFTER_S`; it runs at unweave (so at Hydra's job
@@ -49,9 +49,10 @@ from typing import Any
 
 from skipweave import lifecycle
 from skipweave.store.buffers import POOL, POOL_IDLE_S
+from skipweave.store.group import ENTRY_MAX_BYTES
 from skipweave.store.layout import EntryKey
-from skipweave.store.pack import ENTRY_MAX_BYTES
-from skipweave.store.step_store import EntryMeta, Staged, StepStore
+from skipweave.store.staging import EntryMeta, Staged
+from skipweave.store.step_store import StepStore
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ LINGER_GAP_S = 0.002
 """While small entries keep coming within this many seconds of each other (per-sample recording), the writer holds off
 its next group, so groups are large (fewer files, syncs and group opens per entry) and not whatever a few hundred
 microseconds brought. It never holds off while anybody waits for it (:func:`flush`, a full write buffer), for an
-entry over :data:`~skipweave.store.pack.ENTRY_MAX_BYTES`, or once :data:`BATCH_ENTRIES` are queued."""
+entry over :data:`~skipweave.store.group.ENTRY_MAX_BYTES`, or once :data:`BATCH_ENTRIES` are queued."""
 
 LINGER_MAX_S = 0.05
 """Seconds the writer holds off at most (:data:`LINGER_GAP_S`), counted from when it found entries queued: what a
@@ -111,7 +112,7 @@ class WriteBehind:
         self._cond = threading.Condition()
         self._queue: collections.deque[_Pending] = collections.deque()
         self._busy: list[_Pending] = []
-        self._held: dict[int, int] = {}  # id(store) -> bytes of its entries queued or being written
+        self._queued_bytes: dict[int, int] = {}  # id(store) -> memory of its entries queued or being written
         self._thread: threading.Thread | None = None
         self._last_put = 0.0  # time.monotonic() of the last entry queued
         self._urgent = 0  # callers within waiting() now (flush, a full write buffer, a replay): no holding off
@@ -138,7 +139,7 @@ class WriteBehind:
         Args:
             store: the entry's store.
             key: the entry.
-            staged: its payload, owning its tensors (:meth:`Staged.owned`).
+            staged: its payload, owning its tensors (:meth:`Staged.copied`).
             meta: its manifest fields.
             budget: ``skip.<role>.write_buffer``, bytes.
             on_done: called in the writer thread with the :data:`Outcome` once the write ended, before the future
@@ -155,18 +156,18 @@ class WriteBehind:
         store.pending_add(key, future)  # first: a replay of it waits from now on, also while this call waits
         try:
             with self._cond:
-                held = self._held.get(sid, 0)
-                if held and held + staged.held > budget:
+                queued = self._queued_bytes.get(sid, 0)
+                if queued and queued + staged.memory > budget:
                     t0 = time.perf_counter()
                     logger.debug("skipweave: role %s: write buffer full (%d bytes pending, %d more for %s, "
-                                 "write_buffer=%d); waiting for the writer", store.role, held, staged.nbytes, key,
+                                 "write_buffer=%d); waiting for the writer", store.role, queued, staged.nbytes, key,
                                  budget)
                     with self.waiting():
-                        while self._held.get(sid, 0) and self._held.get(sid, 0) + staged.held > budget:
+                        while (queued := self._queued_bytes.get(sid, 0)) and queued + staged.memory > budget:
                             self._cond.wait()
                     logger.debug("skipweave: role %s: waited %.3f s for write buffer room for %s", store.role,
                                  time.perf_counter() - t0, key)
-                self._held[sid] = self._held.get(sid, 0) + staged.held
+                self._queued_bytes[sid] = self._queued_bytes.get(sid, 0) + staged.memory
                 self._queue.append(item)
                 self._last_put = time.monotonic()
         except BaseException as exc:  # interrupted while waiting (Ctrl-C): not queued, nothing waits for it
@@ -322,7 +323,7 @@ class WriteBehind:
             del batch
 
     def _commit(self, batch: list[_Pending]) -> None:
-        """Write one group taken off the queue and settle each entry: its hook, its store's pending set, the held
+        """Write one batch taken off the queue and settle each entry: its hook, its store's pending set, the queued
         bytes, and last its future."""
         outcomes = _write(batch)
         for item, outcome in zip(batch, outcomes, strict=True):
@@ -335,9 +336,9 @@ class WriteBehind:
         with self._cond:
             for item in batch:
                 sid = id(item.store)
-                self._held[sid] = self._held.get(sid, 0) - item.staged.held
-                if self._held[sid] <= 0:
-                    del self._held[sid]
+                self._queued_bytes[sid] = self._queued_bytes.get(sid, 0) - item.staged.memory
+                if self._queued_bytes[sid] <= 0:
+                    del self._queued_bytes[sid]
             self._busy = []
             self._cond.notify_all()
         # The entries' copies go before anybody learns they are written, not at the next batch: a flush at exit

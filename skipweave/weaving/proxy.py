@@ -49,11 +49,11 @@ from skipweave.policy.gate import BYPASS, Gate, compile_gate
 from skipweave.policy.matching import Match, PartView, match_call, view_of
 from skipweave.policy.steps import StepError, StepSource
 from skipweave.store import codec
+from skipweave.store.fs import UnsafePath
+from skipweave.store.identity import is_concurrent_other, started_unix, this_writer
 from skipweave.store.manifest import EntryInvalid, seconds_of
-from skipweave.store.paths import UnsafePath
 from skipweave.store.step_store import EntryMeta, StepStore
 from skipweave.store.write_behind import WRITER
-from skipweave.store.writers import is_concurrent_other, started_unix, this_writer
 from skipweave.weaving.effects import recorded_form, split_appended
 from skipweave.weaving.fingerprint import fingerprint
 from skipweave.weaving.rng import RngMarks, capture_rng_state, prepare_rng_state, rng_changes, rng_marks
@@ -1038,7 +1038,7 @@ class SkipProxy:
 
     def _snapshot(self, d: _Decision) -> tuple[Any, dict[str, Any] | None]:
         """What a record keeps of the host besides the result, taken right after the real call: the state of the
-        generators the call changed (see :func:`~skipweave.store.rng.rng_changes`) and the declared effects'
+        generators the call changed (see :func:`~skipweave.weaving.rng.rng_changes`) and the declared effects'
         values."""
         if not self.role.restore_rng:
             rng = None

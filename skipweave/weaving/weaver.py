@@ -28,10 +28,10 @@ from skipweave.config.errors import ConfigError
 from skipweave.config.schema import RoleConfig, ShardKind, SkipConfig, TargetSpec
 from skipweave.policy.bypass import make_bypass
 from skipweave.store import runs
-from skipweave.store.paths import dump_dir_problem
+from skipweave.store.fs import dump_dir_problem
+from skipweave.store.identity import end_run, made_here, run_id, run_started
 from skipweave.store.step_store import StepStore
 from skipweave.store.write_behind import flush
-from skipweave.store.writers import end_run, made_here, run_id, run_started
 from skipweave.weaving.main_script import MAIN, WATCH, names_main_script
 from skipweave.weaving.proxy import SkipProxy, shard_label, wraps_coroutine_function
 from skipweave.weaving.resolve import ResolvedPath, TargetNotFound, resolve_owner, split_path

@@ -162,7 +162,7 @@ def test_the_dtype_sizes_show_uses_match_torch() -> None:
 @pytest.mark.parametrize("size", ["Infinity", "NaN", "1e400", '"x"', '{"a": 1}', "-5", "2.5"])
 def test_show_of_a_group_claiming_a_size_that_is_no_count_reports_it_corrupt(tmp_path: Path, capsys: Any,
                                                                                size: str) -> None:
-    from tests.store.test_pack import _group_file, _grouped
+    from tests.store.test_group import _group_file, _grouped
 
     _, folder = _grouped(tmp_path)
     group = _group_file(folder)

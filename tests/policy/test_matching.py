@@ -9,7 +9,7 @@ import sys
 import time
 
 from skipweave.policy.matching import match_call
-from skipweave.store.writers import Recorded, Writer, is_concurrent_other
+from skipweave.store.identity import Recorded, Writer, is_concurrent_other
 
 ME = Writer("run-now", platform.node(), os.getpid())
 STARTED = 1000.0

@@ -14,7 +14,7 @@ import torch
 import skipweave
 from skipweave.store import buffers, write_behind
 from skipweave.store.buffers import POOL_MIN_BYTES, CopyPool
-from skipweave.store.step_store import StepStore
+from skipweave.store.commit import Committer
 
 MB = 1 << 20
 
@@ -27,11 +27,11 @@ def test_a_copy_owns_its_memory_and_reuses_a_buffer_handed_back() -> None:
     x.fill_(0)
     assert copy[-1] == MB // 8 - 1  # the host's later change is not in the copy
     pool.give([buffer])
-    assert pool.held == MB
+    assert pool.kept_bytes == MB
     y = torch.ones(MB // 4, dtype=torch.float32)  # same bytes, another dtype and shape
     again, reused = pool.copy(y)
     assert reused is buffer and again.data_ptr() == buffer.data_ptr() and torch.equal(again, y)
-    assert pool.held == 0
+    assert pool.kept_bytes == 0
 
 
 def test_small_odd_and_mismatched_tensors_are_plain_clones() -> None:
@@ -46,7 +46,7 @@ def test_small_odd_and_mismatched_tensors_are_plain_clones() -> None:
     assert big is not None
     pool.give([big])
     _, other = pool.copy(torch.zeros(POOL_MIN_BYTES, dtype=torch.uint8))  # a quarter of it: a buffer of its own
-    assert other is not None and other is not big and pool.held == 4 * MB
+    assert other is not None and other is not big and pool.kept_bytes == 4 * MB
 
 
 def test_the_best_fit_is_taken_wherever_it_is_kept() -> None:
@@ -56,7 +56,7 @@ def test_the_best_fit_is_taken_wherever_it_is_kept() -> None:
     pool.give(bufs)
     _, two = pool.copy(torch.zeros(2 * MB, dtype=torch.uint8))
     _, three = pool.copy(torch.zeros(int(2.5 * MB), dtype=torch.uint8))  # 3 MB is within 1.25x, 4 MB is not
-    assert two is bufs[1] and three is bufs[2] and pool.held == 4 * MB
+    assert two is bufs[1] and three is bufs[2] and pool.kept_bytes == 4 * MB
 
 
 def test_the_pool_keeps_the_newest_buffers_within_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,12 +65,12 @@ def test_the_pool_keeps_the_newest_buffers_within_its_bound(monkeypatch: pytest.
     old, new = (pool.copy(torch.zeros(2 * MB, dtype=torch.uint8))[1] for _ in range(2))
     pool.give([old])
     pool.give([new])  # the older one goes to make room
-    assert pool.held == 2 * MB and pool._take(2 * MB) is new
+    assert pool.kept_bytes == 2 * MB and pool._take(2 * MB) is new
     pool.give([pool.copy(torch.zeros(4 * MB, dtype=torch.uint8))[1]])  # over the bound alone: not kept
-    assert pool.held == 0
+    assert pool.kept_bytes == 0
     pool.give([old])
     pool.clear()
-    assert pool.held == 0
+    assert pool.kept_bytes == 0
 
 
 def test_a_buffer_not_taken_again_goes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,7 +81,7 @@ def test_a_buffer_not_taken_again_goes(monkeypatch: pytest.MonkeyPatch) -> None:
     pool.give([stale])
     time.sleep(0.1)
     pool.give([fresh])
-    assert pool.held == 3 * MB and pool._take(2 * MB) is None
+    assert pool.kept_bytes == 3 * MB and pool._take(2 * MB) is None
 
 
 HOST = '''
@@ -103,15 +103,15 @@ def test_large_results_recorded_back_to_back_keep_their_own_bytes(host_module: A
                                  "step": {"source": "arg", "arg": 0, "path": ""}, "targets": {"g": f"{name}:gen"}}}}
     write_behind.POOL.clear()
     opened, entered = threading.Event(), threading.Event()
-    real = StepStore._write
+    real = Committer._write
 
-    def held(self: StepStore, *args: Any, **kwargs: Any) -> Any:  # the writer waits here until the gate opens
+    def held(self: Committer, *args: Any, **kwargs: Any) -> Any:  # the writer waits here until the gate opens
         if threading.current_thread().name == "skipweave-writer":
             entered.set()
             assert opened.wait(60)
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(StepStore, "_write", held)
+    monkeypatch.setattr(Committer, "_write", held)
     skipweave.weave(plan)
     try:
         m.gen(1, 1)["ids"].fill_(-1)  # the host reuses its memory at once
@@ -121,7 +121,7 @@ def test_large_results_recorded_back_to_back_keep_their_own_bytes(host_module: A
     finally:
         opened.set()
     skipweave.flush()
-    assert write_behind.POOL.held >= 2 * MB  # handed back after their writes
+    assert write_behind.POOL.kept_bytes >= 2 * MB  # handed back after their writes
     monkeypatch.setattr(write_behind, "POOL_IDLE_S", 0.05)
     skipweave.unweave()
     skipweave.weave(plan)
@@ -133,6 +133,6 @@ def test_large_results_recorded_back_to_back_keep_their_own_bytes(host_module: A
     skipweave.flush()
     skipweave.unweave()
     deadline = time.monotonic() + 10
-    while write_behind.POOL.held and time.monotonic() < deadline:
+    while write_behind.POOL.kept_bytes and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert write_behind.POOL.held == 0
+    assert write_behind.POOL.kept_bytes == 0

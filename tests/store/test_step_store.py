@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from skipweave.store import step_store
+from skipweave.store import index
 from skipweave.store.layout import target_dir
 from skipweave.store.step_store import StepStore
 
@@ -28,10 +28,11 @@ def test_recorded_steps_lists_closed_parts_and_sees_later_changes(tmp_path: Path
     _filled(tmp_path, 4)
     reader = StepStore(str(tmp_path), "ns", "rollout", calls_per_step=2)
     assert reader.recorded_steps("gen", "r0") == [1, 2, 3, 4]
-    assert set(reader._closed) == {(s, "gen", "r0") for s in (1, 2, 3, 4)}  # remembered, not re-read next time
+    # remembered, not re-read next time
+    assert set(reader._parts.closed_seen.keys()) == {(s, "gen", "r0") for s in (1, 2, 3, 4)}
     # A change made by hand (no skipweave writer bumps the role folder's stamp) is seen at the next rebuild
     # of the index, at most INDEX_REFRESH_S later; here at once. No part file: one call of the two expected.
-    monkeypatch.setattr(step_store, "INDEX_REFRESH_S", 0.0)
+    monkeypatch.setattr(index, "INDEX_REFRESH_S", 0.0)
     (Path(target_dir(str(tmp_path), reader.key(2, "gen", "r0", 0))) / "r0.part.json").unlink()
     assert reader.recorded_steps("gen", "r0") == [1, 3, 4]
 
@@ -53,8 +54,8 @@ def test_repeat_decisions_do_not_rescan_the_store(tmp_path: Path, monkeypatch: A
     reader = StepStore(str(tmp_path), "ns", "rollout")
     first = reader.recorded_steps("gen", "r0")
     calls: list[str] = []
-    real = step_store.list_steps
-    monkeypatch.setattr(step_store, "list_steps", lambda *a: calls.append("scan") or real(*a))
+    real = index.list_steps
+    monkeypatch.setattr(index, "list_steps", lambda *a: calls.append("scan") or real(*a))
     for _ in range(100):
         assert reader.recorded_steps("gen", "r0") is first
     assert calls == []

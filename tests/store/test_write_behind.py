@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import skipweave
+from skipweave.store.commit import Committer
 from skipweave.store.step_store import StepStore
 from skipweave.store.write_behind import WRITER
 
@@ -43,14 +44,14 @@ def _plan(dump: Path, name: str, **role: Any) -> dict[str, Any]:
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
     """Hold the background writer before it writes anything until the event is set (set again at teardown)."""
     opened = threading.Event()
-    real = StepStore._write
+    real = Committer._write
 
-    def held(self: StepStore, *args: Any, **kwargs: Any) -> Any:
+    def held(self: Committer, *args: Any, **kwargs: Any) -> Any:
         if threading.current_thread().name == "skipweave-writer":
             assert opened.wait(60), "the test never opened the writer's gate"
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(StepStore, "_write", held)
+    monkeypatch.setattr(Committer, "_write", held)
     yield opened
     opened.set()
     skipweave.flush()
@@ -158,13 +159,13 @@ def test_flush_ends_while_another_thread_keeps_recording_and_commits_what_was_ha
         host_module: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     name, _ = host_module(HOST)
     m = sys.modules[name]
-    real = StepStore._write
+    real = Committer._write
 
-    def slow(self: StepStore, *args: Any, **kwargs: Any) -> Any:  # the writer slower than the recordings come
+    def slow(self: Committer, *args: Any, **kwargs: Any) -> Any:  # the writer slower than the recordings come
         time.sleep(0.002)
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(StepStore, "_write", slow)
+    monkeypatch.setattr(Committer, "_write", slow)
     skipweave.weave(_plan(tmp_path, name, calls_per_step=100_000, write_buffer=1 << 30))
     returned = [0]
     stop = threading.Event()

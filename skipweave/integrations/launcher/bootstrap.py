@@ -102,7 +102,7 @@ def account_for_targets(hook: DeferredWeave, plan: SkipConfig) -> None:
     see :mod:`skipweave.store.runs`), as a Ray driver is about its workers' targets. Imports no torch."""
     from skipweave import report
     from skipweave.store import runs
-    from skipweave.store.writers import run_id, run_started
+    from skipweave.store.identity import run_id, run_started
 
     run, since = run_id(), run_started()  # made here, before any child starts: the program's processes share it
     for role in plan.enabled_roles:

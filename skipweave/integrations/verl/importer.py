@@ -218,10 +218,10 @@ def import_verl(
         TrustRequired: ``trust_pickle`` is false and this is not a dry run.
         FileNotFoundError: ``root`` is not a folder.
         ConfigError: ``role``, ``target``, ``namespace`` or ``shard`` is not a single folder name (each becomes a
-            folder of the store; see :func:`skipweave.store.paths.check_name`), naming the option.
+            folder of the store; see :func:`skipweave.store.fs.check_name`), naming the option.
     """
     from skipweave.config.errors import ConfigError
-    from skipweave.store.paths import NAME_RULE, name_problem
+    from skipweave.store.fs import NAME_RULE, name_problem
 
     for option, value in (("--role", role), ("--target", target), ("--namespace", namespace), ("shard", shard)):
         if value is not None and name_problem(value) is not None:

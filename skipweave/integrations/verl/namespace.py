@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from skipweave.store.paths import NAME_MAX
+from skipweave.store.fs import NAME_MAX
 
 NAMESPACE_KEYS: tuple[str, ...] = (
     "trainer.experiment_name",
@@ -71,7 +71,7 @@ def namespace_of(experiment_dir: str, shape_dir: str) -> str:
     """Join verl's two folder names into one namespace, a single folder name of the dump dir.
 
     Every character other than ASCII letters, digits, ``_``, ``-`` and ``.`` (``/``, ``\\``, spaces, non-ASCII)
-    becomes ``_``; a name starting with ``_`` or ``.`` gets an ``x`` in front (see :mod:`skipweave.store.paths`).
+    becomes ``_``; a name starting with ``_`` or ``.`` gets an ``x`` in front (see :mod:`skipweave.store.fs`).
     """
     name = re.sub(r"[^A-Za-z0-9_.\-]", "_", f"{experiment_dir}.{shape_dir}", flags=re.ASCII)[:NAME_MAX - 1]
     return "x" + name if name.startswith(("_", ".", "-")) else name

@@ -1,4 +1,4 @@
-"""Groups of small entries (skipweave.store.pack): written by the group commit, served per call, judged whole.
+"""Groups of small entries (skipweave.store.group): written by the group commit, served per call, judged whole.
 
 Every dump dir here is treated as untrusted: the crafted groups are what a copy, a hand edit or a damaged disk
 leaves, and none of them may be served.
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from skipweave.store.gc import apply_gc, plan_gc
-from skipweave.store.layout import parse_pack_name
+from skipweave.store.layout import parse_group_name
 from skipweave.store.manifest import EntryInvalid
 from skipweave.store.scan import scan
 from skipweave.store.step_store import EntryMeta, StepStore
@@ -48,7 +48,7 @@ def _names(folder: Path) -> list[str]:
 
 
 def _group_file(folder: Path) -> Path:
-    (group,) = [p for p in folder.iterdir() if parse_pack_name(p.name) is not None]
+    (group,) = [p for p in folder.iterdir() if parse_group_name(p.name) is not None]
     return group
 
 

@@ -1,4 +1,5 @@
-"""Paths inside a dump dir: names that stay one folder level, folders that are never symlinks.
+"""Every path check and every no-follow open of the store: names that stay one folder level, folders that are never
+symlinks, files opened without following one.
 
 A dump dir is untrusted input (a teammate's folder on NFS, a copy from another cluster). Two rules keep
 every read, write, move and delete of the store inside the root it was given:
@@ -10,8 +11,9 @@ every read, write, move and delete of the store inside the root it was given:
 * **No symlink below the root is followed.** skipweave never creates a symlink in a dump dir, so one it
   finds was put there by someone else. :func:`inside` checks every folder below the root with ``lstat``
   (a real folder, not a link) before it is used, and files are opened with ``O_NOFOLLOW``
-  (:func:`open_regular`); ``rename`` and ``unlink`` act on a link itself, never on its target. The root
-  itself may be a symlink (``/data/rollouts -> /mnt/nfs/...`` is the user's own choice).
+  (:func:`open_regular`, :func:`open_payload`; new files with :func:`open_new`); ``rename`` and ``unlink`` act on
+  a link itself, never on its target. The root itself may be a symlink (``/data/rollouts -> /mnt/nfs/...`` is the
+  user's own choice).
 
 These checks are made on each use; they do not defend against another process swapping a folder for a
 symlink between the check and the use (the threat is a crafted folder at rest, see docs/format.md).
@@ -24,6 +26,9 @@ import errno
 import os
 import re
 import stat
+from typing import BinaryIO
+
+from skipweave.store.errors import EntryInvalid, UnsafePath
 
 NAME_MAX = 200
 """Longest name accepted for a path component (file systems allow 255 bytes; suffixes are added)."""
@@ -31,17 +36,13 @@ NAME_MAX = 200
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z", re.ASCII)  # \Z: '$' would accept a final '\n'
 _STEP_RE = re.compile(r"^(?:0|-?[1-9][0-9]*)\Z", re.ASCII)  # exactly what str(step) writes: no '007', no '-0'
 SET_ASIDE = "_set_aside"
+"""Folder of a role holding set-aside parts and entries (the one name below a role that is not a step)."""
 RUNS = ".runs"
 """Dump-dir folder of the marks a run's processes leave each other (:mod:`skipweave.store.runs`); the CLI skips it."""
-"""Folder of a role holding set-aside parts and entries (the one name below a role that is not a step)."""
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-
-
-class UnsafePath(OSError):
-    """A path below a dump dir is a symlink, or not a folder (a file) where a folder is expected."""
 
 
 def name_problem(value: object) -> str | None:
@@ -155,16 +156,7 @@ def open_regular(path: str, flags: int = os.O_RDONLY, *, dir_fd: int | None = No
         raise UnsafePath(f"{path} is a symlink; skipweave never follows symlinks inside a dump dir")
     if not stat.S_ISREG(mode):
         raise UnsafePath(f"{path} is not a regular file")
-    try:
-        fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC | _NONBLOCK, dir_fd=dir_fd)  # (swapped in meanwhile)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:  # O_NOFOLLOW on a symlink
-            raise UnsafePath(f"{path} is a symlink; skipweave never follows symlinks inside a dump dir") from None
-        if isinstance(exc, IsADirectoryError):
-            raise UnsafePath(f"{path} is a folder where a file is expected") from None
-        raise
+    fd = open_nofollow(path, flags | _NONBLOCK, dir_fd=dir_fd)  # (a symlink swapped in meanwhile is refused)
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
@@ -176,6 +168,107 @@ def open_regular(path: str, flags: int = os.O_RDONLY, *, dir_fd: int | None = No
     return fd
 
 
+def open_nofollow(path: str, flags: int, mode: int = 0o644, *, dir_fd: int | None = None) -> int:
+    """``os.open`` that never follows a symlink at ``path`` itself (``O_NOFOLLOW``, ``O_CLOEXEC``): the one open
+    every file of a dump dir goes through.
+
+    Args:
+        path: the file (relative to ``dir_fd`` when given).
+        flags: ``os.O_*`` flags to add.
+        mode: permission bits of a file ``O_CREAT`` makes.
+        dir_fd: an open folder ``path`` is relative to.
+
+    Raises:
+        UnsafePath: ``path`` is a symlink, or a folder where a file is expected.
+        OSError: any other failure to open it (``FileNotFoundError`` included).
+    """
+    try:
+        return os.open(path, flags | _NOFOLLOW | _CLOEXEC, mode, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW on a symlink
+            raise UnsafePath(f"{path} is a symlink; skipweave never follows symlinks inside a dump dir") from None
+        if isinstance(exc, IsADirectoryError):
+            raise UnsafePath(f"{path} is a folder where a file is expected") from None
+        raise
+
+
+def open_new(name: str, *, dir_fd: int | None = None, exclusive: bool = True) -> int:
+    """Create a file to write (mode 0644) without following a symlink; return its descriptor.
+
+    Args:
+        name: the file (relative to ``dir_fd`` when given).
+        dir_fd: an open folder ``name`` is relative to.
+        exclusive: refuse an existing file (``O_EXCL``); otherwise an existing one is truncated.
+
+    Raises:
+        FileExistsError: ``exclusive`` and the file exists.
+        UnsafePath: ``name`` is a symlink or a folder.
+        OSError: any other failure to create it.
+    """
+    return open_nofollow(name, os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC), dir_fd=dir_fd)
+
+
+def write_new(dir_fd: int, name: str, data: bytes, *, sync: bool = True) -> None:
+    """Create ``name`` in the folder open as ``dir_fd`` (never an existing file or a symlink), write ``data``, fsync
+    it (unless ``sync`` is off: the caller syncs it).
+
+    Raises:
+        OSError: the file exists, or the write or fsync failed (the partial file is left for the caller).
+    """
+    fd = open_new(name, dir_fd=dir_fd)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_names(dir_fd: int, names: list[str]) -> None:
+    """Remove files from the folder open as ``dir_fd`` (those already gone, or that cannot be removed, are
+    skipped): what a write that did not commit made."""
+    for name in names:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+
+
+def open_payload(path: str, size: object) -> BinaryIO:
+    """Open a payload file to read (unbuffered), refusing what skipweave did not write: a symlink, a folder, a FIFO or
+    another non-regular file, and a file whose size is not the ``size`` its manifest gives.
+
+    Args:
+        path: the payload file.
+        size: its size in bytes according to its manifest (any value: one that is not the file's size refuses it).
+
+    Returns:
+        The open file; the caller closes it.
+
+    Raises:
+        EntryInvalid: the file is missing, unreadable, not a file skipweave wrote, or of another size.
+    """
+    try:
+        fh = open(open_regular(path), "rb", buffering=0)  # noqa: SIM115 - the caller closes it
+    except UnsafePath as exc:
+        raise EntryInvalid(f"payload {path} is not a file skipweave wrote: {exc}") from None
+    except FileNotFoundError:
+        raise EntryInvalid(f"payload {path} is missing") from None
+    except OSError as exc:
+        raise EntryInvalid(f"payload {path} is unreadable: {exc}") from exc
+    try:
+        actual = os.fstat(fh.fileno()).st_size  # before reading: the manifest's size is only a claim
+    except OSError as exc:
+        fh.close()
+        raise EntryInvalid(f"payload {path} is unreadable: {exc}") from exc
+    if actual != size:
+        fh.close()
+        raise EntryInvalid(f"payload {path} has {actual} bytes, manifest says {size}")
+    return fh
+
+
 def open_dir(path: str) -> int:
     """Open a real folder (not a symlink) for ``dir_fd`` use; return its descriptor.
 
@@ -184,13 +277,9 @@ def open_dir(path: str) -> int:
         OSError: it cannot be opened.
     """
     try:
-        return os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+        return open_nofollow(path, os.O_RDONLY | _DIRECTORY)
     except NotADirectoryError:
         raise UnsafePath(f"{path} is not a folder") from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UnsafePath(f"{path} is a symlink; skipweave never follows symlinks inside a dump dir") from None
-        raise
 
 
 def same_folder(path: str, fd: int) -> bool:
@@ -299,7 +388,12 @@ __all__ = [
     "lock_path",
     "name_problem",
     "open_dir",
+    "open_new",
+    "open_nofollow",
+    "open_payload",
     "open_regular",
+    "remove_names",
     "remove_tree",
     "same_folder",
+    "write_new",
 ]

@@ -12,7 +12,7 @@ contiguous call indices, as one group (:meth:`~skipweave.store.step_store.StepSt
 The data file is written, synced and renamed first; the group file's rename commits every entry in it at once,
 so the commit marker rule of single entries holds. A group file holds, per call ``first..last``, the very
 manifest a single entry has (:func:`~skipweave.store.manifest.build_manifest`) with the data file as its one
-payload item, and is judged the same way (:func:`check_pack`): a reader serves an entry of a group only when the
+payload item, and is checked the same way (:func:`check_group`): a reader serves an entry of a group only when the
 whole group file is sound and the data file has its size and checksum.
 
 Which entry a call is: its own manifest when there is one (a later re-record of a grouped call, or an older
@@ -23,14 +23,14 @@ a crafted or copied-together folder does) is served by neither.
 from __future__ import annotations
 
 import collections
-import json
 import os
-import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from skipweave.store.layout import EntryKey, pack_stem, parse_pack_data_name
+from skipweave.store import safetensors_header
+from skipweave.store.fs import open_regular
+from skipweave.store.layout import EntryKey, group_stem, parse_group_data_name
 from skipweave.store.manifest import (
     FORMAT_VERSION,
     EntryInvalid,
@@ -41,13 +41,12 @@ from skipweave.store.manifest import (
     check_structure,
     read_json,
 )
-from skipweave.store.paths import open_regular
 
-PACK_KIND = "pack"
+GROUP_KIND = "pack"
 """The group file's ``kind``."""
 
-PACK_MAX_BYTES = 64 << 20
-"""A group file holds at most :data:`~skipweave.store.layout.MAX_PACK_CALLS` manifests of about 1 KB: a larger
+GROUP_MAX_BYTES = 64 << 20
+"""A group file holds at most :data:`~skipweave.store.layout.MAX_GROUP_CALLS` manifests of about 1 KB: a larger
 file is not one skipweave wrote (and is not parsed)."""
 
 ENTRY_MAX_BYTES = 256 << 10
@@ -74,7 +73,7 @@ def tensor_name(call: int, name: str) -> str:
     return f"{call:04d}/{name}"
 
 
-def pack_tensors(entries: list[tuple[int, bytes, dict[str, Any]]]) -> dict[str, Any]:
+def group_tensors(entries: list[tuple[int, bytes, dict[str, Any]]]) -> dict[str, Any]:
     """The tensors of a group's data file from ``(call, tree bytes, tensors)`` per entry (the trees as ``bytes``,
     which :func:`~skipweave.store.tensorfile.write` stores as 1-D uint8 tensors)."""
     out: dict[str, Any] = {}
@@ -85,8 +84,8 @@ def pack_tensors(entries: list[tuple[int, bytes, dict[str, Any]]]) -> dict[str, 
     return out
 
 
-def read_data(folder: str, judged: JudgedPack, first: int, last: int) -> tuple[memoryview, dict[int, Any]]:
-    """Read a judged group's data file whole, verify it (size, checksum, safetensors header) and index it by call
+def read_data(folder: str, checked: CheckedGroup, first: int, last: int) -> tuple[memoryview, dict[int, Any]]:
+    """Read a checked group's data file whole, verify it (size, checksum, safetensors header) and index it by call
     (:func:`index`): the data section and ``call -> (tree span, tensor spans by name)``. What a run serves from and
     what ``skipweave verify`` checks.
 
@@ -96,13 +95,13 @@ def read_data(folder: str, judged: JudgedPack, first: int, last: int) -> tuple[m
     """
     from skipweave.store import tensorfile
 
-    path = os.path.join(folder, judged.data["name"])
-    section, spans = tensorfile.read_whole(path, size=int(judged.data["bytes"]), checksum=str(judged.data["checksum"]),
-                                           limit=DATA_READ_MAX)
-    by_call = index(spans, judged.path)
+    path = os.path.join(folder, checked.data["name"])
+    section, spans = tensorfile.read_whole(path, size=int(checked.data["bytes"]),
+                                           checksum=str(checked.data["checksum"]), limit=DATA_READ_MAX)
+    by_call = index(spans, checked.path)
     missing = [c for c in range(first, last + 1) if c not in by_call]
     if missing:
-        raise EntryInvalid(f"group {judged.path}: its data file holds no tree for call {missing[0]}"
+        raise EntryInvalid(f"group {checked.path}: its data file holds no tree for call {missing[0]}"
                            f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}")
     return section, by_call
 
@@ -133,14 +132,15 @@ def index(spans: dict[str, Any], where: str) -> dict[int, tuple[Any, dict[str, A
     return {call: (tree, parts.get(call, {})) for call, tree in trees.items()}
 
 
-def read_tree(data_path: str, call: int, *, max_header: int = 100 << 20) -> bytes:
+def read_tree(data_path: str, call: int) -> bytes:
     """The tree bytes of one call from a group's data file, without torch and without reading the other entries'
     bytes (a compressed file is decompressed up to them): what ``skipweave show`` summarises. Not verified against
     the checksum (``show --verify`` checks the file whole).
 
     Raises:
         OSError: the file cannot be read.
-        ValueError: its header is malformed or names no tree for ``call``.
+        EntryInvalid: its header is malformed (:func:`~skipweave.store.safetensors_header.parse`).
+        ValueError: the header names no tree for ``call``, or the file ends before it.
     """
     with open(open_regular(data_path), "rb") as fh:
         source: Any = fh
@@ -148,56 +148,52 @@ def read_tree(data_path: str, call: int, *, max_header: int = 100 << 20) -> byte
             import zstandard
 
             source = zstandard.ZstdDecompressor().stream_reader(fh)
-        (n,) = struct.unpack("<Q", source.read(8))
-        if n > max_header:
-            raise ValueError(f"{data_path}: header length {n} does not fit")
-        header = json.loads(source.read(n))
-        info = header.get(tensor_name(call, "tree")) if isinstance(header, dict) else None
-        if not isinstance(info, dict) or info.get("dtype") != "U8":
+        n = safetensors_header.header_length(source.read(8).ljust(8, b"\0"), data_path, room=None)
+        spans = safetensors_header.parse(source.read(n), None, data_path)
+        tree = next((sp for sp in spans if sp[2] == tensor_name(call, "tree")), None)
+        if tree is None or tree[3] != "U8":
             raise ValueError(f"{data_path} holds no tree for call {call}")
-        lo, hi = (int(x) for x in info["data_offsets"])
-        if not 0 <= lo <= hi:
-            raise ValueError(f"{data_path}: the tree of call {call} has offsets {lo}..{hi}")
+        lo, hi = tree[0], tree[1]
         skip = lo
         while skip:
             got = len(source.read(min(skip, 1 << 20)))
             if not got:
                 raise ValueError(f"{data_path} ends before the tree of call {call}")
             skip -= got
-        tree = bytes(source.read(hi - lo))
-        if len(tree) != hi - lo:
+        data = bytes(source.read(hi - lo))
+        if len(data) != hi - lo:
             raise ValueError(f"{data_path} ends within the tree of call {call}")
-        return tree
+        return data
 
 
-def build_pack(*, role: str, target: str, step: int, shard: str, first: int, last: int, data: PayloadFile,
+def build_group(*, role: str, target: str, step: int, shard: str, first: int, last: int, data: PayloadFile,
                entries: list[dict[str, Any]]) -> dict[str, Any]:
     """The group file's mapping: its identity, its data file, and one manifest per call ``first..last``."""
     return {
-        "format_version": FORMAT_VERSION, "kind": PACK_KIND, "role": role, "target": target, "step": step,
+        "format_version": FORMAT_VERSION, "kind": GROUP_KIND, "role": role, "target": target, "step": step,
         "shard": shard, "first": first, "last": last,
         "data": {"name": data.name, "bytes": data.bytes, "checksum": data.checksum},
         "entries": entries,
     }
 
 
-def read_pack(path: str) -> dict[str, Any]:
-    """Read a group file (at most :data:`PACK_MAX_BYTES`) and check its version and kind.
+def read_group(path: str) -> dict[str, Any]:
+    """Read a group file (at most :data:`GROUP_MAX_BYTES`) and check its version and kind.
 
     Raises:
         FileNotFoundError: no group file.
         EntryInvalid: unreadable JSON, too large, another format version or kind.
     """
-    data = read_json(path, PACK_MAX_BYTES, "group")
+    data = read_json(path, GROUP_MAX_BYTES, "group")
     if not isinstance(data, dict) or type(data.get("format_version")) is not int \
-            or data.get("format_version") != FORMAT_VERSION or data.get("kind") != PACK_KIND:
+            or data.get("format_version") != FORMAT_VERSION or data.get("kind") != GROUP_KIND:
         raise EntryInvalid(f"group {path} is not a group file of format version {FORMAT_VERSION}")
     return data
 
 
 @dataclass(frozen=True)
-class JudgedPack:
-    """A group file that passed :func:`check_pack`.
+class CheckedGroup:
+    """A group file that passed :func:`check_group`.
 
     Attributes:
         path: the group file.
@@ -211,17 +207,17 @@ class JudgedPack:
     entries: dict[int, dict[str, Any]]
 
 
-def check_pack(group: dict[str, Any], path: str, key: EntryKey, first: int, last: int) -> JudgedPack:
+def check_group(group: dict[str, Any], path: str, key: EntryKey, first: int, last: int) -> CheckedGroup:
     """Decide whether a group file may serve entries: the judgement of runs and the CLI alike.
 
     The group names the part it sits in (role, target, step, shard of ``key``) and the range its name gives; its
     data file is named for the group; it holds exactly one manifest per call ``first..last``, each of which names
     its own call (:func:`~skipweave.store.manifest.check_identity`), lists the group's data file as its one payload
-    item and passes :func:`~skipweave.store.manifest.check_fields` (pickle is judged per entry and reader, by
+    item and passes :func:`~skipweave.store.manifest.check_fields` (pickle is checked per entry and reader, by
     :func:`entry_of`). The data file's bytes are checked by the reader.
 
     Args:
-        group: what :func:`read_pack` returned.
+        group: what :func:`read_group` returned.
         path: the group file, for messages.
         key: any key of the part (its call is not used).
         first, last: the call range the group file's name gives.
@@ -237,16 +233,16 @@ def check_pack(group: dict[str, Any], path: str, key: EntryKey, first: int, last
             raise EntryInvalid(f"group {path} belongs elsewhere: {field}={got!r:.80}, expected {value!r}")
     data = group.get("data")
     if not isinstance(data, dict) or not isinstance(data.get("name"), str) \
-            or parse_pack_data_name(data["name"]) != pack_stem(key.shard, first, last) \
+            or parse_group_data_name(data["name"]) != group_stem(key.shard, first, last) \
             or type(data.get("bytes")) is not int or not 0 <= data["bytes"] <= DATA_READ_MAX \
             or not isinstance(data.get("checksum"), str):
         raise EntryInvalid(f"group {path} names no data file of its own "
-                           f"({pack_stem(key.shard, first, last)}.<token>.pack.safetensors, with bytes and checksum)")
+                           f"({group_stem(key.shard, first, last)}.<token>.pack.safetensors, with bytes and checksum)")
     entries = group.get("entries")
     if not isinstance(entries, list) or len(entries) != last - first + 1:
         raise EntryInvalid(f"group {path} does not hold one manifest per call {first}..{last}")
     item = {"name": data["name"], "bytes": data["bytes"], "checksum": data["checksum"]}
-    judged: dict[int, dict[str, Any]] = {}
+    checked: dict[int, dict[str, Any]] = {}
     for call, entry in enumerate(entries, start=first):
         where = f"{path} (call {call})"
         manifest = check_structure(entry, where)
@@ -255,25 +251,26 @@ def check_pack(group: dict[str, Any], path: str, key: EntryKey, first: int, last
         if len(payload) != 1 or {k: payload[0].get(k) for k in item} != item:
             raise EntryInvalid(f"manifest {where} does not list its group's data file as its one payload item")
         check_fields(manifest, where, key, allow_pickle=True)
-        judged[call] = manifest
-    return JudgedPack(path, item, judged)
+        checked[call] = manifest
+    return CheckedGroup(path, item, checked)
 
 
-def entry_of(judged: JudgedPack, key: EntryKey, *, allow_pickle: bool) -> dict[str, Any]:
-    """The manifest of ``key``'s call in a judged group.
+def entry_of(checked: CheckedGroup, key: EntryKey, *, allow_pickle: bool) -> dict[str, Any]:
+    """The manifest of ``key``'s call in a checked group.
 
     Raises:
         EntryRefused: the entry holds pickled data and ``allow_pickle`` is off.
         EntryInvalid: the group does not hold the call.
     """
-    manifest = judged.entries.get(key.call)
+    manifest = checked.entries.get(key.call)
     if manifest is None:
-        raise EntryInvalid(f"group {judged.path} holds no call {key.call}")
-    # check_pack judged its fields (with pickle allowed); a judged group's manifests do not change: only the
+        raise EntryInvalid(f"group {checked.path} holds no call {key.call}")
+    # check_group checked its fields (with pickle allowed); a checked group's manifests do not change: only the
     # reader's own policy is left
-    check_pickle(manifest, f"{judged.path} (call {key.call})", key, allow_pickle=allow_pickle)
+    check_pickle(manifest, f"{checked.path} (call {key.call})", key, allow_pickle=allow_pickle)
     return manifest
 
 
-__all__ = ["DATA_MAX_BYTES", "ENTRY_MAX_BYTES", "JudgedPack", "PACK_KIND", "PACK_MAX_BYTES", "build_pack",
-           "check_pack", "entry_of", "index", "pack_tensors", "read_pack", "read_tree", "tensor_name"]
+__all__ = ["DATA_MAX_BYTES", "DATA_READ_MAX", "ENTRY_MAX_BYTES", "GROUP_KIND", "GROUP_MAX_BYTES", "CheckedGroup",
+           "build_group", "check_group", "claims", "entry_of", "group_tensors", "index", "read_data", "read_group",
+           "read_tree", "tensor_name"]

@@ -1,0 +1,308 @@
+"""The life of a part (the calls of one step, target and shard) in this process: prepared, recorded into, closed,
+or set aside when an interrupted run left it incomplete.
+
+Part of :class:`~skipweave.store.step_store.StepStore`. Any number of parts may be open at once (async rollouters keep
+many steps in flight). A part is closed (``{shard}.part.json`` says ``closed``) when a call of another step of its
+(target, shard) is prepared and none of its own calls is still running, else when its last running call ends; a part
+a call of which failed is left open, so the next run judges it by its calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import filelock
+
+from skipweave.store import jsonio
+from skipweave.store.atomic import fsync_dir, write_bytes_atomic
+from skipweave.store.cache import ValidatedCache
+from skipweave.store.folders import RoleFolders
+from skipweave.store.fs import lock_path
+from skipweave.store.identity import is_concurrent_other, started_unix, this_writer
+from skipweave.store.index import PartIndex, StepIndex, calls_in, part_state
+from skipweave.store.layout import MANIFEST_SUFFIX, PART_SUFFIX, TMP_PREFIX, EntryKey, group_stem, list_steps, part_path
+from skipweave.store.pending import Part, PendingWrites
+
+logger = logging.getLogger(__name__)
+
+LOCK_TIMEOUT_S = 600.0
+"""Seconds a writer waits for another writer of the same part before giving up."""
+
+
+def part_lock(folder: str, shard: str, *, timeout: float = LOCK_TIMEOUT_S) -> filelock.FileLock:
+    """The file lock (``.{shard}.part.lock`` in the part's folder, kept) every writer of a part holds while it commits
+    an entry of the part, sets the part aside or removes anything of it: the store's writers, the background writer
+    and ``skipweave gc`` alike. One lock per part, not per entry: a group commit of many small entries takes one lock,
+    and creates no lock file per entry.
+
+    Args:
+        folder: the part's folder (its step and target).
+        shard: the part's shard, e.g. ``r0``.
+        timeout: seconds to wait for it before ``filelock.Timeout``.
+    """
+    return filelock.FileLock(lock_path(folder, f".{shard}.part.lock"), timeout=timeout)
+
+
+class PartStates:
+    """Which parts this process prepares, records into, keeps open and closes; and whether a part may be served.
+
+    Args:
+        folders: the role's folders.
+        parts: the role's part index.
+        steps: the role's index of recorded steps.
+        pending: the role's entries being written in the background.
+        calls_per_step: calls one shard makes per step, when known.
+        lock: the store's lock (reentrant: closing a part reads it).
+    """
+
+    def __init__(self, folders: RoleFolders, parts: PartIndex, steps: StepIndex, pending: PendingWrites,
+                 calls_per_step: int | None, lock: threading.RLock) -> None:
+        self._folders = folders
+        self._parts = parts
+        self._steps = steps
+        self._pending = pending
+        self.calls_per_step = calls_per_step
+        self.lock = lock
+        self._writing: set[Part] = set()  # parts this process records into
+        self._checked: set[Part] = set()  # parts checked for interrupted leftovers
+        # Parts that held no committed call when this process first prepared a call of them (or that it set aside):
+        # whatever they hold since was written by this process or alongside it, none of which serves it.
+        self._new: set[Part] = set()
+        self._open: set[Part] = set()  # parts this process recorded into and has not closed
+        self._running: dict[Part, int] = {}  # part -> its real calls in progress
+        self._passed: set[Part] = set()  # open parts a call of a later step passed: closed once idle
+        # Parts a real call of which raised (Ctrl-C, a preemption's SystemExit, a host error) with no later call
+        # of the part succeeding: never marked closed, so the next run judges them by their calls and sets a
+        # short one aside instead of serving it mixed with new calls.
+        self._failed: dict[Part, int] = {}  # part -> number of its latest failed call (see call_started)
+        self._calls_started = 0  # real calls started: a failure is undone only by a call started after it
+        self._draining = False  # close_all ran: parts still running close when their calls end
+        # Parts seen closed, kept by their folder's mtime then: the repeat actions need not re-read every part file
+        # on every call (one lstat tells whether anything in the folder changed since, by any process).
+        self.closed_seen: ValidatedCache[Part, bool] = ValidatedCache()
+
+    def mark_open(self, part: Part) -> None:
+        """An entry of ``part`` was handed to the background writer: a call of a later step passes it (and it closes
+        once its writes end)."""
+        with self.lock:
+            self._open.add(part)
+
+    def expected_calls(self, target: str, shard: str) -> int:
+        """Calls one shard makes per step: ``calls_per_step``, else the most seen in a closed part, else 1."""
+        if self.calls_per_step is not None:
+            return self.calls_per_step
+        best = 0
+        f = self._folders
+        for step in list_steps(f.dump_dir, f.namespace, f.role)[-8:]:
+            info = self._parts.part_info(step, target, shard)
+            if info.closed:
+                best = max(best, info.contiguous)
+        return best or 1
+
+    def is_complete(self, step: int, target: str, shard: str) -> bool:
+        """True when a part may be served: closed by its writer, or holding every expected call."""
+        part = (step, target, shard)
+        with self.lock:
+            if part in self._writing or self._pending.has(part):
+                return True
+        mtime = self._folders.mtime(step, target)
+        if self.closed_seen.get(part, mtime):
+            return True
+        # mtime taken before reading: a change made while reading shows at the next call
+        info = self._parts.part_info(step, target, shard)
+        if info.calls and info.closed:
+            self.closed_seen.put(part, mtime, True)
+        else:
+            self.closed_seen.pop(part)
+        if not info.calls:
+            return False
+        return info.closed or info.contiguous >= self.expected_calls(target, shard)
+
+    def prepare(self, step: int, target: str, shard: str, set_aside: Callable[..., str | None]) -> None:
+        """Before a call of a part: close this shard's other open parts that are idle, set aside leftovers (with
+        ``set_aside``, :meth:`set_aside`'s signature); see :meth:`~skipweave.store.step_store.StepStore.prepare_part`.
+        """
+        part = (step, target, shard)
+        with self.lock:
+            for other in [p for p in self._open if p[0] != step and p[1] == target and p[2] == shard]:
+                if self._running.get(other, 0):
+                    self._passed.add(other)  # still being recorded (concurrent steps): closed when its calls end
+                else:
+                    self.close(*other)
+            if part in self._writing or part in self._checked:
+                return
+            self._checked.add(part)
+        info = self._parts.part_info(step, target, shard)
+        if not info.calls:
+            with self.lock:
+                self._new.add(part)
+        elif not self.is_complete(step, target, shard):
+            me, started = this_writer(), started_unix()
+
+            def taken_up() -> bool:  # another writer of this run records into it: not an interrupted run's leftover
+                return any(is_concurrent_other(r, me, started) for r in self._parts.part_calls(step, target, shard))
+
+            if taken_up():
+                return
+            if set_aside(step, target, shard, reason=(
+                f"{len(info.calls)} of {self.expected_calls(target, shard)} calls committed and never closed"
+            ), unless=lambda: self.is_complete(step, target, shard) or taken_up()) is not None:
+                with self.lock:
+                    self._new.add(part)
+
+    def is_new(self, step: int, target: str, shard: str) -> bool:
+        """True when the part held nothing when this process first prepared a call of it (or was set aside by it)."""
+        with self.lock:
+            return (step, target, shard) in self._new
+
+    def set_aside(self, step: int, target: str, shard: str, *, reason: str,
+                  unless: Callable[[], bool] | None = None) -> str | None:
+        """Move a part's files to ``_set_aside/{step}-{target}-{shard}-{time}/``; see
+        :meth:`~skipweave.store.step_store.StepStore.set_aside`."""
+        self._folders.key(step, target, shard, 0)
+        self.closed_seen.pop((step, target, shard))
+        self._steps.drop(target, shard)
+        folder = self._folders.folder(step, target)
+        when = time.strftime("%Y%m%dT%H%M%S") + f"-{uuid.uuid4().hex[:6]}"
+        with part_lock(folder, shard):
+            if unless is not None and unless():
+                return None
+            try:
+                names = [n for n in os.listdir(folder) if n.startswith(shard + "-") or n == shard + PART_SUFFIX]
+            except FileNotFoundError:
+                return None
+            if not names:
+                return None
+            dest = self._folders.set_aside_folder(f"{step}-{target}-{shard}-{when}")
+            for n in names:
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(os.path.join(folder, n), os.path.join(dest, n))
+            fsync_dir(folder)
+        self._steps.touch()
+        logger.warning(
+            "skipweave: role %s target %s step %d shard %s was left incomplete by an interrupted run (%s); "
+            "set aside to %s and recording it afresh",
+            self._folders.role, target, step, shard, reason, dest,
+        )
+        return dest
+
+    def discard(self, key: EntryKey, *, reason: str) -> None:
+        """Move an unusable entry's files to ``_set_aside/``; see :meth:`~skipweave.store.step_store.StepStore.discard`.
+        """
+        self.closed_seen.pop((key.step, key.target, key.shard))
+        self._steps.drop(key.target, key.shard)
+        folder = self._folders.folder(key.step, key.target)
+        with part_lock(folder, key.shard):
+            dest = self._folders.set_aside_folder(
+                f"{key.step}-{key.target}-{key.stem}-unusable-{uuid.uuid4().hex[:6]}")
+            names = os.listdir(folder)
+            stems = [key.stem]
+            if key.stem + MANIFEST_SUFFIX not in names:
+                stems += [group_stem(key.shard, first, last) for first, last, _ in calls_in(names, key.shard)[1]
+                          if first <= key.call <= last]
+            for n in names:
+                if n.startswith(tuple(stem + "." for stem in stems)) and not n.startswith(TMP_PREFIX):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.replace(os.path.join(folder, n), os.path.join(dest, n))
+        self._steps.touch()
+        logger.warning("skipweave: entry %s not served (%s); moved to %s, running live and recording it afresh",
+                       key, reason, dest)
+
+    def call_started(self, step: int, target: str, shard: str) -> int:
+        """A real call that will be recorded into this part began; returns its number, for :meth:`call_ended`."""
+        part = (step, target, shard)
+        with self.lock:
+            self._running[part] = self._running.get(part, 0) + 1
+            self._calls_started += 1
+            return self._calls_started
+
+    def call_ended(self, step: int, target: str, shard: str, *, failed: bool = False, number: int = 0) -> None:
+        """That call ended; see :meth:`~skipweave.store.step_store.StepStore.call_ended` (``number``: what
+        :meth:`call_started` returned, 0 when unknown)."""
+        part = (step, target, shard)
+        with self.lock:
+            if failed:
+                self._failed[part] = max(self._failed.get(part, 0), number or self._calls_started)
+            elif not number or number > self._failed.get(part, 0):
+                self._failed.pop(part, None)
+            running = self._running.get(part, 0) - 1
+            if running > 0:
+                self._running[part] = running
+                return
+            self._running.pop(part, None)
+            if part in self._open and (part in self._passed or self._draining):
+                self.close(*part)
+
+    def close(self, step: int, target: str, shard: str) -> None:
+        """Mark a part this process recorded as complete; see
+        :meth:`~skipweave.store.step_store.StepStore.close_part`."""
+        part = (step, target, shard)
+        with self.lock:
+            self._open.discard(part)
+            self._passed.discard(part)
+            self._writing.discard(part)
+            failed = part in self._failed
+        if failed:
+            logger.info("skipweave: role %s target %s step %d shard %s left open: a call of it failed",
+                        self._folders.role, target, step, shard)
+            return
+        if self.calls_per_step is not None and \
+                self._parts.part_info(step, target, shard).contiguous < self.calls_per_step:
+            return
+        with contextlib.suppress(OSError):
+            self._write_state(self._folders.key(step, target, shard, 0), "closed")
+
+    def close_all(self) -> None:
+        """Close every part this process left open, but those with a call still running (they close when it ends)."""
+        with self.lock:
+            self._draining = True
+            parts = sorted(p for p in self._open if not self._running.get(p, 0))
+        for part in parts:
+            self.close(*part)
+
+    def committed(self, kept: list[EntryKey]) -> None:
+        """Count the parts of entries now committed (or another writer's kept) as this process's, servable and
+        open."""
+        with self.lock:  # only now: a failed write leaves no part of this process's to close at exit
+            for key in kept:
+                self._writing.add((key.step, key.target, key.shard))
+                self._open.add((key.step, key.target, key.shard))
+        for key in kept:
+            self._steps.add(key.step, key.target, key.shard)  # a part this process writes is servable
+
+    def mark_recorded(self, committed: list[EntryKey], leftovers: dict[EntryKey, list[str]]) -> None:
+        """After commits: each part's state once (one role mtime bump each), and a WARNING per entry whose
+        bookkeeping failed (committed and servable all the same)."""
+        parts: dict[Part, EntryKey] = {}
+        for key in committed:
+            parts.setdefault((key.step, key.target, key.shard), key)
+        for key in parts.values():
+            try:
+                if part_state(part_path(self._folders.dump_dir, key)) == "open":
+                    self._steps.touch()  # already open (a group commit per wake): no file rewritten
+                else:
+                    self._write_state(key, "open")
+            except OSError as exc:
+                leftovers.setdefault(key, []).append(f"its part state ({type(exc).__name__}: {exc})")
+        for key, left in leftovers.items():
+            if left:
+                logger.warning("skipweave: recorded %s (committed and servable), but could not update %s",
+                               key, "; ".join(left))
+
+    def _write_state(self, key: EntryKey, state: str) -> None:
+        folder = self._folders.folder(key.step, key.target)
+        if not os.path.isdir(folder):  # the dump dir went away: never recreate folders just for the state
+            raise FileNotFoundError(f"{folder} no longer exists")
+        info = self._parts.part_info(key.step, key.target, key.shard)
+        data = {"state": state, "calls": info.contiguous, "updated_unix": time.time(), "pid": os.getpid()}
+        write_bytes_atomic(part_path(self._folders.dump_dir, key), jsonio.dumps_spaced(data))
+        self._steps.touch()
+
+
+__all__ = ["LOCK_TIMEOUT_S", "PartStates", "part_lock"]
