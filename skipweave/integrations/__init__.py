@@ -12,6 +12,8 @@ def register_builtin() -> None:
     """Register every shipped integration's hooks (host types, config adapters, weave hooks). Imports no host
     library: each integration imports its host only when it meets one of its objects."""
     # Each integration adds its registration module here, e.g. ``from skipweave.integrations.verl import hooks``.
+    from skipweave.integrations.ray import driver  # noqa: F401  (weave hook: Ray workers weave the plan too)
+    from skipweave.integrations.verl import coexist  # noqa: F401  (weave hook: verl's SkipManager hands roles over)
 
 
 __all__ = ["register_builtin"]

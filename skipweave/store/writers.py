@@ -29,7 +29,6 @@ from typing import Any
 
 from skipweave.env import RUN_ENV, RUN_STARTED_ENV
 
-
 _lock = threading.Lock()
 _started_unix = time.time()
 _writer: Writer | None = None
