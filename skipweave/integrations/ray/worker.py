@@ -36,15 +36,15 @@ def worker_setup() -> None:
 
     Never raises for a failed weave (Ray would kill the worker and tasks would fail with no reason):
     the failure is logged with the worker and the target, and every call of a target in this
-    worker raises :class:`WorkerWeaveError`. The app's own hook runs after the weave; an error there
-    keeps Ray's own behaviour (the worker stops, naming the hook).
+    worker raises :class:`~skipweave.integrations.ray.failures.WorkerWeaveError`. The app's own hook runs after
+    the weave; an error there keeps Ray's own behaviour (the worker stops, naming the hook).
     """
     WORKER.active = True
     from skipweave.store import write_behind
 
     # Ray ends its workers with SIGTERM and, a fraction of a second later, SIGKILL, running no exit handler: a
     # recording still pending then would be lost. So a worker writes behind only within a task or actor method,
-    # which returns once its recordings are committed (_patch_executors), and writes through elsewhere.
+    # which returns once its recordings are committed (see ray.actors), and writes through elsewhere.
     write_behind.write_through("a Ray worker, which Ray ends without running exit handlers")
     try:
         _weave_this_worker()
