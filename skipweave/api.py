@@ -1,4 +1,9 @@
-"""The public functions behind ``skipweave.weave``, ``unweave``, ``set_step`` and ``counters``."""
+"""The public functions behind ``skipweave.weave``, ``unweave``, ``set_step`` and ``counters``.
+
+What a host integration does beside the weave (propagate the plan to Ray workers, coexist with verl's own
+``SkipManager``) it registers in :data:`skipweave.weaving.weave_hooks.WEAVE_HOOKS`; this module imports no
+integration.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from skipweave.config.loader import load_skip_config
 from skipweave.config.schema import SkipConfig
 from skipweave.policy.steps import set_step
 from skipweave.report import counters
+from skipweave.weaving import weave_hooks
 from skipweave.weaving.weaver import WEAVER, Patch
 
 __all__ = ["counters", "set_step", "unweave", "weave", "woven_plan"]
@@ -52,42 +58,14 @@ def weave(
         raise TypeError("overrides= needs profile=; put plain values into cfg instead")
     plan = cfg if isinstance(cfg, SkipConfig) else load_skip_config(cfg)
     patches = WEAVER.weave(plan)
-    _propagate_to_ray_workers(plan)
-    _follow_host_integrations(plan)
+    weave_hooks.woven(plan)  # the integrations follow the plan (e.g. into the workers of a cluster)
     return patches
 
 
 def unweave() -> None:
     """Remove every skipweave patch of this process and restore the originals exactly."""
     WEAVER.unweave()
-    from skipweave.integrations import ray_workers
-
-    ray_workers.stop()
-    _follow_host_integrations(None)
-
-
-def _follow_host_integrations(plan: SkipConfig | None) -> None:
-    """Tell host integrations which plan this process weaves (verl: hand roles over from its SkipManager).
-
-    The integration imports nothing of its host: it acts from a post-import hook.
-    """
-    from skipweave.integrations.verl import coexist
-
-    coexist.follow(plan)
-
-
-def _propagate_to_ray_workers(plan: SkipConfig) -> None:
-    """Make the Ray workers of a later ``ray.init`` weave ``plan`` too (see docs/ray.md).
-
-    A plan without enabled roles stops an earlier propagation, so workers never weave a stale plan.
-    The module imports neither ray nor torch.
-    """
-    from skipweave.integrations import ray_workers
-
-    if plan.enabled_roles:
-        ray_workers.propagate(plan.to_config())
-    else:
-        ray_workers.stop()
+    weave_hooks.unwoven()
 
 
 def woven_plan() -> SkipConfig | None:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from skipweave import lifecycle
+from skipweave.env import SUMMARY_ENV
 
 logger = logging.getLogger("skipweave")
 
@@ -275,10 +276,6 @@ def _register_summary() -> None:
     if not _summary_registered:
         _summary_registered = True
         lifecycle.at_exit(lifecycle.REPORT, log_summary)
-
-
-SUMMARY_ENV = "SKIPWEAVE_SUMMARY"
-"""Set to ``0`` to keep the exit summary off stderr in a program that configured no logging."""
 
 
 def log_summary() -> None:

@@ -21,9 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from skipweave.config.errors import ConfigError
-
-PROFILE_PATH_ENV = "SKIPWEAVE_PROFILE_PATH"
-"""Environment variable listing folders (``os.pathsep``-separated) that hold profiles as ``<name>.yaml``."""
+from skipweave.env import PROFILE_PATH_ENV
 
 CALLBACK_DEFAULT = "/skipweave/callback@_global_.hydra.callbacks.skipweave"
 """The defaults entry that registers skipweave's Hydra callback (every shipped profile lists it)."""

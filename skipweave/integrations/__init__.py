@@ -14,7 +14,11 @@ def register_builtin() -> None:
     # Each integration adds its registration module here, e.g. ``from skipweave.integrations.verl import hooks``.
     # Host types: tensordict's before verl's DataProto shape (the first matching host type encodes an object).
     from skipweave.integrations import tensordict  # noqa: F401
-    from skipweave.integrations.verl import hosts  # noqa: F401
+    from skipweave.integrations.ray import driver  # noqa: F401  (weave hook: Ray workers weave the plan too)
+    from skipweave.integrations.verl import (
+        coexist,  # noqa: F401  (weave hook: verl's SkipManager hands roles over)
+        hosts,  # noqa: F401
+    )
 
 
 __all__ = ["register_builtin"]

@@ -27,10 +27,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-RUN_ENV = "SKIPWEAVE_RUN"
-"""Environment variable holding the run id (16 hex digits); set by the first process that weaves."""
-RUN_STARTED_ENV = "SKIPWEAVE_RUN_STARTED"
-"""When the run began (seconds since the epoch), set with :data:`RUN_ENV`."""
+from skipweave.env import RUN_ENV, RUN_STARTED_ENV
 
 _lock = threading.Lock()
 _started_unix = time.time()

@@ -319,7 +319,7 @@ class StepStore:
             result: the live result to store.
             target_path: the target's configured path (kept in the manifest).
             fingerprint: input fingerprint of the call.
-            rng_state: RNG state after the real call (:func:`skipweave.store.rng.capture_rng_state`).
+            rng_state: RNG state after the real call (:func:`skipweave.weaving.rng.capture_rng_state`).
             seconds: wall time of the real call, in seconds.
             replace: overwrite an existing committed entry (corrupt entry, fingerprint regenerate).
             concurrent: another thread of this process called the target at this step meanwhile (kept in the
@@ -346,7 +346,7 @@ class StepStore:
 
         Args:
             result: the live result.
-            rng_state: RNG state after the real call (:func:`skipweave.store.rng.capture_rng_state`).
+            rng_state: RNG state after the real call (:func:`skipweave.weaving.rng.capture_rng_state`).
             effects: values of the target's declared side effects after the real call, by expression.
             appended: declared effects that are lists the real call only appended to, by expression:
                 ``{"n_before": int, "tail": list}`` (see :attr:`Loaded.appended`); stored apart from ``effects``

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import torch
 
+from skipweave.env import PROGRESS_ENV
 from skipweave.store import jsonio, safetensors_header
 from skipweave.store.fs import open_new, open_payload
 from skipweave.store.manifest import EntryInvalid, bytes_checksum, checksum_digest, new_hasher
@@ -100,7 +101,7 @@ def progress_enabled(total: int) -> bool:
 def bars_enabled() -> bool:
     """Whether progress bars show on stderr at all: ``SKIPWEAVE_PROGRESS=0`` off, ``=1`` on even when stderr is
     not a terminal; unset, when stderr is a terminal."""
-    env = os.environ.get("SKIPWEAVE_PROGRESS", "").strip().lower()
+    env = os.environ.get(PROGRESS_ENV, "").strip().lower()
     if env in ("0", "false", "no", "off"):
         return False
     if env in ("1", "true", "yes", "on"):

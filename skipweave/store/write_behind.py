@@ -24,7 +24,7 @@ not yet committed.
   still pending waits for it (:meth:`~skipweave.store.step_store.StepStore.wait_pending`).
 - **Where exit handlers do not run** (a Ray worker: Ray ends it with SIGTERM and then SIGKILL within a fraction
   of a second, running no ``atexit``), :func:`write_through` turns write-behind off for the process, except
-  within a :func:`scope`: a Ray task or actor method runs in one (``skipweave.integrations.ray_workers``), its
+  within a :func:`scope`: a Ray task or actor method runs in one (``skipweave.integrations.ray.actors``), its
   recordings are written behind it, and it returns to its caller only once they are committed. So a TaskRunner's
   ``run()`` writes behind for a whole training, and no recording is lost when Ray ends the worker.
 - **fork.** A forked child starts with an empty writer: the parent's pending entries are the parent's.

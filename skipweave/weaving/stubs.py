@@ -26,6 +26,7 @@ from typing import Any
 
 from skipweave import report
 from skipweave.weaving.proxy import SkipProxy, awaited_by_caller, proxy_of, wraps_coroutine_function
+from skipweave.weaving.unpatch import wrapper_of
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class StubUnforeseen(RuntimeError):
 
 
 def _is_woven(value: Any) -> bool:
-    return proxy_of(getattr(value, "_self_wrapper", None)) is not None
+    return proxy_of(wrapper_of(value)) is not None
 
 
 async def ready(value: Any) -> Any:

@@ -242,8 +242,38 @@ class Weaver:
             self._state.stores[key] = store
         return store
 
+    def weave_object(self, role: RoleConfig, target: TargetSpec, owner: Any, attr: str) -> Patch:
+        """Weave ``target`` of ``role`` onto ``owner.attr``, an object that its path does not reach.
+
+        A Ray worker runs an actor class that Ray rebuilt by value, not the class its module holds: that class is
+        woven here, exactly as the weaver weaves a target it resolved itself, and :meth:`unweave` removes it.
+
+        Args:
+            role: the role serving the target (one of the plan woven).
+            target: the target; its ``path`` names ``attr`` of ``owner`` by the module ``owner`` came from.
+            owner: the class (or module) holding the attribute.
+            attr: the attribute's name on ``owner``.
+
+        Returns:
+            The applied patch, now one of :attr:`patches`.
+
+        Raises:
+            AttributeError: ``owner`` has no attribute ``attr``.
+            TypeError: the target's ``proxy`` is not a subclass of :class:`SkipProxy`.
+        """
+        where = f"{getattr(owner, '__qualname__', type(owner).__qualname__)}.{attr}"
+        patch = Patch(role, target, ResolvedPath(target.path, getattr(owner, "__module__", "") or "", where))
+        with self._lock:
+            self._install(patch, owner, attr)
+            self._state.patches.append(patch)
+        return patch
+
     def _apply(self, patch: Patch, module: Any) -> None:
         owner, attr = resolve_owner(module, patch.rpath)
+        self._install(patch, owner, attr)
+
+    def _install(self, patch: Patch, owner: Any, attr: str) -> None:
+        """Wrap ``owner.attr`` in a new proxy of ``patch``'s target (the lock held)."""
         original = inspect.getattr_static(owner, attr)
         func = original.__func__ if isinstance(original, (classmethod, staticmethod)) else original
         is_async = inspect.iscoroutinefunction(func)

@@ -388,7 +388,7 @@ def test_a_flush_that_takes_over_a_second_shows_a_progress_bar(host_module: Any,
 
 def test_a_write_through_process_writes_behind_within_a_scope_and_leaving_it_waits(
         host_module: Any, tmp_path: Path, gate: threading.Event, monkeypatch: pytest.MonkeyPatch) -> None:
-    """What a Ray worker does (skipweave.integrations.ray_workers wraps each task and actor method in scoped())."""
+    """What a Ray worker does (skipweave.integrations.ray.actors wraps each task and actor method in scoped())."""
     import asyncio
 
     from skipweave.store import write_behind

@@ -25,7 +25,8 @@ from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 from skipweave.config.schema import SkipConfig
-from skipweave.integrations.launcher.bootstrap import PLAN_ENV, PROGRAM_PID_ENV, top_module
+from skipweave.env import PLAN_ENV, PROGRAM_PID_ENV
+from skipweave.integrations.launcher.bootstrap import top_module
 from skipweave.weaving.resolve import TargetNotFound
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap_site")

@@ -22,18 +22,9 @@ import threading
 from typing import Any, NoReturn
 
 from skipweave.config.schema import SkipConfig, parse_skip
+from skipweave.env import LOG_LEVEL_ENV, PLAN_ENV, PROGRAM_PID_ENV
 
 logger = logging.getLogger(__name__)
-
-PLAN_ENV = "SKIPWEAVE_PLAN"
-"""Environment variable holding the plan as JSON (``SkipConfig.to_config()``)."""
-
-LOG_LEVEL_ENV = "SKIPWEAVE_LOG_LEVEL"
-"""Set by ``skipweave run -v/--log-level``: each process shows skipweave's log lines on stderr at this level."""
-
-PROGRAM_PID_ENV = "SKIPWEAVE_PROGRAM_PID"
-"""Set by ``skipweave run`` to its own pid, which the command it execs keeps: the program's first process, the one
-that accounts at exit for targets no process of the program wove (:func:`account_for_targets`)."""
 
 FAILURE_EXIT = 2
 """Exit status of a process whose weave failed."""
@@ -73,12 +64,19 @@ class DeferredWeave:
         """Hook each top-level package of ``roots``; one already imported runs the weave here, at start-up."""
         import wrapt
 
+        with _registered_lock:
+            _registered.append(self)
         self._registering = True
         try:
             for root in roots:
                 wrapt.register_post_import_hook(self, root)
         finally:
             self._registering = False
+
+    def cancel(self) -> None:
+        """Never weave from now on (the weave has run, or another one takes this process over)."""
+        with self._lock:
+            self.done = True
 
     def __call__(self, module: Any) -> None:
         with self._lock:
@@ -122,6 +120,23 @@ def account_for_targets(hook: DeferredWeave, plan: SkipConfig) -> None:
 
             report.expect(role.role, target.name, report.Expected(
                 target.path, report.steps_text(role.steps.to_config()), elsewhere=elsewhere, unwoven=unwoven))
+
+
+_registered: list[DeferredWeave] = []  # every deferred weave of this process, for stand_down()
+_registered_lock = threading.Lock()
+
+
+def stand_down() -> None:
+    """Cancel every deferred weave this process registered, run or not: another weave takes this process over.
+
+    A Ray worker of a program under ``skipweave run`` weaves the plan its driver hands it, and reaches the classes
+    Ray ships by value too; two weaves must not meet there (the deferred one would fire from inside the worker's,
+    as resolving a target imports its parent package, and stack a second proxy on the target).
+    """
+    with _registered_lock:
+        hooks = list(_registered)
+    for hook in hooks:
+        hook.cancel()
 
 
 def fail(message: str) -> NoReturn:

@@ -18,6 +18,8 @@ post-import hook: verl is never imported for it). The wrapper hands verl a copy 
   repeat_last`` → ``cache``) for the roles verl keeps;
 - roles skipweave does not act on keep verl's own settings, so verl's SkipManager still serves them.
 
+This happens after each weave and unweave of the process (:data:`COEXISTENCE`, a weave hook).
+
 One log line (WARNING, so that it shows in verl's logs) per verl role that either mechanism acts on
 says which one does. The host's own config object is never
 modified (verl's V1 trainer reads ``config.skip.rollout_tq.enable`` to leave out its async warm-up
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import wrapt
 
 from skipweave.weaving.unpatch import remove_wrapper
+from skipweave.weaving.weave_hooks import WEAVE_HOOKS
 
 if TYPE_CHECKING:
     from skipweave.config.schema import SkipConfig
@@ -93,7 +96,7 @@ def taken_roles(plan: SkipConfig | None) -> dict[str, str]:
 def follow(plan: SkipConfig | None) -> None:
     """Track the plan woven in this process (``None``: unwoven); wrap ``SkipManager.init`` while one is.
 
-    Called by :func:`skipweave.weave` and :func:`skipweave.unweave`. Imports nothing of verl: the
+    Called after each weave and unweave (:class:`Coexistence`). Imports nothing of verl: the
     wrapper is installed when verl's ``skip_manager`` module is imported, or now if it already is.
     A ``SkipManager`` initialised before the weave has the roles skipweave takes switched off now.
     """
@@ -257,3 +260,19 @@ def _disable_live_instances(module: Any) -> None:
             instance.enable = False
             logger.warning("skipweave: verl role '%s' is recorded and replayed by skipweave (skip.%s); verl's own "
                            "SkipManager, initialised before the weave, is switched off for it", role, by)
+
+
+class Coexistence:
+    """The weave hook that hands each verl role to exactly one of skipweave and verl's ``SkipManager``."""
+
+    def on_weave(self, plan: SkipConfig) -> None:
+        """Follow ``plan``: verl's ``SkipManager`` leaves the roles it acts on to skipweave (:func:`follow`)."""
+        follow(plan)
+
+    def on_unweave(self) -> None:
+        """Nothing is woven: verl's ``SkipManager`` is left alone again."""
+        follow(None)
+
+
+COEXISTENCE = WEAVE_HOOKS.add(Coexistence())
+"""The registered :class:`Coexistence`."""

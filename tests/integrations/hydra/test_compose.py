@@ -163,6 +163,19 @@ def test_launcher_environment_and_plan_round_trip(tmp_path: Path) -> None:
     assert {top_module(t.path) for t in plan.roles["rollout"].targets} == {"verl", "pkg"}
 
 
+def test_the_deferred_weave_stands_down_for_another_weave() -> None:
+    """A Ray worker under ``skipweave run`` weaves its driver's plan: the launcher's deferred weave never runs."""
+    from skipweave.integrations.launcher import bootstrap
+
+    root = f"never_imported_{os.getpid()}"
+    plan = load_skip_config({"skip": {"rollout": {"enable": True, "targets": {"gen": f"{root}.mod:Gen.run"}}}})
+    hook = bootstrap.bootstrap({PLAN_ENV: json.dumps(plan.to_config())})
+    assert hook is not None and not hook.done
+    bootstrap.stand_down()
+    assert hook.done
+    hook(None)  # a first import after standing down weaves nothing (nor fails)
+
+
 def test_launcher_knows_the_import_path_of_python_script_and_python_m(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     assert _script_dir([sys.executable, "-u", str(script), "--lr", "1"]) == str(tmp_path)

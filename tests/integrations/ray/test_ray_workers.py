@@ -27,15 +27,9 @@ import pytest
 import wrapt
 
 import skipweave
-from skipweave.integrations import ray_workers
-from skipweave.integrations.ray_workers import (
-    APP_HOOK_ENV,
-    APP_HOOK_PICKLE_ENV,
-    PLAN_ENV,
-    SETUP_HOOK,
-    merge_runtime_env,
-    runtime_env_hook,
-)
+from skipweave.env import APP_HOOK_ENV, APP_HOOK_PICKLE_ENV, PLAN_ENV
+from skipweave.integrations.ray import driver
+from skipweave.integrations.ray.driver import SETUP_HOOK, merge_runtime_env, runtime_env_hook
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -253,11 +247,11 @@ def test_weaving_after_ray_init_warns_how_to_weave_the_workers(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     fake_ray.init()
-    with caplog.at_level(logging.WARNING, logger=ray_workers.__name__):
+    with caplog.at_level(logging.WARNING, logger=driver.__name__):
         _weave_host(host_module, tmp_path)
     text = caplog.text
     assert "ray.init() ran before skipweave.weave()" in text
-    for hint in ("skipweave run", "+skip=", "RAY_RUNTIME_ENV_HOOK=skipweave.integrations.ray_workers"):
+    for hint in ("skipweave run", "+skip=", "RAY_RUNTIME_ENV_HOOK=skipweave.integrations.ray.driver"):
         assert hint in text
 
 

@@ -90,7 +90,7 @@ def main() -> None:
     import ray
     import rayapp.workers as workers
 
-    from skipweave.integrations.ray_workers import WorkerWeaveError
+    from skipweave.integrations.ray.failures import WorkerWeaveError
 
     worker_path = os.environ.get("PYTHONPATH", "")
     if phase == "record":

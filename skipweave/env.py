@@ -1,0 +1,45 @@
+"""Every environment variable skipweave reads or sets, named once.
+
+Processes of one run talk through the environment: ``skipweave run`` hands its children the plan, a woven driver
+hands its Ray workers the plan and the application's own setup hook, and every process of a run inherits the run's
+id. Each module that reads one of these names imports it from here, so a variable is spelled in one place.
+
+This module imports nothing, so every layer may import it.
+"""
+
+from __future__ import annotations
+
+PLAN_ENV = "SKIPWEAVE_PLAN"
+"""The woven plan as JSON (``SkipConfig.to_config()``, ``{"skip": {...}}``): set by ``skipweave run`` for every
+process of the launched program, and by a woven driver's ``ray.init`` for every Ray worker of its job."""
+
+APP_HOOK_ENV = "SKIPWEAVE_APP_SETUP_HOOK"
+"""The dotted path of the application's own Ray ``worker_process_setup_hook``, run after skipweave's."""
+
+APP_HOOK_PICKLE_ENV = "SKIPWEAVE_APP_SETUP_HOOK_PICKLE"
+"""The application's own Ray setup hook when no path reaches it (a lambda, a closure), as base64 cloudpickle."""
+
+LOG_LEVEL_ENV = "SKIPWEAVE_LOG_LEVEL"
+"""Set by ``skipweave run -v/--log-level``: each process shows skipweave's log lines on stderr at this level."""
+
+PROGRAM_PID_ENV = "SKIPWEAVE_PROGRAM_PID"
+"""Set by ``skipweave run`` to its own pid, which the command it execs keeps: the program's first process, the one
+that accounts at exit for targets no process of the program wove."""
+
+RUN_ENV = "SKIPWEAVE_RUN"
+"""The id of the run: every process of one run (children, Ray workers) inherits it and is a writer of that run."""
+
+RUN_STARTED_ENV = "SKIPWEAVE_RUN_STARTED"
+"""When the run began (seconds since the epoch), set with :data:`RUN_ENV`."""
+
+SUMMARY_ENV = "SKIPWEAVE_SUMMARY"
+"""``0`` keeps the exit summary off stderr in a program that configured no logging."""
+
+PROFILE_PATH_ENV = "SKIPWEAVE_PROFILE_PATH"
+"""Folders (``os.pathsep``-separated) searched for ``<name>.yaml`` profiles before the shipped ones."""
+
+PROGRESS_ENV = "SKIPWEAVE_PROGRESS"
+"""``0`` turns progress bars off, ``1`` on even when stderr is no terminal; unset: on for a terminal."""
+
+__all__ = ["APP_HOOK_ENV", "APP_HOOK_PICKLE_ENV", "LOG_LEVEL_ENV", "PLAN_ENV", "PROFILE_PATH_ENV", "PROGRAM_PID_ENV",
+           "PROGRESS_ENV", "RUN_ENV", "RUN_STARTED_ENV", "SUMMARY_ENV"]
