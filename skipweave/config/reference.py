@@ -44,8 +44,8 @@ from skipweave.config.schema import (
     StepSourceKind,
     StubSpec,
     TargetSpec,
-    parse_steps,
 )
+from skipweave.config.values import parse_steps
 
 PAGE_PATH = "docs/configuration.md"
 """Where the rendered page lives, relative to the repository root."""
