@@ -1,4 +1,4 @@
-"""Legacy verl skip keys remapped onto ``skip.rollout`` (see the table in skipweave/config/legacy.py)."""
+"""Legacy verl skip keys remapped onto ``skip.rollout`` (see the table in skipweave/integrations/verl/legacy.py)."""
 
 from __future__ import annotations
 
