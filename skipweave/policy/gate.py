@@ -238,8 +238,8 @@ def _one_argument(cfg: BypassConfig, source: StepSource, positions: Mapping[str,
     ``meta_info.global_steps``): the argument and the paths' shared prefix are read once, a one-part rest of a
     ``dict`` with ``dict.get``. Needed by bench/run.py's ``calls.bypass_step_not_eligible`` rows: in an A/B on
     the loaded machine (bench/calls.py, old and new trees alternating, Dec 2026), reading the flag and the step
-    separately added 1.49x (function) and 1.63x (method) what the earlier generated function added; this closure
-    0.95x and 0.76x. ``None`` when the shape is another.
+    separately added 1.49x (function) and 1.63x (method) what a generated (exec'd) function reading the prefix
+    once added; this closure 0.95x and 0.76x. ``None`` when the shape is another.
 
     Anything not settled here (a flag neither ``True``/``False``/``None``/absent, a step that is not an ``int``,
     the argument passed by keyword) goes to the two compiled functions, which give the interpreted answer.
