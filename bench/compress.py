@@ -32,7 +32,7 @@ def _tokens_only(n: int, length: int = 8192) -> dict[str, Any]:
 
 def measure(mb: float, rounds: int, folder: str) -> dict[str, Any]:
     """``{payload: {setting: {"disk_bytes": int, "record_s": [...], "load_s": [...]}}}``."""
-    from skipweave.config.schema import _compress
+    from skipweave.config.values import parse_compress
     from skipweave.store.step_store import StepStore
 
     n = sequences_for(mb)
@@ -43,7 +43,7 @@ def measure(mb: float, rounds: int, folder: str) -> dict[str, Any]:
         for pname, obj in payloads.items():
             order = SETTINGS[r % len(SETTINGS):] + SETTINGS[:r % len(SETTINGS)]
             for setting in order:
-                canon = _compress("compress", setting)
+                canon = parse_compress("compress", setting)
                 level = None if canon == "none" else int(canon.split(":")[1])
                 root = os.path.join(folder, f"{pname.replace(' ', '_')}-{setting.replace(':', '')}-{r}")
                 store = StepStore(root, "default", "rollout", compress=level)

@@ -5,10 +5,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from skipweave.config.containers import plain
+from skipweave.config.adapters import CONFIG_ADAPTERS
+from skipweave.config.containers import MISSING, plain
 from skipweave.config.errors import ConfigError
-from skipweave.config.legacy import remap_legacy
-from skipweave.config.schema import SkipConfig, parse_skip
+from skipweave.config.parse import parse_skip
+from skipweave.config.schema import SkipConfig
+
+NULL_MEANS_DEFAULT = (
+    "enable",
+    "action",
+    "steps",
+    "record_steps",
+    "dump_dir",
+    "namespace",
+    "shard",
+    "restore_rng",
+    "allow_pickle",
+    "calls_per_step",
+    "targets",
+)
+"""Role keys that a ``null`` (or ``???``) leaves at their default: dropped before adapters fill them."""
 
 
 def to_container(cfg: Any) -> dict[str, Any]:
@@ -34,21 +50,40 @@ def to_container(cfg: Any) -> dict[str, Any]:
     raise ConfigError("<config>", type(cfg).__name__, "a mapping or OmegaConf DictConfig with a top-level 'skip' node")
 
 
+def drop_unset(container: dict[str, Any]) -> dict[str, Any]:
+    """Return ``container`` with the keys of :data:`NULL_MEANS_DEFAULT` that a role leaves ``null`` or ``???``
+    dropped, so that an adapter may fill them and the schema's default applies otherwise (``container`` is not
+    modified; a ``skip`` that is no mapping is left for :func:`parse_skip` to report)."""
+    skip = container.get("skip")
+    if not isinstance(skip, Mapping):
+        return container
+    roles = {
+        name: {k: v for k, v in role.items() if not ((v is None or v == MISSING) and k in NULL_MEANS_DEFAULT)}
+        if isinstance(role, Mapping) else role
+        for name, role in skip.items()
+    }
+    return {**container, "skip": roles}
+
+
 def load_skip_config(cfg: Any) -> SkipConfig:
-    """Validate the ``skip`` node of an application config, remapping legacy verl keys first.
+    """Validate the ``skip`` node of an application config, after the registered config adapters.
 
     Args:
-        cfg: the application's whole config; other nodes are read only for legacy keys.
+        cfg: the application's whole config; other nodes are read only by the adapters.
 
     Returns:
         The validated :class:`SkipConfig`; a config with no ``skip`` at all means every role disabled.
-        In a verl config, a role that leaves ``namespace`` unset gets verl's run identity, and verl's
-        shipped ``steps: []`` reads as unset (see :mod:`skipweave.integrations.verl.namespace`).
+        The adapters (:data:`~skipweave.config.adapters.CONFIG_ADAPTERS`) may fill a role's keys: verl's
+        remaps its legacy keys, gives a role that leaves ``namespace`` unset verl's run identity and reads
+        verl's shipped ``steps: []`` as unset (see :mod:`skipweave.integrations.verl.config`).
 
     Raises:
         ConfigError: a bad value, naming the key, the value and what is allowed.
-    """
-    from skipweave.integrations.verl.namespace import apply_verl_defaults  # pure, imports nothing heavy
 
-    container = apply_verl_defaults(remap_legacy(to_container(cfg)))
+    Warns:
+        Whatever an adapter warns, e.g. verl's ``SkipweaveDeprecationWarning`` for a legacy key.
+    """
+    container = drop_unset(to_container(cfg))
+    for adapter in CONFIG_ADAPTERS:
+        container = adapter.adapt(container)
     return parse_skip(container.get("skip"))

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skipweave.config.errors import ConfigError
+from skipweave.config.parse import unknown_role_key
 from skipweave.config.profile_files import (
     PROFILE_PATH_ENV,
     expand_path,
@@ -48,7 +49,7 @@ from skipweave.config.profile_files import (
     profile_folders,
     read_profile_file,
 )
-from skipweave.config.schema import NESTED_ROLE_KEYS, unknown_role_key
+from skipweave.config.schema import NESTED_ROLE_KEYS
 
 PROFILE_GROUP = "skip"
 """The Hydra config group holding the profiles."""
@@ -295,7 +296,7 @@ def _culprit(reason: str, overrides: Sequence[str]) -> str | None:
 def _base_container(base: Any) -> dict[str, Any]:
     if base is None:
         return {}
-    from skipweave.config.legacy import relevant_config
+    from skipweave.config.adapters import relevant_config
     from skipweave.config.schema import SkipConfig
 
     if isinstance(base, SkipConfig):

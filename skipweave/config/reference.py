@@ -13,7 +13,7 @@ them: ``int or null``, ``list of string``, an enum's allowed values), their defa
 of each enum with the meaning its docstring gives them. ``tests/docs/test_configuration_reference.py``
 fails when the page and the schema disagree, so a changed field, default or docstring shows up there.
 
-Only the short introduction and the shorthand forms (which live in :func:`parse_role`'s code, not in a
+Only the short introduction and the shorthand forms (which live in the schema's shorthand functions, not in a
 dataclass) are written here by hand.
 """
 
@@ -44,8 +44,8 @@ from skipweave.config.schema import (
     StepSourceKind,
     StubSpec,
     TargetSpec,
-    parse_steps,
 )
+from skipweave.config.values import parse_steps
 
 PAGE_PATH = "docs/configuration.md"
 """Where the rendered page lives, relative to the repository root."""

@@ -19,6 +19,7 @@ def register_builtin() -> None:
         coexist,  # noqa: F401  (weave hook: verl's SkipManager hands roles over)
         hosts,  # noqa: F401
     )
+    from skipweave.integrations.verl import config as _verl_config  # noqa: F401 - verl's legacy keys, namespace
 
 
 __all__ = ["register_builtin"]

@@ -12,27 +12,22 @@ Each expression is compiled once, when the plan is parsed (a syntax error is a :
 the key), into a function of exactly the names it uses: ``self`` (the bound instance, ``None`` for a
 plain function), ``args``/``kwargs`` (the call's arguments as passed), ``result`` (echo destinations) and
 any parameter of the target by name, found whether the host passed it by position or by keyword. Python's
-builtins are available. A profile is code, as a Hydra ``_target_`` is: expressions run in the host process
+builtins are available (the grammar is :mod:`skipweave.config.grammar`, shared with config's validation).
+A profile is code, as a Hydra ``_target_`` is: expressions run in the host process
 with the host's privileges; take profiles only from people you would take code from.
 """
 
 from __future__ import annotations
 
-import ast
-import builtins
 import logging
-import symtable
 import threading
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, MutableSequence, Sequence
 from typing import Any
 
-from skipweave.config.errors import ConfigError
+from skipweave.config.grammar import RESERVED, compile_expression
 from skipweave.policy.access import MISSING, get_arg
 
 logger = logging.getLogger(__name__)
-
-RESERVED = ("self", "args", "kwargs", "result")
-"""Names every expression may use besides the target's parameters."""
 
 
 class ExpressionFailed(Exception):
@@ -56,27 +51,12 @@ class Expression:
     """
 
     def __init__(self, key: str, text: Any, *, assignable: bool = False, params: Iterable[str] = ()) -> None:
-        if not isinstance(text, str) or not text.strip():
-            raise ConfigError(key, text, "a Python expression, e.g. 'self.state.global_step'")
-        try:
-            tree = ast.parse(text.strip(), mode="eval")
-        except SyntaxError as exc:
-            raise ConfigError(key, text, f"a Python expression (syntax error: {exc.msg})") \
-                from None
-        self.key, self.text = key, text.strip()
-        body = tree.body
-        if assignable and not isinstance(body, (ast.Attribute, ast.Subscript)):
-            raise ConfigError(key, text, "an attribute or an item to assign to, e.g. 'self.state.tokens_seen' or "
-                                         "\"result.meta_info['uid']\"")
-        self.names = _free_names(self.text, frozenset(params))
-        self._fn = _compile(body, self.names, f"<{key}>")
-        self._owner: Callable[..., Any] | None = None
-        if assignable:
-            assert isinstance(body, (ast.Attribute, ast.Subscript))
-            owner = body.value
-            self._owner = _compile(owner, self.names, f"<{key}>")
-            self._attr = body.attr if isinstance(body, ast.Attribute) else None
-            self._item = None if isinstance(body, ast.Attribute) else _compile(body.slice, self.names, f"<{key}>")
+        compiled = compile_expression(key, text, assignable=assignable, params=params)
+        self.key, self.text, self.names = compiled.key, compiled.text, compiled.names
+        self._fn = compiled.fn
+        self._owner = compiled.owner
+        self._attr = compiled.attr
+        self._item = compiled.item
         self._warned = False
         self._lock = threading.Lock()
 
@@ -217,36 +197,6 @@ def restore_in_place(current: Any, value: Any) -> bool:
         current[:] = list(value)
         return True
     return False
-
-
-def _free_names(text: str, params: frozenset[str]) -> tuple[str, ...]:
-    """The names ``text`` reads from outside, in any of its scopes (a comprehension's own variables are not;
-    the same name read outside the comprehension is): the reserved ones, the target's ``params``, and any
-    other name that is not a builtin's."""
-    table = symtable.symtable(f"lambda: (\n{text}\n)", "<expression>", "exec")
-    found: set[str] = set()
-
-    def walk(scope: symtable.SymbolTable) -> None:
-        for child in scope.get_children():
-            for sym in child.get_symbols():
-                if sym.is_global() and sym.is_referenced():
-                    found.add(sym.get_name())
-            walk(child)
-
-    walk(table)
-    return tuple(sorted(n for n in found if n in RESERVED or n in params or not hasattr(builtins, n)))
-
-
-def _compile(node: ast.expr, names: Sequence[str], filename: str) -> Callable[..., Any]:
-    """A function of ``names`` (in order) returning ``node``'s value."""
-    fn = ast.Expression(ast.Lambda(
-        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in names], kwonlyargs=[], kw_defaults=[],
-                           defaults=[]),
-        body=node,
-    ))
-    ast.fix_missing_locations(fn)
-    made: Callable[..., Any] = eval(compile(fn, filename, "eval"), {"__builtins__": builtins})  # noqa: S307
-    return made
 
 
 def parse_expression(key: str, value: Any, *, assignable: bool = False) -> Expression | None:

@@ -1,4 +1,4 @@
-"""Legacy verl skip keys remapped onto ``skip.rollout`` (see the table in skipweave/config/legacy.py)."""
+"""Legacy verl skip keys remapped onto ``skip.rollout`` (see the table in skipweave/integrations/verl/legacy.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from skipweave.config import ConfigError, load_skip_config
-from skipweave.config.legacy import SkipweaveDeprecationWarning, relevant_config, remap_legacy
+from skipweave.config.adapters import relevant_config
 from skipweave.config.schema import Action, RoleConfig, StepSet
+from skipweave.integrations.verl.legacy import SkipweaveDeprecationWarning, remap_legacy
 
 D = "/tmp/legacy-dump"
 

@@ -19,9 +19,10 @@ from omegaconf import OmegaConf
 
 import skipweave
 from skipweave.config import ConfigError, load_skip_config
+from skipweave.config.parse import parse_role
 from skipweave.config.profile_files import CALLBACK_DEFAULT, PROFILE_PATH_ENV, read_profile_file
 from skipweave.config.profiles import available_profiles, compose_profile, resolve_profile, shipped_profiles
-from skipweave.config.schema import ROLE_KEYS, Action, RoleConfig, StepSet, parse_role
+from skipweave.config.schema import ROLE_KEYS, Action, RoleConfig, StepSet
 
 MINE = """\
 skip:

@@ -201,21 +201,35 @@ def _gate(bypass: BypassConfig, step: StepSourceConfig) -> Any:
                         positions={"batch": 0}, defaults={})
 
 
-def test_path_shapes_get_one_generated_function_reading_shared_prefixes_once() -> None:
-    gate = _gate(BypassConfig(), StepSourceConfig())
-    source = gate.first.source
-    assert source.count("'meta_info'") == 2  # one read (dict and attribute forms), shared by flag and step
-    assert "'validate'" in source and "'global_steps'" in source
-    attr = _gate(BypassConfig(when=BypassKind.NEVER), StepSourceConfig(source=StepSourceKind.ATTR,
-                                                                        path="state.global_step"))
-    assert "instance" in attr.first.source and "'global_step'" in attr.first.source
-    counter = _gate(BypassConfig(when=BypassKind.NEVER), StepSourceConfig(source=StepSourceKind.COUNTER))
-    assert not hasattr(counter.first, "source")  # nothing read by a path: the two compiled functions in turn
-    indexed = _gate(BypassConfig(paths=("items.0",)), StepSourceConfig())
-    assert not hasattr(indexed.first, "source")  # a numeric part may index a sequence: get_path's own rules
+def test_path_shapes_read_from_one_argument_decide_as_the_interpreted_gate() -> None:
+    from skipweave.policy.gate import compile_gate
+
+    def outcome(bypass: BypassConfig, step: StepSourceConfig, args: tuple[Any, ...], compiled: bool) -> Any:
+        gate = compile_gate(bypass, make_bypass(bypass, lambda p: None, {"batch": 0}), own=True, expr=None,
+                            expr_interpreted=None, source=StepSource(step, {"batch": 0}), steps=StepSet(None),
+                            positions={"batch": 0}, defaults={}, compiled=compiled)
+        try:
+            return gate.first(None, args, {})
+        except StepError:
+            return "StepError"
+
+    shapes = [(BypassConfig(), StepSourceConfig()),
+              (BypassConfig(paths=("meta_info.validate", "meta_info.eval")), StepSourceConfig()),
+              (BypassConfig(paths=("flags.validate",)), StepSourceConfig(source=StepSourceKind.ARG, path="info.step")),
+              (BypassConfig(paths=("items.0",)), StepSourceConfig()),
+              (BypassConfig(), StepSourceConfig(source=StepSourceKind.ARG, path=""))]
+    calls = [(SimpleNamespace(meta_info={"global_steps": 4}),), (SimpleNamespace(meta_info={"validate": True}),),
+             (SimpleNamespace(meta_info={"eval": 1, "global_steps": 2}),), ({"meta_info": {"global_steps": 7}},),
+             (SimpleNamespace(meta_info=Keys()),), (SimpleNamespace(flags={"validate": False}, info={"step": 3}),),
+             (SimpleNamespace(),), (5,), ()]
+    for bypass, step in shapes:
+        for args in calls:
+            reference = outcome(bypass, step, args, compiled=False)
+            for _ in range(2):  # before and after the argument classes are judged
+                assert outcome(bypass, step, args, compiled=True) == reference, (bypass, step, args)
 
 
-def test_the_generated_function_settles_plain_shapes_and_hands_over_the_rest() -> None:
+def test_the_gate_settles_plain_shapes_and_hands_over_the_rest() -> None:
     from skipweave.policy.gate import BYPASS
 
     gate = _gate(BypassConfig(), StepSourceConfig())

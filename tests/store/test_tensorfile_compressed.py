@@ -120,7 +120,7 @@ def test_a_role_with_compress_records_zst_files_and_replays_them_and_a_damaged_o
 
 def test_compress_is_checked_and_canonical() -> None:
     from skipweave.config.errors import ConfigError
-    from skipweave.config.schema import parse_skip
+    from skipweave.config.parse import parse_skip
 
     role = {"enable": True, "targets": {"g": "m:f"}}
     for value, canon, level in (("zstd", "zstd:1", 1), ("zstd:7", "zstd:7", 7), (True, "zstd:1", 1),

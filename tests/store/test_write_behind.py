@@ -349,7 +349,7 @@ def test_a_forked_child_does_not_wait_for_the_parents_pending_writes(host_module
 
 def test_write_buffer_is_checked_and_named_in_errors() -> None:
     from skipweave.config.errors import ConfigError
-    from skipweave.config.schema import parse_skip
+    from skipweave.config.parse import parse_skip
 
     role = {"enable": True, "targets": {"g": "m:f"}}
     assert parse_skip({"rollout": {**role, "write_buffer": "512MiB"}}).roles["rollout"].write_buffer == 512 << 20

@@ -70,7 +70,7 @@ def job_skip_config(config: Any) -> dict[str, Any]:
     """
     from omegaconf import OmegaConf
 
-    from skipweave.config.legacy import relevant_config
+    from skipweave.config.adapters import relevant_config
 
     source = relevant_config(config)
     extra = OmegaConf.select(config, f"{CALLBACK_NODE}.skip", default=None)

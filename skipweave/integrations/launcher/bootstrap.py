@@ -21,7 +21,8 @@ import sys
 import threading
 from typing import Any, NoReturn
 
-from skipweave.config.schema import SkipConfig, parse_skip
+from skipweave.config.parse import parse_skip
+from skipweave.config.schema import SkipConfig
 from skipweave.env import LOG_LEVEL_ENV, PLAN_ENV, PROGRAM_PID_ENV
 
 logger = logging.getLogger(__name__)

@@ -8,7 +8,8 @@ fallbacks: a missing experiment or project name becomes verl's ``default_experim
 ``default_project_name``, ``data.gen_batch_size: null`` falls back to ``data.train_batch_size``.
 
 This module is pure (no verl, no OmegaConf): the config loader calls :func:`apply_verl_defaults` on
-plain containers, which also reads verl's shipped ``steps: []`` as "unset".
+plain containers (through the config adapter of :mod:`skipweave.integrations.verl.config`), which also reads
+verl's shipped ``steps: []`` as "unset".
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from skipweave.config.containers import node_at, plain
 from skipweave.store.fs import NAME_MAX
 
 NAMESPACE_KEYS: tuple[str, ...] = (
@@ -85,6 +87,32 @@ def derive_namespace(cfg: Mapping[str, Any]) -> str | None:
         return namespace_of(*verl_dirs(cfg))
     except (TypeError, ValueError):
         return None
+
+
+def identity_keys(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the keys of :data:`NAMESPACE_KEYS` that an app's whole config holds, as plain containers nested as in
+    ``cfg``; ``{}`` for a config that is not verl's.
+
+    Args:
+        cfg: a mapping or OmegaConf ``DictConfig``; a key whose interpolation cannot resolve here is left out.
+    """
+    out: dict[str, Any] = {}
+    if any(node_at(cfg, node) is None for node in REQUIRED_NODES):
+        return out  # not a verl config
+    for dotted in NAMESPACE_KEYS:
+        parent_path, _, key = dotted.rpartition(".")
+        parent = node_at(cfg, parent_path)
+        if parent is None or key not in parent:
+            continue
+        try:
+            value = plain(parent[key])
+        except Exception:  # noqa: BLE001 - an interpolation that cannot resolve here: no identity from it
+            continue
+        node = out
+        for part in parent_path.split("."):
+            node = node.setdefault(part, {})
+        node[key] = value
+    return out
 
 
 def apply_verl_defaults(container: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Remap legacy verl skip keys onto ``skip.rollout``, with a deprecation warning users actually see.
+"""Remap verl's legacy skip keys onto ``skip.rollout``, with a deprecation warning users actually see.
 
 Two generations of verl kept the rollout skip settings under ``actor_rollout_ref.rollout``:
 
@@ -35,8 +35,9 @@ Rules:
   Python shows by default), naming the replacement, or saying that a new-style key shadows it.
 - A config with no ``skip`` anywhere means every role disabled, never an error.
 
-Keys still unset after the remap (``null`` or ``???``: ``dump_dir``, ``namespace`` …) are dropped, so that
-they fall back to the schema's default.
+Keys a role leaves unset (``null`` or ``???``: ``dump_dir``, ``namespace`` …) are dropped before the remap
+(:func:`skipweave.config.loader.drop_unset`), so that what no legacy key fills falls back to the schema's default.
+The remap is a config adapter (:mod:`skipweave.integrations.verl.config`): the config layer reads no verl key.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from skipweave.config.containers import plain
+from skipweave.config.containers import MISSING, is_dictconfig, node_at, plain
 from skipweave.config.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -59,21 +60,6 @@ LEGACY_ROLE = "rollout"
 
 _LEGACY_ACTIONS = {"cache": "cache", "repeat": "repeat_cycle", "repeat_last": "repeat_last"}
 _LEGACY_2026_KEYS = {"enable", "dump_dir", "max_dump_step", "action"}
-MISSING = "???"
-"""OmegaConf's mark of a missing value, as ``to_container`` leaves it."""
-_UNSET_KEYS = (
-    "enable",
-    "action",
-    "steps",
-    "record_steps",
-    "dump_dir",
-    "namespace",
-    "shard",
-    "restore_rng",
-    "allow_pickle",
-    "calls_per_step",
-    "targets",
-)
 
 
 class SkipweaveDeprecationWarning(FutureWarning):
@@ -84,63 +70,29 @@ class SkipweaveDeprecationWarning(FutureWarning):
     """
 
 
-def relevant_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the parts of an app's whole config that skipweave reads: ``skip`` and the legacy keys.
-
-    Resolving the whole config of a large app (verl's holds hundreds of keys, some interpolating
-    values that exist only inside a running job) would fail or waste time; only these parts are read.
+def legacy_keys(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the legacy keys of an app's whole config (``actor_rollout_ref.rollout.{skip_rollout, skip_dump_dir,
+    skip}``, those present) as plain containers, nested as in ``cfg``; ``{}`` when there are none.
 
     Args:
-        cfg: a mapping or OmegaConf ``DictConfig``.
-
-    Returns:
-        A new mapping of plain containers (OmegaConf nodes converted, interpolations resolved) holding
-        ``skip`` (if present), ``actor_rollout_ref.rollout.{skip_rollout, skip_dump_dir, skip}`` and
-        the keys of verl's run identity (:data:`skipweave.integrations.verl.namespace.NAMESPACE_KEYS`),
-        those present.
+        cfg: a mapping or OmegaConf ``DictConfig``; nothing else of it is resolved.
     """
-    out: dict[str, Any] = {}
-    if "skip" in cfg:
-        out["skip"] = plain(cfg["skip"])
-    parent = _node(cfg, LEGACY_PARENT)
-    if parent is not None:
-        legacy = {k: plain(parent[k]) for k in ("skip_rollout", "skip_dump_dir", "skip") if k in parent}
-        if legacy:
-            out["actor_rollout_ref"] = {"rollout": legacy}
-    _copy_verl_identity(cfg, out)
-    return out
-
-
-def _copy_verl_identity(cfg: Mapping[str, Any], out: dict[str, Any]) -> None:
-    """Copy the keys verl's run identity is made of (the default namespace of a verl app) into ``out``."""
-    from skipweave.integrations.verl.namespace import NAMESPACE_KEYS, REQUIRED_NODES
-
-    if any(_node(cfg, node) is None for node in REQUIRED_NODES):
-        return  # not a verl config
-    for dotted in NAMESPACE_KEYS:
-        parent_path, _, key = dotted.rpartition(".")
-        parent = _node(cfg, parent_path)
-        if parent is None or key not in parent:
-            continue
-        try:
-            value = plain(parent[key])
-        except Exception:  # noqa: BLE001 - an interpolation that cannot resolve here: no identity from it
-            continue
-        node = out
-        for part in parent_path.split("."):
-            node = node.setdefault(part, {})
-        node[key] = value
+    parent = node_at(cfg, LEGACY_PARENT)
+    if parent is None:
+        return {}
+    legacy = {k: plain(parent[k]) for k in ("skip_rollout", "skip_dump_dir", "skip") if k in parent}
+    return {"actor_rollout_ref": {"rollout": legacy}} if legacy else {}
 
 
 def remap_legacy(cfg: dict[str, Any]) -> dict[str, Any]:
     """Return ``cfg`` with legacy verl keys folded into ``skip.rollout``; new-style keys win.
 
     Args:
-        cfg: an app's whole config as plain containers (see :func:`skipweave.config.to_container`).
+        cfg: an app's whole config as plain containers (see :func:`skipweave.config.to_container`), with the
+            keys its roles leave unset already dropped (:func:`skipweave.config.loader.drop_unset`).
 
     Returns:
-        A new mapping (``cfg`` is not modified) whose ``skip`` node holds the remapped values, with
-        unset keys (``null`` or ``???``) dropped from every role (see the module docstring).
+        A new mapping (``cfg`` is not modified) whose ``skip`` node holds the remapped values.
 
     Raises:
         ConfigError: a legacy value verl itself would reject (e.g. ``skip.action: bogus``), naming the
@@ -154,28 +106,12 @@ def remap_legacy(cfg: dict[str, Any]) -> dict[str, Any]:
     if skip is not None and not isinstance(skip, Mapping):
         return out  # parse_skip reports the bad value with its key
     skip = dict(skip or {})
-    legacy, max_dump_step, sources = _read_legacy(_node(cfg, LEGACY_PARENT))
+    legacy, max_dump_step, sources = _read_legacy(node_at(cfg, LEGACY_PARENT))
     if legacy:
         skip[LEGACY_ROLE] = _fill(skip.get(LEGACY_ROLE), legacy, max_dump_step, sources)
-    for name, role in skip.items():
-        if isinstance(role, Mapping):
-            skip[name] = {k: v for k, v in role.items() if not (_unset(v) and k in _UNSET_KEYS)}
     if skip or "skip" in out:
         out["skip"] = skip
     return out
-
-
-def _node(cfg: Mapping[str, Any], dotted: str) -> Mapping[str, Any] | None:
-    node: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) and not _is_dictconfig(node):
-            return None
-        node = node.get(part)
-    return node if isinstance(node, Mapping) or _is_dictconfig(node) else None
-
-
-def _is_dictconfig(node: Any) -> bool:
-    return type(node).__name__ == "DictConfig" and type(node).__module__.startswith("omegaconf")
 
 
 def _read_legacy(parent: Mapping[str, Any] | None) -> tuple[dict[str, Any], int | None, dict[str, str]]:
@@ -195,7 +131,7 @@ def _read_legacy(parent: Mapping[str, Any] | None) -> tuple[dict[str, Any], int 
     elif parent.get("skip_rollout") not in (None, False):
         raise ConfigError(f"{LEGACY_PARENT}.skip_rollout", parent.get("skip_rollout"), "true or false")
     block = parent.get("skip")
-    if isinstance(block, Mapping) or _is_dictconfig(block):
+    if isinstance(block, Mapping) or is_dictconfig(block):
         assert block is not None
         prefix = f"{LEGACY_PARENT}.skip"
         enable = block.get("enable", False)

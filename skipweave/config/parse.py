@@ -1,0 +1,113 @@
+"""Validating a ``skip`` section: roles parsed key by key as the schema declares them, then the rules that
+span keys (see :mod:`skipweave.config.schema` for the keys, :mod:`skipweave.config.fields` for how a declared
+key is parsed).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from skipweave.config.errors import ConfigError
+from skipweave.config.fields import given, no_such_key, parse_fields, sub_mapping
+from skipweave.config.schema import NESTED_ROLE_KEYS, ROLE_KEYS, Action, RoleConfig, SkipConfig
+from skipweave.store.fs import name_problem
+
+_ROLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$", re.ASCII)
+_HYDRA_KEY_RE = re.compile(r"^_[a-z]+_$")  # Hydra's instantiate directives (_target_, _convert_ …), not roles
+
+
+def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
+    """Validate one ``skip.<role>`` mapping.
+
+    A ``???`` value (OmegaConf's "missing": a key a profile declares but leaves unset) reads as absent, in the
+    role and in its ``step``, ``bypass`` and ``fingerprint`` mappings: the key takes its default.
+
+    Args:
+        role: the role name.
+        raw: the mapping (plain ``dict``; convert OmegaConf nodes first).
+        prefix: key prefix used in error messages.
+
+    Returns:
+        The :class:`RoleConfig`.
+
+    Raises:
+        ConfigError: the first invalid key, naming it, its value and what is allowed.
+    """
+    key = f"{prefix}.{role}"
+    if not _ROLE_NAME_RE.match(role) or name_problem(role) is not None:
+        raise ConfigError(key, role, "a role name made of ASCII letters, digits, '_' and '-'")
+    if raw is None:
+        raw = {}
+    if isinstance(raw, bool):  # `skip.rollout: false` reads as "off"
+        raw = {"enable": raw}
+    data = given(sub_mapping(key, raw, ROLE_KEYS))
+    parsed = RoleConfig(role=role, **parse_fields(RoleConfig, key, data))
+    return _checked(parsed, key, explicit_targets=isinstance(data.get("targets"), Mapping))
+
+
+def _checked(role: RoleConfig, key: str, *, explicit_targets: bool) -> RoleConfig:
+    """Refuse combinations that would silently do nothing (checked once the role's values are parsed)."""
+    if role.record_steps is not None and role.action is Action.CACHE:
+        raise ConfigError(f"{key}.record_steps", role.record_steps.to_config(),
+                          "record_steps only with action repeat, repeat_cycle or repeat_last (cache records "
+                          "every eligible step)")
+    if role.enable and role.targets and all(t.stub is not None for t in role.targets):
+        raise ConfigError(f"{key}.targets", [t.name for t in role.targets],
+                          "at least one target the role replays besides its stubs (a stub only stands in for "
+                          "the engine behind a replayed target)")
+    if role.enable and explicit_targets and not role.targets:  # `targets: {}` (a missing key: filled elsewhere)
+        raise ConfigError(f"{key}.targets", {}, "at least one target when the role is enabled, e.g. "
+                          f"+{key}.targets.gen=my_pkg.rollout:Manager.generate_sequences")
+    return role
+
+
+def unknown_role_key(key: str, value: Any) -> ConfigError | None:
+    """Return the :func:`~skipweave.config.fields.no_such_key` error of a dotted key under ``skip.<role>`` that the
+    schema does not have.
+
+    Args:
+        key: a dotted key as an override names it, e.g. ``skip.rollout.dump_dri`` or ``skip.rollout.step.sorce``.
+        value: the value given to it, for the message.
+
+    Returns:
+        The error, or ``None`` for a key the schema has, one inside a free-form mapping (``targets.<name>``,
+        ``echo``) and anything not of the form ``skip.<role>.<key>``.
+    """
+    parts = key.split(".")
+    if len(parts) < 3 or parts[0] != "skip":
+        return None
+    if parts[2] not in ROLE_KEYS:
+        return no_such_key(".".join(parts[:3]), value, ROLE_KEYS)
+    nested = NESTED_ROLE_KEYS.get(parts[2])
+    if nested is not None and len(parts) > 3 and parts[3] not in nested:
+        return no_such_key(".".join(parts[:4]), value, nested)
+    return None
+
+
+def parse_skip(skip: Any, *, prefix: str = "skip") -> SkipConfig:
+    """Validate a whole ``skip`` section (``None`` or missing means every role disabled).
+
+    Args:
+        skip: mapping role name -> role mapping (plain containers).
+        prefix: key prefix used in error messages.
+
+    Returns:
+        The :class:`SkipConfig`.
+
+    Raises:
+        ConfigError: the first invalid key.
+    """
+    if skip is None:
+        return SkipConfig({})
+    if not isinstance(skip, Mapping):
+        raise ConfigError(prefix, skip, "a mapping of role name -> role settings, e.g. skip.rollout.enable=true")
+    return SkipConfig({
+        str(name): parse_role(str(name), raw, prefix=prefix)
+        for name, raw in skip.items()
+        if not _HYDRA_KEY_RE.match(str(name))  # e.g. verl's `skip._target_: verl.utils.skip.SkipManagerConfig`
+    })
+
+
+__all__ = ["parse_role", "parse_skip", "unknown_role_key"]
