@@ -1,0 +1,454 @@
+"""The package's layering (docs/architecture.md): what the generic layers import, import cycles, private names.
+
+- The generic layers (``config``, ``policy``, ``weaving``, ``store``) name no host: importing any of their modules in
+  a fresh interpreter leaves ``skipweave.integrations``, verl, Ray and tensordict out of ``sys.modules``
+  (integrations register with them through :mod:`skipweave.hooks` instead).
+- No import cycle among the package's modules at import time. The graph is built from each module's import-time
+  statements (module level, class bodies and ``if``/``try``/``with`` blocks; not function bodies, not
+  ``if TYPE_CHECKING:`` blocks), read from the source with :mod:`ast`, so a cycle hidden behind a lazy import does
+  not count and one a refactoring would create in a rarely imported module does.
+- No module uses another module's private names: no ``from skipweave.x import _y``, no ``x._y`` where ``x`` was
+  imported from another skipweave module (a module, or an object such as a singleton defined there); the owner adds
+  a public function instead. Dunder names (``__version__``), enum ``_sunder_`` names and the namedtuple API
+  (``_fields``, ``_replace``, ...) are public by convention and allowed.
+
+Each test lists every violation it finds, so one run shows the whole list.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+PACKAGE = "skipweave"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_DIR = ROOT / PACKAGE
+
+GENERIC_LAYERS = ("config", "policy", "weaving", "store")
+"""Sub-packages that must import no host and no integration."""
+
+FORBIDDEN = ("skipweave.integrations", "verl", "ray", "tensordict")
+"""Modules (with their submodules) a generic layer may not bring into ``sys.modules`` at import time."""
+
+PUBLIC_UNDERSCORE = frozenset({"_fields", "_field_defaults", "_replace", "_asdict", "_make"})
+"""Underscore names that are public API (namedtuple's)."""
+
+
+def module_name(path: Path) -> str:
+    """Dotted name of the package module at ``path`` (``skipweave/store/__init__.py`` -> ``skipweave.store``)."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def package_modules() -> dict[str, Path]:
+    """Every module of the package (importable name -> file), files under non-package folders excluded."""
+    out: dict[str, Path] = {}
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        folders = [path.parent, *path.parent.parents]
+        # a folder without __init__.py (the launcher's sitecustomize folder, put on PYTHONPATH) holds scripts
+        if all((f / "__init__.py").exists() for f in folders if f.is_relative_to(PACKAGE_DIR)):
+            out[module_name(path)] = path
+    return out
+
+
+MODULES = package_modules()
+
+
+def is_package(name: str) -> bool:
+    """Whether ``name`` is a package (its file is an ``__init__.py``)."""
+    return MODULES[name].name == "__init__.py"
+
+
+def resolve_from(importer: str, level: int, module: str | None) -> str:
+    """Absolute name of the module a ``from`` import names, relative levels resolved against ``importer``."""
+    if level == 0:
+        return module or ""
+    base = importer.split(".")
+    if not is_package(importer):
+        base.pop()
+    base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([module] if module else []))
+
+
+def is_type_checking(test: ast.expr) -> bool:
+    """Whether an ``if`` test is ``TYPE_CHECKING`` / ``typing.TYPE_CHECKING`` (a block that never runs)."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def import_time_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements of ``body`` that run when the module is imported (function bodies and
+    ``if TYPE_CHECKING:`` blocks excluded; class bodies, ``if``/``try``/``with``/loop blocks included)."""
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if isinstance(stmt, ast.If):
+            if not is_type_checking(stmt.test):
+                yield from import_time_statements(stmt.body)
+            yield from import_time_statements(stmt.orelse)
+        elif isinstance(stmt, ast.ClassDef):
+            yield from import_time_statements(stmt.body)
+        elif isinstance(stmt, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+            yield from import_time_statements(stmt.body)
+            for handler in stmt.handlers:
+                yield from import_time_statements(handler.body)
+            yield from import_time_statements(stmt.orelse)
+            yield from import_time_statements(stmt.finalbody)
+        elif isinstance(stmt, (ast.With, ast.AsyncWith, ast.For, ast.AsyncFor, ast.While)):
+            yield from import_time_statements(stmt.body)
+            yield from import_time_statements(getattr(stmt, "orelse", []))
+
+
+def imported_modules(importer: str, stmt: ast.stmt) -> list[str]:
+    """The package modules an import statement executes, as seen from ``importer``.
+
+    ``import a.b.c`` and ``from a.b import c`` run ``a``, ``a.b`` and (when it is a module) ``a.b.c``. Packages
+    enclosing ``importer`` are left out where the import only passes through them: Python imported them before
+    ``importer`` started, so they add no edge (an explicit ``from skipweave.x import name`` of an enclosing
+    package still does).
+    """
+    named: list[tuple[str, bool]] = []  # (module, named explicitly)
+    if isinstance(stmt, ast.Import):
+        for alias in stmt.names:
+            parts = alias.name.split(".")
+            named += [(".".join(parts[:i]), i == len(parts)) for i in range(1, len(parts) + 1)]
+    elif isinstance(stmt, ast.ImportFrom):
+        base = resolve_from(importer, stmt.level, stmt.module)
+        parts = base.split(".")
+        named += [(".".join(parts[:i]), i == len(parts)) for i in range(1, len(parts) + 1)]
+        named += [(f"{base}.{alias.name}", True) for alias in stmt.names if f"{base}.{alias.name}" in MODULES]
+    out = []
+    for name, explicit in named:
+        if name not in MODULES or name == importer:
+            continue
+        enclosing = importer.startswith(name + ".")
+        if enclosing and not explicit:
+            continue
+        out.append(name)
+    return list(dict.fromkeys(out))
+
+
+def parse(name: str) -> ast.Module:
+    return ast.parse(MODULES[name].read_text(encoding="utf-8"), filename=str(MODULES[name]))
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    """``importer -> {imported module: line}`` over the package's import-time imports."""
+    graph: dict[str, dict[str, int]] = {}
+    for name in MODULES:
+        edges: dict[str, int] = {}
+        for stmt in import_time_statements(parse(name).body):
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                for target in imported_modules(name, stmt):
+                    edges.setdefault(target, stmt.lineno)
+        graph[name] = edges
+    return graph
+
+
+def strongly_connected(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Tarjan's strongly connected components of ``graph`` that hold a cycle (two or more nodes, or a self-loop)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph.get(v, {}):
+                found.append(sorted(component))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(graph) + 100))
+    try:
+        for v in sorted(graph):
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(limit)
+    return found
+
+
+def one_cycle(graph: dict[str, dict[str, int]], component: list[str]) -> list[str]:
+    """A shortest cycle through the first module of ``component`` (breadth-first within it), for the message."""
+    start = component[0]
+    members = set(component)
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        v = queue.pop(0)
+        for w in graph[v]:
+            if w == start:
+                return paths[v] + [start]
+            if w in members and w not in paths:
+                paths[w] = paths[v] + [w]
+                queue.append(w)
+    return component
+
+
+def describe_cycle(graph: dict[str, dict[str, int]], cycle: list[str]) -> str:
+    steps = [f"{a} (line {graph[a][b]})" for a, b in zip(cycle, cycle[1:], strict=False)]
+    return " -> ".join(steps + [cycle[-1]])
+
+
+# ------------------------------------------------------------------------------------------- generic layers
+
+PRELOAD = ("torch", "numpy", "wrapt", "omegaconf", "safetensors")
+"""Third-party libraries the layers may import: loaded once before forking, so each check costs one fork."""
+
+CHECK_SOURCE = """
+import importlib, json, os, sys
+modules, forbidden, preload = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
+def loaded():
+    return sorted(m for m in sys.modules if any(m == f or m.startswith(f + ".") for f in forbidden))
+for name in preload:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        pass
+assert not loaded(), f"the preloaded libraries bring in {loaded()}"
+assert not any(m == "skipweave" or m.startswith("skipweave.") for m in sys.modules)
+out = {}
+for module in modules:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a child with nothing of skipweave imported yet: import one module, report, leave at once
+        os.close(read)
+        try:
+            importlib.import_module(module)
+            found = loaded()
+        except BaseException as exc:
+            found = f"import failed: {type(exc).__name__}: {exc}"
+        os.write(write, json.dumps(found).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as fh:
+        data = fh.read()
+    os.waitpid(pid, 0)
+    out[module] = json.loads(data) if data else "the child died without reporting"
+print(json.dumps(out))
+"""
+
+
+def generic_modules() -> list[str]:
+    return [m for m in MODULES if any(m == f"{PACKAGE}.{layer}" or m.startswith(f"{PACKAGE}.{layer}.")
+                                      for layer in GENERIC_LAYERS)]
+
+
+def forbidden_after_import(modules: list[str]) -> dict[str, list[str] | str]:
+    """For each of ``modules``: the forbidden modules in ``sys.modules`` after importing it, each in a fresh child
+    of one interpreter that has imported only the standard library and :data:`PRELOAD` (or why the import
+    failed)."""
+    proc = subprocess.run([sys.executable, "-c", CHECK_SOURCE, json.dumps(modules), json.dumps(FORBIDDEN),
+                           json.dumps(PRELOAD)], capture_output=True, text=True, cwd=str(ROOT), timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    result: dict[str, list[str] | str] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_the_generic_layers_exist() -> None:
+    found = {m.split(".")[1] for m in generic_modules()}
+    assert found == set(GENERIC_LAYERS), f"layers with no module: {set(GENERIC_LAYERS) - found}"
+
+
+def test_no_generic_module_imports_an_integration_or_a_host() -> None:
+    results = forbidden_after_import(generic_modules())
+    bad = {m: r for m, r in results.items() if r}
+    roots = {m: sorted({x if x.startswith(f"{PACKAGE}.") else x.split(".")[0] for x in r}) if isinstance(r, list)
+             else r for m, r in bad.items()}
+    assert not bad, ("importing these modules of the generic layers brings in an integration or a host:\n"
+                     + "\n".join(f"  {m}: {r}" for m, r in sorted(roots.items())))
+
+
+def test_the_import_check_sees_a_host() -> None:
+    results = forbidden_after_import([f"{PACKAGE}.integrations.verl.coexist", f"{PACKAGE}.store.layout"])
+    assert results[f"{PACKAGE}.store.layout"] == []
+    assert f"{PACKAGE}.integrations.verl.coexist" in results[f"{PACKAGE}.integrations.verl.coexist"]
+
+
+# ------------------------------------------------------------------------------------------- cycles
+
+def test_the_import_graph_sees_the_package() -> None:
+    graph = import_graph()
+    assert len(graph) >= 50 and f"{PACKAGE}.api" in graph
+    # the graph resolves absolute, relative and `from package import module` imports alike
+    assert f"{PACKAGE}.weaving.weaver" in graph[f"{PACKAGE}.api"]
+
+
+def test_no_import_cycle_at_import_time() -> None:
+    graph = import_graph()
+    components = strongly_connected(graph)
+    assert not components, "import cycles among the package's modules (import-time imports only):\n" + "\n".join(
+        f"  {len(c)} modules {c}\n    e.g. {describe_cycle(graph, one_cycle(graph, c))}" for c in components)
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3, "d": 4}, "d": {}, "e": {"e": 5}}
+    assert strongly_connected(graph) == [["a", "b", "c"], ["e"]]
+    assert describe_cycle(graph, one_cycle(graph, ["a", "b", "c"])) == "a (line 1) -> b (line 2) -> c (line 3) -> a"
+
+
+# ------------------------------------------------------------------------------------------- private names
+
+def is_private(name: str) -> bool:
+    """``_x`` and ``__x`` are private; ``__x__`` (dunder) and ``_x_`` (enum sunder) and namedtuple's API are not."""
+    if not name.startswith("_") or name in PUBLIC_UNDERSCORE:
+        return False
+    if name.startswith("__") and name.endswith("__"):
+        return False
+    return not (len(name) > 2 and name.endswith("_") and not name.startswith("__"))
+
+
+def owners_in(importer: str, tree: ast.Module, roots: tuple[str, ...]) -> dict[str, tuple[str, str | None]]:
+    """Every name ``importer`` binds anywhere (module level or inside functions) to a module under ``roots`` or to
+    an object imported from one: ``name -> (module, attribute)``; ``attribute`` is ``None`` for a module."""
+    bound: dict[str, tuple[str, str | None]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if not under(alias.name, roots):
+                    continue
+                if alias.asname:
+                    bound[alias.asname] = (alias.name, None)
+                else:
+                    top = alias.name.split(".")[0]
+                    bound[top] = (top, None)
+        elif isinstance(node, ast.ImportFrom):
+            base = resolve_from(importer, node.level, node.module)
+            if not under(base, roots):
+                continue
+            for alias in node.names:
+                local = alias.asname or alias.name
+                if f"{base}.{alias.name}" in MODULES:
+                    bound[local] = (f"{base}.{alias.name}", None)
+                else:
+                    bound[local] = (base, alias.name)
+    return bound
+
+
+def under(name: str, roots: tuple[str, ...]) -> bool:
+    return any(name == r or name.startswith(r + ".") for r in roots)
+
+
+def chain(node: ast.expr) -> list[str] | None:
+    """``a.b.c`` as ``["a", "b", "c"]``; ``None`` when the expression is not a plain dotted name."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return [node.id, *reversed(parts)]
+
+
+ATTRIBUTE_FUNCTIONS = frozenset({"getattr", "setattr", "hasattr", "delattr"})
+
+
+def private_access(node: ast.AST) -> list[str] | None:
+    """The dotted name ``node`` reads a private attribute through (``a.b._c``, or ``getattr(a.b, "_c")`` and its
+    siblings), the private name last; ``None`` for any other node."""
+    if isinstance(node, ast.Attribute) and is_private(node.attr):
+        return chain(node)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ATTRIBUTE_FUNCTIONS
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str) and is_private(node.args[1].value)):
+        base = chain(node.args[0])
+        return None if base is None else [*base, node.args[1].value]
+    return None
+
+
+def private_uses(importer: str, roots: tuple[str, ...]) -> list[str]:
+    """Where ``importer`` uses a private name of another module under ``roots`` (``file:line: what``)."""
+    tree = parse(importer)
+    path = MODULES[importer]
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = resolve_from(importer, node.level, node.module)
+            if under(base, roots) and base != importer:
+                found += [f"{where}:{node.lineno}: from {base} import {a.name}" for a in node.names
+                          if is_private(a.name)]
+    bound = owners_in(importer, tree, roots)
+    for node in ast.walk(tree):
+        parts = private_access(node)
+        if parts is None or parts[0] not in bound:
+            continue
+        module, attribute = bound[parts[0]]
+        rest = parts[1:-1]
+        if attribute is None and module.split(".")[0] == PACKAGE:
+            # walk a dotted module path as far as it names modules: skipweave.store.codec._x
+            while rest and f"{module}.{rest[0]}" in MODULES:
+                module = f"{module}.{rest.pop(0)}"
+        elif attribute is None:
+            module = ".".join([module, *rest])  # another library's module path: wrapt.importer._post_import_hooks
+        if module == importer:
+            continue
+        owner = f"{module}.{attribute}" if attribute else module
+        found.append(f"{where}:{node.lineno}: {'.'.join(parts)} (private name of {owner})")
+    return sorted(set(found), key=lambda line: (int(line.split(":")[1]), line))
+
+
+def test_no_module_uses_a_private_name_of_another_skipweave_module() -> None:
+    found = [line for m in MODULES for line in private_uses(m, (PACKAGE,))]
+    assert not found, "private names used across modules (add a public function instead):\n" + "\n".join(
+        f"  {line}" for line in found)
+
+
+def test_no_module_uses_a_private_name_of_wrapt() -> None:
+    """docs/architecture.md: wrapt's private names included (its post-import hook table, its proxies' slots)."""
+    found = [line for m in MODULES for line in private_uses(m, ("wrapt",))]
+    assert not found, "private names of wrapt used (use its public API):\n" + "\n".join(f"  {line}" for line in found)
+
+
+def test_the_private_name_check_sees_each_form(tmp_path: Path) -> None:
+    source = (
+        "import skipweave.store.codec\n"
+        "import skipweave.weaving.weaver as w\n"
+        "from skipweave.store import layout\n"
+        "from skipweave.weaving.weaver import WEAVER\n"
+        "from skipweave.store.codec import _Encoder\n"
+        "def f():\n"
+        "    from skipweave.report import _lock\n"
+        "    return (skipweave.store.codec._flat_bytes, w._x, layout._y, WEAVER._lock, WEAVER.plan,\n"
+        "            layout.__name__, WEAVER._value_, WEAVER._replace, getattr(layout, '_z', None))\n"
+    )
+    name = f"{PACKAGE}._layering_probe"
+    MODULES[name] = tmp_path / "_layering_probe.py"
+    MODULES[name].write_text(source)
+    try:
+        found = [line.split(": ", 1)[1] for line in private_uses(name, (PACKAGE,))]
+    finally:
+        del MODULES[name]
+    assert sorted(found) == sorted([
+        "from skipweave.store.codec import _Encoder",
+        "from skipweave.report import _lock",
+        "skipweave.store.codec._flat_bytes (private name of skipweave.store.codec)",
+        "w._x (private name of skipweave.weaving.weaver)",
+        "layout._y (private name of skipweave.store.layout)",
+        "WEAVER._lock (private name of skipweave.weaving.weaver.WEAVER)",
+        "layout._z (private name of skipweave.store.layout)",
+    ])
