@@ -14,9 +14,15 @@ from typing import Any
 
 import torch
 
+import skipweave.store.codec.arrays as arrays
+import skipweave.store.codec.containers as containers
+import skipweave.store.codec.devices as devices
+import skipweave.store.codec.objects as objects
+import skipweave.store.codec.pickled as pickled
+import skipweave.store.codec.scalars as scalars
+import skipweave.store.codec.tensors as tensors
 from skipweave.store import classes
 from skipweave.store.classes import class_ref
-from skipweave.store.codec import arrays, containers, devices, objects, pickled, scalars, tensors
 from skipweave.store.hosts import host_for_kind
 from skipweave.store.tree import CodecError, NodePath, check_root, path_text
 

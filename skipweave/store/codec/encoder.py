@@ -21,9 +21,13 @@ from typing import Any
 import numpy as np
 import torch
 
+import skipweave.store.codec.arrays as arrays
+import skipweave.store.codec.containers as containers
+import skipweave.store.codec.objects as objects
+import skipweave.store.codec.pickled as pickled
+import skipweave.store.codec.tensors as tensors
 from skipweave.store import classes
 from skipweave.store.classes import class_ref
-from skipweave.store.codec import arrays, containers, objects, pickled, tensors
 from skipweave.store.codec.scalars import INT_JSON_LIMIT, float_node
 from skipweave.store.hosts import host_of
 from skipweave.store.tree import CodecError, NodePath, path_text
