@@ -119,11 +119,6 @@ class Work:
                 _work.notify_all()
 
 
-def exiting() -> bool:
-    """Whether the exit steps began: skipweave's own work is refused from then on."""
-    return _closing
-
-
 def close_work(timeout: float = DRAIN_SECONDS) -> bool:
     """Refuse skipweave's own work from now on and wait up to ``timeout`` seconds for the threads inside it to
     leave. The first :data:`FINISH` step. Returns whether every thread left in time (else a WARNING is logged)."""
@@ -165,5 +160,5 @@ at_exit(FINISH, close_work)  # first of all, see the module docstring
 atexit.register(run_exit_steps)
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
-__all__ = ["DRAIN_SECONDS", "FINISH", "REPORT", "STOP", "Work", "at_exit", "close_work", "exiting",
+__all__ = ["DRAIN_SECONDS", "FINISH", "REPORT", "STOP", "Work", "at_exit", "close_work",
            "in_multiprocessing_children", "run_exit_steps"]

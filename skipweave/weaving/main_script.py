@@ -63,17 +63,17 @@ def main_script_started() -> bool:
     return not _script_from_command_line()
 
 
-def _script_from_command_line() -> str | None:
-    """The module name the command line gives the main script (``train`` for ``python train.py``, ``pkg.train`` for
-    ``python -m pkg.train``), or ``None`` (``-c``, interactive, no ``sys.orig_argv``)."""
+def _command_line_script() -> tuple[str, str] | None:
+    """What the command line runs as the main script: ``("file", "train.py")``, ``("module", "pkg.train")``, or
+    ``None`` (``-c``, ``-``, interactive, no ``sys.orig_argv``)."""
     argv = list(getattr(sys, "orig_argv", []) or [])[1:]
     i = 0
     while i < len(argv):
         arg = argv[i]
         if arg == "-m" and i + 1 < len(argv):
-            return argv[i + 1]
+            return "module", argv[i + 1]
         if arg.startswith("-m") and len(arg) > 2:
-            return arg[2:]
+            return "module", arg[2:]
         if arg in ("-c", "-") or arg.startswith("-c"):
             return None
         if arg in ("-W", "-X", "--check-hash-based-pycs"):
@@ -82,8 +82,18 @@ def _script_from_command_line() -> str | None:
         if arg.startswith("-"):
             i += 1
             continue
-        return _module_name_of_file(arg)
+        return "file", arg
     return None
+
+
+def _script_from_command_line() -> str | None:
+    """The module name the command line gives the main script (``train`` for ``python train.py``, ``pkg.train`` for
+    ``python -m pkg.train``), or ``None``."""
+    script = _command_line_script()
+    if script is None:
+        return None
+    kind, value = script
+    return value if kind == "module" else _module_name_of_file(value)
 
 
 def _module_name_of_file(path: str) -> str | None:
@@ -203,18 +213,13 @@ def _script_path() -> str | None:
     path = getattr(main, "__file__", None)
     if path:
         return str(path)
-    argv = list(getattr(sys, "orig_argv", []) or [])[1:]
-    for i, arg in enumerate(argv):
-        if arg == "-m" and i + 1 < len(argv):
-            return _module_file(argv[i + 1])
-        if arg.startswith("-m") and len(arg) > 2:
-            return _module_file(arg[2:])
-        if arg.startswith("-c"):
-            return None
-        if arg in ("-W", "-X") or (i and argv[i - 1] in ("-W", "-X")) or arg.startswith("-"):
-            continue
-        return arg if arg.endswith((".py", ".pyw")) else None
-    return None
+    script = _command_line_script()
+    if script is None:
+        return None
+    kind, value = script
+    if kind == "module":
+        return _module_file(value)
+    return value if value.endswith((".py", ".pyw")) else None
 
 
 def _module_file(name: str) -> str | None:
