@@ -12,6 +12,7 @@ def register_builtin() -> None:
     """Register every shipped integration's hooks (host types, config adapters, weave hooks). Imports no host
     library: each integration imports its host only when it meets one of its objects."""
     # Each integration adds its registration module here, e.g. ``from skipweave.integrations.verl import hooks``.
+    from skipweave.integrations.verl import meta_info  # noqa: F401 - verl's meta_info["skipweave"] result note
 
 
 __all__ = ["register_builtin"]
