@@ -107,8 +107,8 @@ class AsyncBridge:
         loop = asyncio.get_running_loop()
         try:  # the serving step's choice (stats, the part's files) off the loop, in the order the calls came
             await loop.run_in_executor(chooser(), ledger.choose_first, d)
-            if d.wait is not None:  # single flight (see SkipProxy.sync_call); awaiting yields: any call may end
-                other, d.wait = d.wait, None
+            if d.waits_for is not None:  # single flight (see SkipProxy.sync_call); awaiting yields: any call may end
+                other, d.waits_for = d.waits_for, None
                 if other.done is not None:
                     lifecycle.leave_work()  # waiting is no work of ours (see SkipProxy.sync_call)
                     try:

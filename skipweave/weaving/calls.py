@@ -44,18 +44,19 @@ class Call:
     served or recorded under (see :mod:`skipweave.policy.matching`), ``None`` until chosen.
     """
 
-    __slots__ = ("step", "call", "shard", "served", "fp", "replace", "no_store", "part_ticket", "slot", "wait",
-                 "done", "thread", "concurrent", "instance", "waited", "validation", "unserved", "rng_before",
-                 "lists_before", "effects_open")
+    __slots__ = ("step", "call", "shard", "served", "fp", "replace", "no_store", "start_number", "slot",
+                 "waits_for", "done", "thread", "concurrent", "instance", "waited", "validation", "unserved",
+                 "rng_before", "lists_before", "effects_open")
 
     def __init__(self, step: int, call: int, shard: str, served: int | None) -> None:
         self.step, self.call, self.shard, self.served = step, call, shard, served
         self.fp: str | None = None
         self.replace = False
         self.no_store = False
-        self.part_ticket = 0  # the store counts this call as running in its part: call_started's ticket, else 0
+        # while the store counts it as running in its part: its number among the calls the store saw start, else 0
+        self.start_number = 0
         self.slot: int | None = None
-        self.wait: Call | None = None  # single flight: the running call whose recording will serve this one
+        self.waits_for: Call | None = None  # single flight: the running call whose recording will serve this one
         self.done: concurrent.futures.Future[None] | None = None  # set when this real call and its record end
         self.thread = 0
         self.concurrent = False  # another thread ran a real call of the same step meanwhile
@@ -165,7 +166,7 @@ class CallLedger:
         self.choose(d)
 
     def choose(self, d: Call) -> None:
-        """Choose the step that serves ``d`` (``d.served``), or wait for one being recorded (``d.wait``)."""
+        """Choose the step that serves ``d`` (``d.served``), or wait for one being recorded (``d.waits_for``)."""
         proxy = self.proxy
         role, target, store = proxy.role, proxy.target.name, proxy.store
         step, shard = d.step, d.shard
@@ -194,8 +195,8 @@ class CallLedger:
             return
         with self.lock:  # one lock for the look and the registration: two calls never both decide to generate
             if action is not Action.CACHE and role.single_flight and not d.waited:
-                d.wait = self._recording_that_serves(d, recorded)
-            if d.wait is None:
+                d.waits_for = self._recording_that_serves(d, recorded)
+            if d.waits_for is None:
                 self.register(d)
 
     def _recording_that_serves(self, d: Call, recorded: list[int]) -> Call | None:

@@ -264,8 +264,8 @@ class SkipProxy:
         """Settle ``d``, a plain call: wait for the running call that serves it (single flight), replay it, or call
         through and record (see :meth:`eligible_call`)."""
         ledger, replayer, recorder = self.ledger, self.replayer, self.recorder
-        if d.wait is not None:  # single flight: wait for the running call that will serve this one
-            other, d.wait = d.wait, None
+        if d.waits_for is not None:  # single flight: wait for the running call that will serve this one
+            other, d.waits_for = d.waits_for, None
             if other.done is not None and other.thread != threading.get_ident() and not report.loop_running():
                 # (in a thread that runs that call or an event loop, waiting here could never end: run live)
                 lifecycle.leave_work()  # waiting is no work of ours: exit need not wait for the other call

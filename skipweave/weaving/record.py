@@ -59,7 +59,7 @@ class Recorder:
             ledger.register(d)  # a call that became a miss only when its entry could not be served
             alone = effects.open_call(d) if effects.effects else False
         if not d.no_store:
-            d.part_ticket = proxy.store.call_started(d.step, proxy.target.name, d.shard)
+            d.start_number = proxy.store.call_started(d.step, proxy.target.name, d.shard)
             if alone:
                 d.lists_before = effects.lists_before(d)
             if proxy.role.restore_rng:
@@ -87,10 +87,10 @@ class Recorder:
         proxy = self.proxy
         if d.effects_open:  # failed, or ended without its effects taken
             proxy.effects.close_call(d)
-        if d.part_ticket:
-            ticket, d.part_ticket = d.part_ticket, 0
+        if d.start_number:
+            number, d.start_number = d.start_number, 0
             try:
-                proxy.store.call_ended(d.step, proxy.target.name, d.shard, failed=failed, ticket=ticket)
+                proxy.store.call_ended(d.step, proxy.target.name, d.shard, failed=failed, ticket=number)
             finally:
                 proxy.ledger.unregister(d)
 
