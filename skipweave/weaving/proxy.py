@@ -113,8 +113,6 @@ class SkipProxy:
         self.replayer = Replayer(self)
         self.recorder = Recorder(self)
         self.async_bridge = AsyncBridge(self)
-        # the names skipweave.integrations.verl.tq and skipweave.weaving.stubs read, until they use the public ones
-        self._lock, self._calls, self._counts = self.ledger.lock, self.ledger.indices, self.counts
 
     @property
     def defaults(self) -> Mapping[str, Any]:
@@ -259,8 +257,6 @@ class SkipProxy:
         annotate(result, report.BYPASS, step, None)
         return result
 
-    _live_bypass = live_bypass  # the name skipweave.integrations.verl.tq calls, until it uses live_bypass
-
     def sync_call(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], d: Call) -> Any:
         """Settle ``d``, a plain call: wait for the running call that serves it (single flight), replay it, or call
         through and record (see :meth:`eligible_call`)."""
@@ -361,9 +357,10 @@ def _front(proxy: SkipProxy, gate: Gate) -> Callable[..., Any]:
         result = wrapped(*args, **kwargs)
         if type(result) is coroutine:  # a plain def that handed back its coroutine
             return annotated_awaitable(result, step)
-        note = notes.note
-        if note is not None:
-            note(result, status, step, None)
+        for attribute, key in notes.places:  # as notes.annotate, inline (see skipweave.weaving.notes)
+            out = getattr(result, attribute, None)
+            if isinstance(out, dict):
+                out[key] = {"status": status, "step": step, "served_step": None}
         return result
 
     front.skipweave_proxy = proxy  # type: ignore[attr-defined]

@@ -90,7 +90,7 @@ class Recorder:
         if d.start_number:
             number, d.start_number = d.start_number, 0
             try:
-                proxy.store.call_ended(d.step, proxy.target.name, d.shard, failed=failed, ticket=number)
+                proxy.store.call_ended(d.step, proxy.target.name, d.shard, failed=failed, number=number)
             finally:
                 proxy.ledger.unregister(d)
 
@@ -154,7 +154,7 @@ class Recorder:
                              background=True)
             budget = role.write_buffer
             if WRITER.behind() and 0 < staged.nbytes <= budget:
-                staged = staged.owned()  # the host may change its result in place as soon as it has it
+                staged = staged.copied()  # the host may change its result in place as soon as it has it
                 ledger.claim(d.step, d.shard, key.call)  # never served to this process's own later calls
                 WRITER.submit(store, key, staged, meta, budget=budget,
                               on_done=lambda outcome: self.written(d, key, outcome, counted=staged.nbytes))

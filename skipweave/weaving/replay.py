@@ -83,14 +83,14 @@ class Replayer:
             return None
         store = self.proxy.store
         matched = self._match(d, args, kwargs)
-        match, stamp = matched if matched is not None else (None, None)
+        match, mtime = matched if matched is not None else (None, None)
         if match is None or match.call is None:
             d.served = None
             return None
         d.slot = match.call
         key = store.key(d.served, self.proxy.target.name, d.shard, match.call)
         try:
-            return match, key, store.load(key, stamp=stamp)
+            return match, key, store.load(key, mtime=mtime)
         except FileNotFoundError:  # removed since the part was read: a plain miss, recorded at the call's position
             d.served = d.slot = None
         except UnsafePath as exc:  # a symlink or a file where a folder should be: never touched
@@ -168,13 +168,13 @@ class Replayer:
     def _match(self, d: Call, args: tuple[Any, ...],
                kwargs: Mapping[str, Any]) -> tuple[Match, tuple[int, int] | None] | None:
         """The entry of the serving step's part that serves ``d`` (see :mod:`skipweave.policy.matching`) and the
-        part folder's stamp the part was read with (for :meth:`StepStore.load`); ``None`` when the part cannot be
-        read (the call runs live without recording)."""
+        part folder's modification time the part was read with (for :meth:`StepStore.load`); ``None`` when the part
+        cannot be read (the call runs live without recording)."""
         assert d.served is not None
         proxy = self.proxy
         store, target, ledger = proxy.store, proxy.target.name, proxy.ledger
         same = d.served == d.step
-        if same and store.fresh(d.step, target, d.shard):
+        if same and store.is_fresh(d.step, target, d.shard):
             return Match(None, False, False, 0), None  # recorded afresh by this run: nothing in it serves this call
         claimed: Collection[int] = ledger.claimed_at(d.step, d.shard) if same else ()
         try:
@@ -182,8 +182,8 @@ class Replayer:
             # recordings of the step: never served to it)
             store.wait_pending(d.served, target, d.shard, skip=claimed)
             # one look at the folder, after the wait (what was pending is committed now), for the part and the load
-            stamp = store.stamp(d.served, target)
-            entries = store.part_calls(d.served, target, d.shard, stamp=stamp)
+            mtime = store.folder_mtime(d.served, target)
+            entries = store.part_calls(d.served, target, d.shard, mtime=mtime)
         except Exception as exc:  # a symlinked or unreadable folder: never fail the training call
             logger.warning("skipweave: role %s target %s step %d: the recordings of step %d are unreadable "
                            "(%s: %s); running live without recording", proxy.role.role, target,
@@ -204,7 +204,7 @@ class Replayer:
             ledger.warn_shared(d, what)
         elif match.call is not None and same:
             ledger.claim(d.step, d.shard, match.call)
-        return match, stamp
+        return match, mtime
 
     def _view(self, step: int, shard: str, entries: tuple[Any, ...]) -> PartView:
         """The part's :class:`PartView`, judged again when its entries changed (``part_calls`` hands back the same

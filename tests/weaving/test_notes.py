@@ -1,4 +1,4 @@
-"""Result notes: a host's convention for marking results is a hook the proxy calls, registered by its integration."""
+"""Result notes: a host's convention for marking results is declared by its integration; the proxy writes it."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 
 import skipweave
-from skipweave.integrations.verl.meta_info import note_meta_info
-from skipweave.weaving.notes import RESULT_NOTES
+from skipweave.integrations.verl.meta_info import META_INFO
+from skipweave.weaving.notes import RESULT_NOTES, ResultNote
 
 HOST = '''
 class Batch:
     def __init__(self, step):
         self.meta_info = {"global_steps": step}
+        self.extra = {}
 
 
 def gen(batch):
@@ -30,16 +31,19 @@ def mod(host_module: Any) -> Any:
 
 
 def test_verl_meta_info_is_a_registered_note() -> None:
-    assert note_meta_info in RESULT_NOTES.items()
+    assert META_INFO in RESULT_NOTES.items()
+    assert ("meta_info", "skipweave") in RESULT_NOTES.current()
+
+
+def test_a_note_is_declared_not_called() -> None:
+    with pytest.raises(TypeError, match="ResultNote"):
+        RESULT_NOTES.add(lambda *a: None)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("general", [False, True])
 def test_every_registered_note_sees_each_result_and_a_removed_one_none(mod: Any, tmp_path: Path,
                                                                        general: bool) -> None:
-    seen: list[tuple[str, Any, Any]] = []
-
-    def note(result: Any, status: str, step: int | None, served: int | None) -> None:
-        seen.append((status, step, served))
+    note = ResultNote("extra", "fate")
 
     skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "steps": [1],
                                           "targets": {"g": f"{mod.__name__}:gen"}}}})
@@ -52,10 +56,13 @@ def test_every_registered_note_sees_each_result_and_a_removed_one_none(mod: Any,
     try:
         out = mod.gen(mod.Batch(2))
         assert out.meta_info["skipweave"] == {"status": "bypass", "step": 2, "served_step": None}
-        mod.gen(mod.Batch(1))
+        assert out.extra["fate"] == {"status": "bypass", "step": 2, "served_step": None}
+        out = mod.gen(mod.Batch(1))
+        assert out.extra["fate"] == {"status": "miss", "step": 1, "served_step": None}
     finally:
         RESULT_NOTES.remove(note)
         if general:
             mod.gen._self_wrapper.skipweave_proxy.ledger.running -= 1
-    mod.gen(mod.Batch(3))
-    assert seen == [("bypass", 2, None), ("miss", 1, None)]
+    out = mod.gen(mod.Batch(3))
+    assert out.extra == {}
+    assert out.meta_info["skipweave"]["step"] == 3
