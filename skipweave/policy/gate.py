@@ -263,6 +263,9 @@ def _one_argument(cfg: BypassConfig, source: StepSource, positions: Mapping[str,
     read_step = compile_reader(".".join(rests[-1]))
     one_part = all(len(r) == 1 for r in rests)
     flag_keys = tuple(r[0] for r in rests[:-1])
+    # one flag (verl's ``validate``) is read without a loop: the loop was a fifth of what this function adds to a
+    # validation call (bench/run.py ``calls.bypass_validation``, Dec 2026)
+    flag_key = flag_keys[0] if len(flag_keys) == 1 else None
     step_key = rests[-1][0]
     by_number = isinstance(cfg.arg, int)
     # a one-part prefix (verl's ``meta_info``) is read here, not through a reader: the reader's call and loop were
@@ -293,12 +296,19 @@ def _one_argument(cfg: BypassConfig, source: StepSource, positions: Mapping[str,
         if node is MISSING:
             return step_of(instance, args, kwargs)
         if one_part and type(node) is dict:
-            for key in flag_keys:
-                flag = node.get(key)
+            if flag_key is not None:
+                flag = node.get(flag_key)
                 if flag is True:
                     return BYPASS
                 if not (flag is None or flag is False):
                     return two_stage(instance, args, kwargs)
+            else:
+                for key in flag_keys:
+                    flag = node.get(key)
+                    if flag is True:
+                        return BYPASS
+                    if not (flag is None or flag is False):
+                        return two_stage(instance, args, kwargs)
             value = node.get(step_key)
         else:
             for read in flag_readers:
