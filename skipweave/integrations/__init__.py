@@ -18,6 +18,7 @@ def register_builtin() -> None:
     from skipweave.integrations.verl import (
         coexist,  # noqa: F401  (weave hook: verl's SkipManager hands roles over)
         hosts,  # noqa: F401
+        meta_info,  # noqa: F401 - verl's meta_info["skipweave"] result note
     )
     from skipweave.integrations.verl import config as _verl_config  # noqa: F401 - verl's legacy keys, namespace
 

@@ -90,44 +90,59 @@ def get_arg(
     return MISSING
 
 
-_PLAIN_KEPT = 256
-"""Classes whose "not a Mapping" answer :func:`compile_reader`'s readers remember before starting afresh (bounded:
-no class kept alive for good by a host that makes classes per call)."""
-_plain: dict[type, bool] = {}
-_plain_token: list[object] = [abc.get_cache_token()]
-
-
-def _is_plain(obj: Any) -> bool:
-    """True when ``obj`` is certainly not a Mapping, judged once per class (``False`` also when unsure).
+class PlainClasses:
+    """Which classes are certainly not a Mapping, judged once per class: what lets a compiled reader use ``getattr``
+    where :func:`get_path` would ask ``isinstance(obj, Mapping)`` per part.
 
     ``isinstance(obj, Mapping)`` costs ~0.3 µs through the ABC machinery; the answer depends only on the class
-    while no ABC registers a class (the cache token) and ``obj.__class__`` is its real type (a proxy object such
-    as wrapt's ``ObjectProxy`` reports the wrapped object's class, so it is never remembered). Kept for the
-    attribute-path rows of bench/run.py (``calls.method_shape_attr_step`` reads ``self.state.global_step``):
-    a two-part read takes 1.9-2.3 µs with the per-class answer and 2.9-4.0 µs with ``isinstance`` per part on
-    the loaded machine of the measurement (Dec 2026, ``compile_reader`` timed alone), some 15-20 % of that row.
+    while no ABC registers a class (``abc.get_cache_token()``) and ``obj.__class__`` is its real type (a proxy
+    object such as wrapt's ``ObjectProxy`` reports the wrapped object's class, so it is never remembered). Kept for
+    the attribute-path rows of bench/run.py (``calls.method_shape_attr_step`` reads ``self.state.global_step``):
+    a two-part read takes 1.9-2.3 µs with the per-class answer and 2.9-4.0 µs with ``isinstance`` per part on the
+    loaded machine of the measurement (Dec 2026, ``compile_reader`` timed alone), some 15-20 % of that row.
+
+    Attributes:
+        known: class -> ``True`` (not a Mapping) or ``False``; a hot path may read it inline as
+            ``known.get(type(obj)) and token[0] == abc.get_cache_token()`` (the same dict for good; cleared when
+            the token changes, or past :attr:`KEPT` classes).
+        token: a one-element list holding the ABC cache token ``known`` was judged under.
     """
-    kind = type(obj)
-    token = abc.get_cache_token()
-    if _plain_token[0] != token:
-        _plain.clear()
-        _plain_token[0] = token
-    try:
-        known = _plain.get(kind)
-    except TypeError:  # a class made unhashable by its metaclass
-        return False
-    if known is not None:
-        return known
-    if obj.__class__ is not kind:
-        return False
-    try:
-        answer = not isinstance(obj, Mapping)
-    except TypeError:
-        return False
-    if len(_plain) >= _PLAIN_KEPT:
-        _plain.clear()
-    _plain[kind] = answer
-    return answer
+
+    KEPT = 256
+    """Classes remembered before starting afresh (bounded: no class kept alive for good by a host that makes
+    classes per call)."""
+
+    def __init__(self) -> None:
+        self.known: dict[type, bool] = {}
+        self.token: list[object] = [abc.get_cache_token()]
+
+    def judge(self, obj: Any) -> bool:
+        """True when ``obj`` is certainly not a Mapping (``False`` also when unsure)."""
+        kind = type(obj)
+        token = abc.get_cache_token()
+        if self.token[0] != token:
+            self.known.clear()
+            self.token[0] = token
+        try:
+            known = self.known.get(kind)
+        except TypeError:  # a class made unhashable by its metaclass
+            return False
+        if known is not None:
+            return known
+        if obj.__class__ is not kind:
+            return False
+        try:
+            answer = not isinstance(obj, Mapping)
+        except TypeError:
+            return False
+        if len(self.known) >= self.KEPT:
+            self.known.clear()
+        self.known[kind] = answer
+        return answer
+
+
+PLAIN = PlainClasses()
+"""The process's judgements of which classes are not a Mapping (:func:`compile_reader` and the gate's readers)."""
 
 
 def compile_reader(path: str) -> Callable[[Any], Any]:
@@ -141,7 +156,31 @@ def compile_reader(path: str) -> Callable[[Any], Any]:
     parts = _split(path) if path else ()
     if not parts or any(p.lstrip("-").isdigit() for p in parts):
         return lambda obj: get_path(obj, path)
-    known, token, get_token = _plain, _plain_token, abc.get_cache_token
+    known, token, get_token, judge = PLAIN.known, PLAIN.token, abc.get_cache_token, PLAIN.judge
+    if len(parts) == 2:
+        # unrolled: the loop was a tenth of the bypass of a target whose step is ``self.state.global_step``
+        # (bench/run.py ``calls.method_shape_attr_step``, Dec 2026)
+        first, second = parts
+
+        def read_two(obj: Any) -> Any:
+            try:
+                if type(obj) is dict:
+                    cur = obj.get(first, MISSING)
+                elif (known.get(type(obj)) and token[0] == get_token()) or judge(obj):
+                    cur = getattr(obj, first, MISSING)
+                else:
+                    return get_path(obj, path)
+                if cur is MISSING:
+                    return MISSING
+                if type(cur) is dict:
+                    return cur.get(second, MISSING)
+                if (known.get(type(cur)) and token[0] == get_token()) or judge(cur):
+                    return getattr(cur, second, MISSING)
+            except TypeError:  # the same answer from get_path, or the host's own TypeError again
+                pass
+            return get_path(obj, path)
+
+        return read_two
 
     def read(obj: Any) -> Any:
         cur = obj
@@ -149,7 +188,7 @@ def compile_reader(path: str) -> Callable[[Any], Any]:
             for part in parts:
                 if type(cur) is dict:
                     cur = cur.get(part, MISSING)
-                elif (known.get(type(cur)) and token[0] == get_token()) or _is_plain(cur):
+                elif (known.get(type(cur)) and token[0] == get_token()) or judge(cur):
                     cur = getattr(cur, part, MISSING)
                 else:
                     return get_path(obj, path)

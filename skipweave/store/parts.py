@@ -68,6 +68,7 @@ class PartStates:
         self._steps = steps
         self._pending = pending
         self.calls_per_step = calls_per_step
+        self._expected: dict[str, int] = {}  # target -> calls per step a host told at run time (expect_calls)
         self.lock = lock
         self._writing: set[Part] = set()  # parts this process records into
         self._checked: set[Part] = set()  # parts checked for interrupted leftovers
@@ -93,10 +94,21 @@ class PartStates:
         with self.lock:
             self._open.add(part)
 
+    def expect_calls(self, target: str, calls: int) -> None:
+        """Every shard makes ``calls`` calls of ``target`` per step (over ``calls_per_step``); see
+        :meth:`~skipweave.store.step_store.StepStore.expect_calls`."""
+        self._expected[target] = calls
+
+    def known_calls(self, target: str) -> int | None:
+        """Calls one shard makes per step of ``target`` when told (:meth:`expect_calls`, else ``calls_per_step``)."""
+        return self._expected.get(target, self.calls_per_step)
+
     def expected_calls(self, target: str, shard: str) -> int:
-        """Calls one shard makes per step: ``calls_per_step``, else the most seen in a closed part, else 1."""
-        if self.calls_per_step is not None:
-            return self.calls_per_step
+        """Calls one shard makes per step: as told (:meth:`known_calls`), else the most seen in a closed part, else
+        1."""
+        known = self.known_calls(target)
+        if known is not None:
+            return known
         best = 0
         f = self._folders
         for step in list_steps(f.dump_dir, f.namespace, f.role)[-8:]:
@@ -252,8 +264,8 @@ class PartStates:
             logger.info("skipweave: role %s target %s step %d shard %s left open: a call of it failed",
                         self._folders.role, target, step, shard)
             return
-        if self.calls_per_step is not None and \
-                self._parts.part_info(step, target, shard).contiguous < self.calls_per_step:
+        known = self.known_calls(target)
+        if known is not None and self._parts.part_info(step, target, shard).contiguous < known:
             return
         with contextlib.suppress(OSError):
             self._write_state(self._folders.key(step, target, shard, 0), "closed")

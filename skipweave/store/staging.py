@@ -55,8 +55,6 @@ class Staged:
             raise
         return Staged(self.tree, tensors, self.pickled, self.nbytes, tuple(buffers), spare)
 
-    owned = copied
-    """The name the weaving layer calls :meth:`copied` by (``staged.owned()``)."""
 
     @property
     def memory(self) -> int:

@@ -161,8 +161,7 @@ class StepStore:
         """
         return self._index.part_info(step, target, shard)
 
-    def part_calls(self, step: int, target: str, shard: str, *, mtime: Mtime | None = None,
-                   stamp: Mtime | None = None) -> tuple[Recorded, ...]:
+    def part_calls(self, step: int, target: str, shard: str, *, mtime: Mtime | None = None) -> tuple[Recorded, ...]:
         """The committed entries of a part with their writer and input fingerprint, sorted by call index.
 
         Kept until the part's folder changes (one ``lstat`` per call); after a change only manifests that are
@@ -173,9 +172,15 @@ class StepStore:
 
         Args:
             mtime: the folder's :meth:`folder_mtime`, when the caller took it just now (a replay takes one for its
-                whole read, see :meth:`load`); taken here when ``None``. ``stamp``: the same, by its former name.
+                whole read, see :meth:`load`); taken here when ``None``.
         """
-        return self._index.part_calls(step, target, shard, mtime=mtime if mtime is not None else stamp)
+        return self._index.part_calls(step, target, shard, mtime=mtime)
+
+    def expect_calls(self, target: str, calls: int) -> None:
+        """Every shard makes ``calls`` calls of ``target`` per step, whatever ``calls_per_step`` says: a host that
+        learns its count only at run time (verl's V1 trainer, ``parameter_sync_step`` mini-batches per step) tells
+        it here; a part of ``target`` is then complete, and is closed, only with that many calls."""
+        self._parts.expect_calls(target, calls)
 
     def expected_calls(self, target: str, shard: str) -> int:
         """Calls one shard makes per step: ``calls_per_step``, else the most seen in a closed part, else 1."""
@@ -198,11 +203,11 @@ class StepStore:
         """
         return self._steps.recorded_steps(target, shard, self.is_complete, self._pending.steps(target, shard))
 
-    def load(self, key: EntryKey, *, mtime: Mtime | None = None, stamp: Mtime | None = None) -> Loaded:
+    def load(self, key: EntryKey, *, mtime: Mtime | None = None) -> Loaded:
         """Read, judge, verify and decode one entry.
 
         ``mtime``: the folder's :meth:`folder_mtime`, when the caller took it just now (and read the part's entries
-        with it, see :meth:`part_calls`); taken here when ``None``. ``stamp``: the same, by its former name.
+        with it, see :meth:`part_calls`); taken here when ``None``.
 
         Raises:
             FileNotFoundError: the entry was never committed.
@@ -213,7 +218,7 @@ class StepStore:
             codec.CodecError: the payload cannot be decoded here (e.g. a class this process does not
                 approve, see :mod:`skipweave.store.codec`).
         """
-        return self._reader.load(key, mtime=mtime if mtime is not None else stamp)
+        return self._reader.load(key, mtime=mtime)
 
     # ------------------------------------------------------------------ parts
     def prepare_part(self, step: int, target: str, shard: str) -> None:
@@ -262,8 +267,7 @@ class StepStore:
         its entry is written in the background). Returns its number, for :meth:`call_ended`."""
         return self._parts.call_started(step, target, shard)
 
-    def call_ended(self, step: int, target: str, shard: str, *, failed: bool = False, number: int = 0,
-                   ticket: int = 0) -> None:
+    def call_ended(self, step: int, target: str, shard: str, *, failed: bool = False, number: int = 0) -> None:
         """That call ended (its entry committed, when written in the background); the part closes now if a later
         call (or :meth:`close_all`) passed it meanwhile.
 
@@ -271,10 +275,9 @@ class StepStore:
             failed: the real call raised (anything, ``KeyboardInterrupt`` and ``SystemExit`` included): the
                 part is not marked closed until a call of it that started later succeeds (an earlier call whose
                 entry is committed after the failure does not count).
-            number: what :meth:`call_started` returned for the call (0: unknown, counted as the latest);
-                ``ticket``: the same, by its former name.
+            number: what :meth:`call_started` returned for the call (0: unknown, counted as the latest).
         """
-        self._parts.call_ended(step, target, shard, failed=failed, number=number or ticket)
+        self._parts.call_ended(step, target, shard, failed=failed, number=number)
 
     def close_part(self, step: int, target: str, shard: str) -> None:
         """Mark a part this process recorded as complete (the process moved past its step or stops).
@@ -389,11 +392,6 @@ class StepStore:
             displaced (:meth:`commit` with ``displace``).
         """
         return self._committer.commit_many(items)
-
-    # ------------------------------------------------------------------ former names
-    # The weaving layer calls these; they go once it calls folder_mtime() and is_fresh().
-    stamp = folder_mtime
-    fresh = is_fresh
 
 
 _STORES: weakref.WeakSet[StepStore] = weakref.WeakSet()

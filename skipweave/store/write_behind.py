@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import contextvars
 import functools
 import inspect
 import logging
@@ -48,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skipweave import lifecycle
+from skipweave.store import write_scope
 from skipweave.store.buffers import POOL, POOL_IDLE_S
 from skipweave.store.group import ENTRY_MAX_BYTES
 from skipweave.store.layout import EntryKey
@@ -127,7 +127,7 @@ class WriteBehind:
         through (:func:`write_through`) and the caller is not within an open :func:`scope`."""
         if self._through is None:
             return not self._closed
-        current = _SCOPE.get()
+        current = write_scope.current()
         return current is not None and current.open and not self._closed
 
     def submit(self, store: StepStore, key: EntryKey, staged: Staged, meta: EntryMeta, *, budget: int,
@@ -151,7 +151,7 @@ class WriteBehind:
         future: concurrent.futures.Future[Outcome] = _Future()
         item = _Pending(store, key, staged, meta, on_done, future)
         sid = id(store)
-        current = _SCOPE.get()
+        current = write_scope.current()
         counted = current is not None and current.add(future)
         store.pending_add(key, future)  # first: a replay of it waits from now on, also while this call waits
         try:
@@ -409,65 +409,21 @@ def flush(timeout: float | None = None) -> bool:
     return WRITER.flush(timeout)
 
 
-class Scope:
-    """The recordings handed to the writer within one unit of the host's work (a Ray task or actor method), so
-    that unit can end only once they are committed. See :func:`scope`."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._futures: list[concurrent.futures.Future[Outcome]] = []
-        self.open = True
-
-    def add(self, future: concurrent.futures.Future[Outcome]) -> bool:
-        """Count a recording handed over in this scope, so leaving it waits for it. False when the scope closed
-        already (a thread or task the unit started and left running): :meth:`WriteBehind.submit` then waits for
-        the recording itself where the process writes through."""
-        with self._lock:
-            if self.open:
-                self._futures.append(future)
-            return self.open
-
-    def close(self) -> list[concurrent.futures.Future[Outcome]]:
-        """End the scope: later recordings of its context write through; returns the ones to wait for."""
-        with self._lock:
-            self.open = False
-            futures, self._futures = self._futures, []
-        return futures
-
-
-_SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("skipweave_write_scope", default=None)
-
-
-def _enter() -> tuple[Scope, contextvars.Token[Scope | None]] | None:
-    if _SCOPE.get() is not None:
-        return None  # within another scope: the outermost waits
-    current = Scope()
-    return current, _SCOPE.set(current)
-
-
-def _leave(entered: tuple[Scope, contextvars.Token[Scope | None]] | None) -> list[concurrent.futures.Future[Outcome]]:
-    if entered is None:
-        return []
-    current, token = entered
-    _SCOPE.reset(token)
-    return current.close()
-
-
 @contextmanager
-def scope() -> Iterator[Scope | None]:
+def scope() -> Iterator[write_scope.Scope | None]:
     """Within this block (this thread, and the asyncio tasks and ``to_thread`` calls it starts, which copy the
     context), recordings are written behind even where the process writes through; leaving it waits until they
     are committed, so what the block recorded is on disk once it is left (a failed write was logged at WARNING
     and does not raise here).
 
-    A block within another one adds nothing: the outermost waits. Yields the new :class:`Scope`, or ``None``
-    when nested.
+    A block within another one adds nothing: the outermost waits. Yields the new
+    :class:`~skipweave.store.write_scope.Scope`, or ``None`` when nested.
     """
-    entered = _enter()
+    entered = write_scope.enter()
     try:
         yield None if entered is None else entered[0]
     finally:
-        futures = _leave(entered)
+        futures = write_scope.leave(entered)
         if futures:
             _wait(futures)
 
@@ -491,11 +447,11 @@ def scoped(fn: Callable[..., Any]) -> Callable[..., Any]:
     if inspect.iscoroutinefunction(fn):
         @functools.wraps(fn)
         async def run_async(*args: Any, **kwargs: Any) -> Any:
-            entered = _enter()
+            entered = write_scope.enter()
             try:
                 return await fn(*args, **kwargs)
             finally:
-                futures = _leave(entered)
+                futures = write_scope.leave(entered)
                 if futures:
                     await asyncio.to_thread(_wait, futures)
 
@@ -515,5 +471,5 @@ def write_through(reason: str) -> None:
     WRITER._through = reason
 
 
-__all__ = ["BAR_AFTER_S", "BATCH_BYTES", "BATCH_ENTRIES", "Outcome", "Scope", "WRITER", "WriteBehind", "flush",
+__all__ = ["BAR_AFTER_S", "BATCH_BYTES", "BATCH_ENTRIES", "Outcome", "WRITER", "WriteBehind", "flush",
            "scope", "scoped", "write_through"]

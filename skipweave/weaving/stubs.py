@@ -200,7 +200,7 @@ class StubProxy(SkipProxy):
             return wrapped(*args, **kwargs)
         spec = self.target.stub
         assert spec is not None
-        if not self._counts.called:
+        if not self.counts.called:
             report.first_call(self.role.role, self.target.name, eligible=True)
             logger.info("skipweave: replay-only role %s: %s is a stub, never called (%s)", self.role.role,
                         self.target.path, "a stand-in instance" if isinstance(wrapped, type) else

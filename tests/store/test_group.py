@@ -30,7 +30,7 @@ CALLS = 10
 def _items(store: StepStore, calls: range, step: int = 1, *, nbytes: int = 128) -> list[Any]:
     out = []
     for c in calls:
-        staged = store.stage({"ids": torch.arange(nbytes // 8) + c, "call": c}, rng_state=None).owned()
+        staged = store.stage({"ids": torch.arange(nbytes // 8) + c, "call": c}, rng_state=None).copied()
         out.append((store.key(step, "gen", "r0", c), staged, EntryMeta("m:f", f"fp{c}", 0.1, background=True)))
     return out
 
@@ -272,7 +272,7 @@ KILLED = textwrap.dedent('''
     store = StepStore(sys.argv[1], "ns", "rollout", calls_per_step=10)
     items = []
     for c in range(10):
-        staged = store.stage({"ids": torch.arange(16) + c}, rng_state=None).owned()
+        staged = store.stage({"ids": torch.arange(16) + c}, rng_state=None).copied()
         items.append((store.key(1, "gen", "r0", c), staged, EntryMeta("m:f", "", 0.0, background=True)))
     store.commit_many(items)
 ''')
@@ -340,7 +340,7 @@ def test_strings_holding_surrogates_replay_exactly_alone_and_in_a_group_and_show
     store = StepStore(str(tmp_path), "ns", "rollout", calls_per_step=3)
     alone = store.key(1, "gen", "r0", 0)
     store.record(alone, SURROGATES, target_path="m:f", fingerprint="", rng_state=None, seconds=0.1)
-    items = [(store.key(2, "gen", "r0", c), store.stage(SURROGATES, rng_state=None).owned(),
+    items = [(store.key(2, "gen", "r0", c), store.stage(SURROGATES, rng_state=None).copied(),
               EntryMeta("m:f", "", 0.1, background=True)) for c in range(3)]
     assert all(isinstance(r, tuple) for r in store.commit_many(items))
     store.close_all()

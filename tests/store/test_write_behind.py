@@ -363,7 +363,7 @@ def test_torch_tensors_staged_for_the_writer_own_their_memory(tmp_path: Path) ->
     store = StepStore(str(tmp_path), "default", "rollout")
     x = torch.arange(8)
     staged = store.stage({"x": x}, rng_state=None)
-    owned = staged.owned()
+    owned = staged.copied()
     x.fill_(0)
     assert any(t.data_ptr() == x.data_ptr() for t in staged.tensors.values())  # staged alone shares the host's
     assert all(t.data_ptr() != x.data_ptr() for t in owned.tensors.values())
@@ -470,14 +470,14 @@ def test_a_recording_whose_scope_closed_while_it_was_staged_commits_before_its_c
     monkeypatch.setattr(WRITER, "_through", "a test")
     skipweave.weave(_plan(tmp_path, name))
     staging, method_returned = threading.Event(), threading.Event()
-    real = Staged.owned
+    real = Staged.copied
 
     def held_copy(self: Staged) -> Staged:
         staging.set()
         assert method_returned.wait(30)
         return real(self)
 
-    monkeypatch.setattr(Staged, "owned", held_copy)
+    monkeypatch.setattr(Staged, "copied", held_copy)
     seen: dict[str, int] = {}
 
     def recording() -> None:
@@ -582,20 +582,20 @@ def test_the_writer_does_not_hold_off_while_somebody_waits_for_it(
 
 @pytest.fixture
 def staged(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Weak references to every staged entry the proxies hand to the writer (:meth:`Staged.owned`), in order."""
+    """Weak references to every staged entry the proxies hand to the writer (:meth:`Staged.copied`), in order."""
     import weakref
 
     from skipweave.store.step_store import Staged
 
     refs: list[weakref.ref[Staged]] = []
-    real = Staged.owned
+    real = Staged.copied
 
     def kept(self: Staged) -> Staged:
         out = real(self)
         refs.append(weakref.ref(out))
         return out
 
-    monkeypatch.setattr(Staged, "owned", kept)
+    monkeypatch.setattr(Staged, "copied", kept)
     return refs
 
 

@@ -405,7 +405,7 @@ def test_the_front_keeps_no_argument_class_alive(mod: Any, tmp_path: Path) -> No
     gc.collect()
     from skipweave.policy import access
 
-    assert sum(r() is not None for r in refs) <= access._PLAIN_KEPT
+    assert sum(r() is not None for r in refs) <= access.PLAIN.KEPT
 
 
 def test_a_class_registered_as_a_mapping_later_is_seen(mod: Any, tmp_path: Path) -> None:

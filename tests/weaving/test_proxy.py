@@ -137,12 +137,12 @@ def test_replay_leaves_the_generators_the_call_did_not_touch(mod: Any, tmp_path:
 
 def test_rng_marks_that_fail_never_fail_the_call(mod: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """(a broken CUDA setup, say): the call returns, the next ones are still recorded, with the whole state."""
-    from skipweave.weaving import proxy
+    from skipweave.weaving import record
 
     def broken() -> Any:
         raise RuntimeError("CUDA error: unspecified launch failure")
 
-    monkeypatch.setattr(proxy, "rng_marks", broken)
+    monkeypatch.setattr(record, "rng_marks", broken)
     outs = _run(mod, [1, 2], _cfg(tmp_path, mod.__name__))
     assert [o.meta_info["skipweave"]["status"] for o in outs] == ["miss", "miss"]
     skipweave.flush()

@@ -27,52 +27,23 @@ argument at sample. Restoring RNG state does not apply here: generation runs in 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from skipweave import lifecycle, report
-from skipweave.config.schema import RoleConfig
+from skipweave import report
 from skipweave.policy.actions import choose_step
 from skipweave.store.layout import list_steps
 from skipweave.store.manifest import seconds_of
+from skipweave.store.staging import EntryMeta
 from skipweave.store.step_store import StepStore
+from skipweave.store.write_behind import WRITER, Outcome
 from skipweave.weaving.proxy import SkipProxy, shard_label
 
 logger = logging.getLogger(__name__)
 
 TQ_TARGET = "verl_tq"
 """Store target name under which every V1 proxy of a role keeps the sampled trajectories."""
-
-_STORES: dict[tuple[str, str, str, int], StepStore] = {}
-_stores_lock = threading.Lock()
-
-
-def _store_for(role: RoleConfig, calls_per_step: int) -> StepStore:
-    """The role's store with ``calls_per_step`` = the trainer's ``parameter_sync_step`` (one per process)."""
-    key = (role.dump_dir, role.namespace, role.role, calls_per_step)
-    with _stores_lock:
-        store = _STORES.get(key)
-        if store is None:
-            store = StepStore(role.dump_dir, role.namespace, role.role, allow_pickle=role.allow_pickle,
-                              calls_per_step=calls_per_step)
-            if not _STORES:
-                lifecycle.at_exit(lifecycle.FINISH, close_stores)
-            _STORES[key] = store
-        return store
-
-
-def close_stores() -> None:
-    """Close the parts the V1 proxies of this process recorded (interpreter exit)."""
-    with _stores_lock:
-        stores = list(_STORES.values())
-    for store in stores:
-        try:
-            store.close_all()
-        except OSError as exc:
-            logger.warning("skipweave: could not close recorded V1 steps under %s: %s", store.dump_dir, exc)
-
 
 # ---------------------------------------------------------------------------------------------- payload
 
@@ -169,16 +140,20 @@ class _TqProxy(SkipProxy):
     """Shared decisions of the V1 proxies: which recorded step serves a step, per parameter-sync count."""
 
     def _tq_store(self, calls: int) -> StepStore:
-        return _store_for(self.role, max(1, calls))
+        """The role's store (the weaver's), told that a step of the V1 rollout holds ``calls`` entries: the trainer's
+        ``parameter_sync_step``, known only at the call."""
+        self.store.expect_calls(TQ_TARGET, max(1, calls))
+        return self.store
 
     def served_step(self, step: int, calls: int) -> int | None:
         """The recorded step that serves ``step`` (all ``calls`` mini-batches present), else ``None``."""
         store = self._tq_store(calls)
         shard = shard_label(self.role.shard)
-        complete = [
-            s for s in list_steps(store.dump_dir, store.namespace, store.role)
-            if store.part_info(s, TQ_TARGET, shard).contiguous >= calls
-        ]
+        complete = []
+        for s in list_steps(store.dump_dir, store.namespace, store.role):
+            store.wait_pending(s, TQ_TARGET, shard)  # a step this process still writes counts once committed
+            if store.part_info(s, TQ_TARGET, shard).contiguous >= calls:
+                complete.append(s)
         return choose_step(self.role.action, step, complete, self.role.record_steps)
 
 
@@ -204,7 +179,7 @@ class TqSubmitProxy(_TqProxy):
             return wrapped(*args, **kwargs)
         step = getattr(instance, "global_steps", None)
         if not isinstance(step, int) or step not in self.steps:
-            return self._live_bypass(wrapped, args, kwargs, step if isinstance(step, int) else None)
+            return self.live_bypass(wrapped, args, kwargs, step if isinstance(step, int) else None)
         calls = _psync_of_trainer(instance)
         served = self.served_step(step, calls)
         if served is None:
@@ -237,7 +212,7 @@ class TqSampleProxy(_TqProxy):
         step = kwargs.get("global_steps", args[0] if args else None)
         partition = kwargs.get("partition_id", args[1] if len(args) > 1 else "train")
         if partition != "train" or not isinstance(step, int) or step not in self.steps:
-            return self._live_bypass(wrapped, args, kwargs, step if partition == "train" else None)
+            return self.live_bypass(wrapped, args, kwargs, step if partition == "train" else None)
         calls = _psync_of_buffer(instance)
         t0 = time.perf_counter()
         result = wrapped(*args, **kwargs)
@@ -247,27 +222,40 @@ class TqSampleProxy(_TqProxy):
         return result
 
     def _record(self, result: Any, step: int, calls: int, seconds: float) -> None:
+        """Record the trajectories one ``sample`` returned as call ``call`` of ``step``: read back from TQ here (the
+        host clears them once trained on), written by the background writer when it runs behind the host (as
+        every record, see :mod:`skipweave.store.write_behind`), else here."""
         import transfer_queue as tq
 
         meta = result[0] if isinstance(result, tuple) else result
-        store, shard = self._tq_store(calls), shard_label(self.role.shard)
-        with self._lock:
-            call = self._calls.get((step, shard), 0)
-            self._calls[(step, shard)] = call + 1
+        role, store, shard = self.role, self._tq_store(calls), shard_label(self.role.shard)
+        call = self.ledger.take_index(step, shard)
         store.prepare_part(step, TQ_TARGET, shard)
+        key = store.key(step, TQ_TARGET, shard, call)
         nbytes = 0
         try:
             data = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id)
             payload = {"fields": flatten_fields(data), "keys": [str(k) for k in meta.keys],
                        "tags": [dict(t) for t in meta.tags], "global_steps": step}
-            nbytes = store.record(store.key(step, TQ_TARGET, shard, call), payload, target_path=self.target.path,
-                                  fingerprint="", rng_state=None, seconds=seconds)
+            staged = store.stage(payload, rng_state=None)
+            entry = EntryMeta(self.target.path, "", seconds, background=WRITER.behind())
+            if entry.background and 0 < staged.nbytes <= role.write_buffer:
+                WRITER.submit(store, key, staged.copied(), entry, budget=role.write_buffer,
+                              on_done=lambda outcome: self._written(key, outcome, counted=staged.nbytes))
+                nbytes = staged.nbytes
+            else:
+                nbytes, _ = store.commit(key, staged, entry)
         except Exception as exc:  # noqa: BLE001 - a failed record never fails the training step
-            report.record_failed(self.role.role, self.target.name)
-            logger.warning("skipweave: recording V1 step %d mini-batch %d failed (%s: %s); training goes on",
-                           step, call, type(exc).__name__, exc)
-        report.event(report.MISS, role=self.role.role, target=self.target.name, step=step, nbytes=nbytes,
+            self._written(key, exc)
+        report.event(report.MISS, role=role.role, target=self.target.name, step=step, nbytes=nbytes,
                      seconds=seconds)
+
+    def _written(self, key: Any, outcome: Outcome, counted: int = 0) -> None:
+        """A record of ``key`` ended; ``counted``: bytes its miss event counted already (a background write)."""
+        if isinstance(outcome, BaseException):
+            report.record_failed(self.role.role, self.target.name, uncounted=counted)
+            logger.warning("skipweave: recording V1 step %d mini-batch %d failed (%s: %s); training goes on",
+                           key.step, key.call, type(outcome).__name__, outcome)
 
 
 class TqWarmupProxy(SkipProxy):

@@ -146,9 +146,6 @@ def _run_v1(dump: Path, monkeypatch: pytest.MonkeyPatch, psync: int, steps: int 
         buffer.sample(global_steps=step, partition_id="val", batch_size=PROMPTS)
     counters = skipweave.counters()
     skipweave.unweave()
-    from skipweave.integrations.verl.tq import close_stores
-
-    close_stores()
     left = len(list(trainer.train_dataloader_it))  # prompts drawn: a replayed step draws its own too
     return {"digests": digests, "calls": agent.calls, "sampled": sampled, "counters": counters, "left": left}
 

@@ -1,0 +1,229 @@
+"""The async side of a proxy: ``async def`` targets and sync-or-await helpers awaited by their caller.
+
+An ``async`` target's proxy returns an awaitable on every path, replays included. A plain ``def`` whose
+``__wrapped__`` chain holds an ``async def`` is a sync-or-await helper such as verl's ``auto_await``: it runs the
+coroutine to completion when called plainly but hands it back when its caller's frame is a coroutine. For such
+targets the proxy follows the same rule from the caller's frame (:func:`awaited_by_caller`) and calls the helper
+from a coroutine frame of its own when the caller is one, so the helper keeps making the choice it would make
+without skipweave.
+
+Store work stays off the event loop: the serving step is chosen in one chooser thread, in the order the calls came
+(:func:`chooser`); entries are read, and live results staged, in worker threads. See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import os
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from skipweave import lifecycle, report
+from skipweave.weaving.calls import Call
+from skipweave.weaving.notes import annotate
+
+if TYPE_CHECKING:
+    from skipweave.weaving.proxy import SkipProxy
+    from skipweave.weaving.record import Snapshot
+
+CORO_FLAGS = inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
+"""Code flags of a frame whose calls are awaited (a coroutine's, an async generator's)."""
+
+
+def wraps_coroutine_function(func: Any) -> bool:
+    """True when ``func`` is a plain function wrapping an ``async def`` (verl's ``auto_await`` shape: it runs the
+    coroutine when called plainly and hands it back to an awaiting caller)."""
+    if inspect.iscoroutinefunction(func):
+        return False
+    seen = 0
+    inner = getattr(func, "__wrapped__", None)
+    while inner is not None and seen < 16:
+        if inspect.iscoroutinefunction(inner):
+            return True
+        inner, seen = getattr(inner, "__wrapped__", None), seen + 1
+    return False
+
+
+def awaited_by_caller(depth: int = 2) -> bool:
+    """The frame ``depth`` levels up is a coroutine's (its call will be awaited), as ``auto_await`` judges."""
+    return bool(sys._getframe(depth).f_code.co_flags & CORO_FLAGS)
+
+
+_choosers: list[concurrent.futures.ThreadPoolExecutor] = []  # the one chooser of this process, once started
+_chooser_lock = threading.Lock()
+
+
+def chooser() -> concurrent.futures.ThreadPoolExecutor:
+    """The one thread that chooses the serving step of ``async`` calls (file stats, off every event loop), one
+    call after another in the order they came: a single worker keeps the order the loop's own choice had."""
+    if not _choosers:
+        with _chooser_lock:
+            if not _choosers:
+                _choosers.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skipweave-choose"))
+    return _choosers[0]
+
+
+os.register_at_fork(after_in_child=_choosers.clear)  # the parent's thread does not exist in a forked child
+
+
+class AsyncBridge:
+    """The awaitable paths of one proxy (:class:`SkipProxy`): ``async`` targets, awaited bridges, and plain defs
+    that hand back their coroutine.
+
+    Args:
+        proxy: the proxy whose calls are bridged.
+    """
+
+    def __init__(self, proxy: SkipProxy) -> None:
+        self.proxy = proxy
+
+    async def eligible(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                       step: int, instance: Any, maybe_sync: bool = False, validation: bool = False) -> Any:
+        """Settle an eligible call when awaited (:meth:`SkipProxy.eligible_call`): its call index and single-flight
+        slot are taken when the coroutine starts, so one never awaited takes none.
+
+        Raises:
+            ReplayMissing: the role is replay-only and no recording serves the call.
+        """
+        work = lifecycle.Work()
+        if not work.enter():  # the process exits: no work of ours may still run in torch
+            return await self.proxy.live_bypass(wrapped, args, kwargs, step, awaited=True)
+        try:
+            return await self._eligible(wrapped, args, kwargs, step, instance, maybe_sync, validation, work)
+        finally:
+            work.leave()
+
+    async def _eligible(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                        step: int, instance: Any, maybe_sync: bool, validation: bool, work: lifecycle.Work) -> Any:
+        proxy = self.proxy
+        ledger, replayer, recorder = proxy.ledger, proxy.replayer, proxy.recorder
+        d = ledger.decide(step, args, kwargs, validation, choose=False)
+        d.instance, d.work = instance, work
+        t0 = time.perf_counter()
+        try:  # the serving step's choice (stats, the part's files) off the loop, in the order the calls came
+            # (no hold while awaiting: a task never resumed must not keep the exit waiting; the worker threads are
+            # joined before the exit steps run)
+            work.leave()
+            await off_loop(chooser(), ledger.choose_first, d)
+            if d.waits_for is not None:  # single flight (see SkipProxy.sync_call); awaiting yields: any call may end
+                other, d.waits_for = d.waits_for, None
+                if other.done is not None:
+                    await asyncio.wrap_future(other.done)
+                    d.waited = True
+                    await off_loop(chooser(), ledger.choose, d)
+            t0 = time.perf_counter()
+            try:
+                read = await off_loop(None, replayer.read_entry, d, args, kwargs, work=work)  # reads side by side
+            except ExitBegan:
+                read = EXIT_BEGAN
+        except BaseException:  # cancelled while choosing or waiting: its call index goes back, nothing ran
+            ledger.give_back(d)
+            ledger.unregister(d)
+            raise
+        if read is EXIT_BEGAN or not work.enter():
+            return await proxy.stand_aside(wrapped, args, kwargs, d, awaited=True)
+        found, value = replayer.serve(d, read, args, kwargs, t0)
+        if found:
+            return value
+        if proxy.role.replay_only:
+            replayer.missing(d)
+        ledger.fingerprint(d, args, kwargs)
+        t0 = time.perf_counter()
+        with recorder.real_call(d):
+            result = wrapped(*args, **kwargs)  # called from this coroutine's frame
+            if not maybe_sync or inspect.isawaitable(result):
+                result = await result
+        return await self.after_live_off_loop(result, d, time.perf_counter() - t0)
+
+    async def finish_awaitable(self, awaitable: Awaitable[Any], d: Call, t0: float) -> Any:
+        """Await the coroutine a plain ``def`` target handed back from its real call, then record its result."""
+        try:
+            result = await awaitable
+        except BaseException:
+            self.proxy.ledger.give_back(d)
+            self.proxy.recorder.call_ended(d, failed=True)
+            raise
+        if not d.work.enter():
+            d.no_store = True
+        try:
+            return await self.after_live_off_loop(result, d, time.perf_counter() - t0)
+        finally:
+            d.work.leave()
+
+    async def after_live_off_loop(self, result: Any, d: Call, seconds: float) -> Any:
+        """Record an ``async`` target's result without blocking its event loop: the RNG state and the declared
+        effects are taken now, on the loop (what the real call left, before another task moves them); encoding
+        and the copy handed to the background writer (or, writing through, the whole write) run in a worker
+        thread while the loop serves other tasks. The caller gets the result once it is staged, so nothing it
+        does to it afterwards reaches the recording."""
+        recorder = self.proxy.recorder
+        if d.no_store:  # nothing to stage (and at exit no worker thread to stage it in)
+            return recorder.after_live(result, d, seconds)
+        try:
+            snapshot: Snapshot | None = recorder.snapshot(d)
+        except Exception:  # noqa: BLE001 - taken again in the worker, where the record's failure is reported
+            snapshot = None
+        d.work.leave()  # (the worker thread is joined before the exit steps run)
+        try:
+            return await off_loop(None, recorder.after_live, result, d, seconds, snapshot, work=d.work)
+        except ExitBegan:
+            d.no_store = True
+            return recorder.after_live(result, d, seconds)
+
+    async def bridged_bypass(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                             step: int | None) -> Any:
+        """A bypass of an awaited sync-or-await helper: called from this coroutine's frame, so the helper hands
+        back its coroutine, which is awaited here."""
+        result = wrapped(*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        annotate(result, report.BYPASS, step, None)
+        return result
+
+    @staticmethod
+    async def annotated_awaitable(awaitable: Awaitable[Any], step: int | None) -> Any:
+        """The result of a bypassed plain ``def`` that handed back its coroutine, noted once awaited."""
+        result = await awaitable
+        annotate(result, report.BYPASS, step, None)
+        return result
+
+
+class ExitBegan(Exception):
+    """Work that had to run in this thread could not take its hold: the process's exit began."""
+
+
+EXIT_BEGAN: Any = object()
+"""What a read that could not run stands for (see :func:`off_loop`)."""
+
+
+async def off_loop(executor: concurrent.futures.Executor | None, fn: Callable[..., Any], *args: Any,
+                   work: lifecycle.Work | None = None) -> Any:
+    """``fn(*args)`` in a worker thread of ``executor`` (``None``: the loop's default), off the event loop; in
+    this thread, holding ``work``, when the interpreter is shutting down, since the executors take no work then
+    (an ``async`` target called from a daemon thread's loop or a host's ``atexit`` handler).
+
+    Raises:
+        ExitBegan: ``fn`` had to run here and ``work`` could not be held (the exit steps began).
+    """
+    loop = asyncio.get_running_loop()
+    try:
+        future = loop.run_in_executor(executor, fn, *args)
+    except RuntimeError as exc:
+        if "shutdown" not in str(exc):
+            raise
+        if work is not None and not work.enter():
+            raise ExitBegan from None
+        try:
+            return fn(*args)
+        finally:
+            if work is not None:
+                work.leave()
+    return await future
+
+
+__all__ = ["AsyncBridge", "CORO_FLAGS", "awaited_by_caller", "chooser", "off_loop", "wraps_coroutine_function"]

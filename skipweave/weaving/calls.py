@@ -1,0 +1,276 @@
+"""The call ledger of one proxy: which call of its step each call is, and which real calls are running.
+
+A call the gate found eligible gets its step's next call index in its shard (:meth:`CallLedger.decide`); a call
+whose real call raised gives its index back for the next call of the step (nothing was recorded). The ledger
+also knows the real calls running now, per step and shard: two of them running at once make both *concurrent*
+(their part is then matched by inputs only), and under single flight (``repeat*`` actions) a call that a running
+call's recording will serve waits for it instead of generating too (:meth:`CallLedger.choose`). See
+docs/architecture.md for the path of one call.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextvars
+import heapq
+import logging
+import threading
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any
+
+from skipweave import lifecycle, report
+from skipweave.config.errors import ConfigError
+from skipweave.config.schema import Action, ShardKind
+from skipweave.policy.actions import choose_step
+from skipweave.weaving.fingerprint import fingerprint
+from skipweave.weaving.shards import VALIDATION_SHARD, shard_label, shared_shard_advice
+
+if TYPE_CHECKING:
+    from skipweave.weaving.proxy import SkipProxy
+    from skipweave.weaving.rng import RngMarks
+
+logger = logging.getLogger(__name__)
+
+RUNNING_HERE: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("skipweave_active",
+                                                                               default=frozenset())
+"""Ids of the proxies whose real call is running in this context: a nested call of the same target (recursion)
+runs live."""
+
+
+class Call:
+    """One call the gate let through, from its call index to the end of its record.
+
+    ``call`` is its position among this process's calls of its step; ``slot`` the call index of the entry it is
+    served or recorded under (see :mod:`skipweave.policy.matching`), ``None`` until chosen.
+    """
+
+    __slots__ = ("step", "call", "shard", "served", "fp", "replace", "no_store", "start_number", "slot",
+                 "waits_for", "done", "thread", "concurrent", "instance", "waited", "validation", "unserved",
+                 "rng_before", "lists_before", "effects_open", "work")
+
+    def __init__(self, step: int, call: int, shard: str, served: int | None) -> None:
+        self.step, self.call, self.shard, self.served = step, call, shard, served
+        self.fp: str | None = None
+        self.replace = False
+        self.no_store = False
+        # while the store counts it as running in its part: its number among the calls the store saw start, else 0
+        self.start_number = 0
+        self.slot: int | None = None
+        self.waits_for: Call | None = None  # single flight: the running call whose recording will serve this one
+        self.done: concurrent.futures.Future[None] | None = None  # set when this real call and its record end
+        self.thread = 0
+        self.concurrent = False  # another thread ran a real call of the same step meanwhile
+        self.instance: Any = None  # the bound instance (``self`` of expressions: echo, effects)
+        self.waited = False  # single flight waited for another call already (never twice)
+        self.validation = False  # a validation call (recorded apart: shard val_<shard>, never served to training)
+        self.unserved = ""  # why the entry found for this call was not served (for a replay-only run's message)
+        self.rng_before: RngMarks | None = None  # the generators' marks right before the real call (restore_rng)
+        # declared effects that were lists right before the real call: expression -> (the list, its items then)
+        self.lists_before: dict[str, tuple[list[Any], list[Any]]] | None = None
+        self.effects_open = 0  # its number among the target's real calls with effects, until they are taken
+        self.work = lifecycle.Work()  # its hold on skipweave's own work, which the process's exit waits for
+
+
+class CallLedger:
+    """Call indices, claimed entries and running real calls of one proxy (:class:`SkipProxy`).
+
+    Args:
+        proxy: the proxy whose calls this ledger keeps (its role, target and store are read at each call, so a
+            subclass may replace them).
+
+    Attributes:
+        lock: guards the ledger (and the declared effects' counts, see :class:`~skipweave.weaving.effects.
+            DeclaredEffects`).
+        running: real calls of the target in progress, in any thread: the front leaves every call to the
+            proxy's general path while one runs (a nested call must see the recursion guard).
+        indices: (step, shard) -> the next call index to hand out.
+    """
+
+    def __init__(self, proxy: SkipProxy) -> None:
+        self.proxy = proxy
+        self.lock = threading.Lock()
+        self.running = 0
+        self.indices: dict[tuple[int, str], int] = {}
+        self.free: dict[tuple[int, str], list[int]] = {}  # indices given back by calls that raised, lowest first
+        # (step, shard) -> slots this process served or recorded at that step: never served to it again
+        self.claimed: dict[tuple[int, str], set[int]] = {}
+        # (step, shard) -> this process's real calls of that step now running (single flight, thread overlap)
+        self.in_flight: dict[tuple[int, str], list[Call]] = {}
+        self.validation_calls = 0
+        self.shared_warned = False
+
+    # ------------------------------------------------------------------ call indices
+    def take_index(self, step: int, shard: str) -> int:
+        """The call index of a new call of ``step`` in ``shard``: the lowest given back, else the next."""
+        with self.lock:
+            free = self.free.get((step, shard))
+            if free:
+                return heapq.heappop(free)
+            call = self.indices.get((step, shard), 0)
+            self.indices[(step, shard)] = call + 1
+            return call
+
+    def give_back(self, d: Call) -> None:
+        """The real call raised: its call index is reused by the next call of the step (nothing was recorded)."""
+        with self.lock:
+            heapq.heappush(self.free.setdefault((d.step, d.shard), []), d.call)
+
+    def next_validation_step(self) -> int:
+        """The number of a validation call whose step the step source cannot tell: 1, 2, ..."""
+        with self.lock:
+            self.validation_calls += 1
+            return self.validation_calls
+
+    def claim(self, step: int, shard: str, slot: int) -> None:
+        """Entry ``slot`` of ``step`` was served to or recorded by this process: never serve it to it again."""
+        with self.lock:
+            self.claimed.setdefault((step, shard), set()).add(slot)
+
+    def claimed_at(self, step: int, shard: str) -> Collection[int]:
+        """The slots claimed at ``step``: the live set, not a copy (one per hit, of up to a step's calls); only
+        asked for membership, which is safe while another thread adds to it."""
+        return self.claimed.get((step, shard), ())
+
+    # ------------------------------------------------------------------ the decision
+    def decide(self, step: int, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+               validation: bool = False, choose: bool = True) -> Call:
+        """Give a call its step's next call index and shard; with ``choose``, also note its first eligible call
+        and choose the serving step (both touch the dump dir: an ``async`` call does them in a thread)."""
+        proxy = self.proxy
+        role = proxy.role
+        fp = None
+        if role.shard is ShardKind.FINGERPRINT:
+            fp = fingerprint(args, kwargs, ignore=role.fingerprint.ignore)
+            shard = "f" + fp[:16]
+        else:
+            try:
+                shard = shard_label(role.shard)
+            except ConfigError as exc:  # RANK changed after the weave checked it: never fail the training call
+                logger.warning("skipweave: role %s target %s step %d: %s; running live without recording",
+                               role.role, proxy.target.name, step, exc)
+                d = Call(step, 0, "r0", None)
+                d.no_store = True
+                return d
+        if validation:
+            shard = VALIDATION_SHARD + shard
+        d = Call(step, self.take_index(step, shard), shard, None)
+        d.fp, d.validation = fp, validation
+        if choose:
+            self.choose_first(d)
+        return d
+
+    def choose_first(self, d: Call) -> None:
+        """A call's first store work: its first-call mark (now, not at its hit or miss: a call that raises was
+        still called) and the serving step's choice."""
+        if not self.proxy.counts.eligible:
+            report.first_call(self.proxy.role.role, self.proxy.target.name, eligible=True)
+        self.choose(d)
+
+    def choose(self, d: Call) -> None:
+        """Choose the step that serves ``d`` (``d.served``), or wait for one being recorded (``d.waits_for``)."""
+        proxy = self.proxy
+        role, target, store = proxy.role, proxy.target.name, proxy.store
+        step, shard = d.step, d.shard
+        action = Action.CACHE if d.validation else role.action  # a validation call: its own step only
+        try:
+            store.prepare_part(step, target, shard)
+            if action is Action.CACHE:  # only this very step can serve: no scan of the store
+                recorded = [step] if store.is_complete(step, target, shard) else []
+            else:
+                recorded = store.recorded_steps(target, shard)
+            served = choose_step(action, step, recorded, role.record_steps)
+        except Exception as exc:  # an unreadable dump dir never fails the training call
+            logger.warning("skipweave: role %s target %s step %d: the store under %s is unusable (%s: %s); "
+                           "running live without recording", role.role, target, step, store.dump_dir,
+                           type(exc).__name__, exc)
+            d.no_store = True
+            return
+        d.served = served
+        if d.validation and not role.replay_only:  # recorded for a replay-only run, never served here
+            mine = (step, shard) in self.claimed or (step, shard) in self.in_flight  # this run is recording it
+            if served is not None and not mine:
+                d.served, d.no_store = None, True  # recorded by an earlier run: live, not again
+                return
+            d.served = None
+        elif served is not None:
+            return
+        with self.lock:  # one lock for the look and the registration: two calls never both decide to generate
+            if action is not Action.CACHE and role.single_flight and not d.waited:
+                d.waits_for = self._recording_that_serves(d, recorded)
+            if d.waits_for is None:
+                self.register(d)
+
+    def _recording_that_serves(self, d: Call, recorded: list[int]) -> Call | None:
+        """Single flight for the ``repeat*`` actions (caller holds the lock): a running call of this process whose
+        recording the action would serve ``d`` from once committed (e.g. step 1 still generating when steps 2-5
+        arrive), else None."""
+        pending = {
+            s: x for (s, shard), running in self.in_flight.items() if shard == d.shard and s != d.step
+            for x in running if x.call == d.call and not x.no_store
+        }
+        if not pending:
+            return None
+        role = self.proxy.role
+        choice = choose_step(role.action, d.step, sorted(set(recorded) | set(pending)), role.record_steps)
+        return pending.get(choice) if choice is not None and choice not in recorded else None
+
+    # ------------------------------------------------------------------ running real calls
+    def register(self, d: Call) -> None:
+        """Count ``d`` among the real calls of its step now running (caller holds :attr:`lock`); another call
+        already running there (another thread's, or another asyncio task's) makes both *concurrent*: their part is
+        then matched by inputs only, since the order they started in need not repeat."""
+        if d.done is not None or d.no_store:
+            return
+        d.thread = threading.get_ident()
+        d.done = concurrent.futures.Future()
+        running = self.in_flight.setdefault((d.step, d.shard), [])
+        for other in running:  # threads, or asyncio tasks of one thread: their order need not repeat
+            other.concurrent = d.concurrent = True
+        running.append(d)
+
+    def unregister(self, d: Call) -> None:
+        """``d`` no longer runs: drop it from the running calls and wake the single-flight waiters (they choose
+        again, now that its record is done or it failed)."""
+        with self.lock:
+            running = self.in_flight.get((d.step, d.shard), [])
+            if d in running:
+                running.remove(d)
+            if not running:
+                self.in_flight.pop((d.step, d.shard), None)
+        self.release_waiters(d)
+
+    @staticmethod
+    def release_waiters(d: Call) -> None:
+        """Single-flight waiters of ``d`` stop waiting (they choose again) while ``d`` itself goes on."""
+        if d.done is not None and not d.done.done():
+            d.done.set_result(None)
+
+    # ------------------------------------------------------------------ inputs and writers
+    def fingerprint(self, d: Call, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+        """The input fingerprint of ``d`` (computed once); ``""`` when the inputs cannot be fingerprinted."""
+        if d.fp is None:
+            try:
+                d.fp = fingerprint(args, kwargs, ignore=self.proxy.role.fingerprint.ignore)
+            except Exception as exc:  # e.g. inputs nested too deep: never fail the training call
+                logger.warning("skipweave: role %s target %s: inputs cannot be fingerprinted (%s: %s); "
+                               "the entry is recorded without a fingerprint", self.proxy.role.role,
+                               self.proxy.target.name, type(exc).__name__, exc)
+                d.fp = ""
+        return d.fp
+
+    def warn_shared(self, d: Call, what: str) -> None:
+        """Once per proxy: several writers share this shard, so calls are matched by their inputs only."""
+        if self.shared_warned:
+            return
+        self.shared_warned = True
+        role = self.proxy.role
+        who, fix = shared_shard_advice(role)
+        logger.warning(
+            "skipweave: role %s target %s step %d: shard %s %s; %s. A call is served only a recording made for "
+            "the same inputs and recorded afresh otherwise, never another writer's result; %s "
+            "(docs/ray.md#several-writers-of-one-target)",
+            role.role, self.proxy.target.name, d.step, d.shard, what, who, fix,
+        )
+
+
+__all__ = ["Call", "CallLedger", "RUNNING_HERE"]

@@ -1,0 +1,210 @@
+"""Record of one call: run the host's real call, then stage its result and commit it, or hand it to the writer.
+
+Around the real call (:meth:`Recorder.real_call`) the call counts as running (recursion guard, single flight,
+the part's running calls in the store), and what a record keeps besides the result is marked: the RNG
+generators' state before the call and the declared effects' lists. After it, the result is staged (encoded,
+tensors copied) and handed to the background writer, or written here (write-through, or an entry larger than
+``write_buffer``); the outcome is counted and the call ends in the store once its entry is committed
+(:meth:`Recorder.written`). A failed record never fails the host's call. See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from skipweave import report
+from skipweave.store import codec
+from skipweave.store.identity import is_concurrent_other, started_unix, this_writer
+from skipweave.store.step_store import EntryMeta
+from skipweave.store.write_behind import WRITER
+from skipweave.weaving.calls import RUNNING_HERE, Call
+from skipweave.weaving.effects import split_appended
+from skipweave.weaving.notes import annotate
+from skipweave.weaving.rng import capture_rng_state, rng_changes, rng_marks
+
+if TYPE_CHECKING:
+    from skipweave.weaving.proxy import SkipProxy
+
+logger = logging.getLogger(__name__)
+
+Snapshot = tuple[Any, "dict[str, Any] | None"]
+"""What a record keeps of the host besides the result: ``(rng state, declared effects)``."""
+
+
+class Recorder:
+    """Runs the real calls of one proxy (:class:`SkipProxy`) and records their results into its store.
+
+    Args:
+        proxy: the proxy whose calls are recorded (its role, target, store, ledger and declared effects are read at
+            each call).
+    """
+
+    def __init__(self, proxy: SkipProxy) -> None:
+        self.proxy = proxy
+
+    @contextlib.contextmanager
+    def real_call(self, d: Call) -> Iterator[None]:
+        """Around the target's real call: nested calls of it run live (recursion guard, and the front leaves every
+        call to the proxy's general path while one runs); if it raises, its call index is given back. The host's
+        own call is no work of skipweave's: the process's exit does not wait for it (:mod:`skipweave.lifecycle`)."""
+        proxy = self.proxy
+        ledger, effects = proxy.ledger, proxy.effects
+        token = RUNNING_HERE.set(RUNNING_HERE.get() | {id(proxy)})
+        with ledger.lock:
+            ledger.running += 1
+            ledger.register(d)  # a call that became a miss only when its entry could not be served
+            alone = effects.open_call(d) if effects.effects else False
+        if not d.no_store:
+            d.start_number = proxy.store.call_started(d.step, proxy.target.name, d.shard)
+            if alone:
+                d.lists_before = effects.lists_before(d)
+            if proxy.role.restore_rng:
+                try:
+                    d.rng_before = rng_marks()  # last: what the call changes is recorded (see snapshot)
+                except Exception as exc:  # (a broken CUDA setup): never fail the call; the whole state is tried after
+                    logger.debug("skipweave: RNG marks before %s failed (%s: %s)", proxy.target.name,
+                                 type(exc).__name__, exc)
+        d.work.leave()  # the host's own call: exit does not wait for it
+        try:
+            yield
+        except BaseException:
+            ledger.give_back(d)
+            self.call_ended(d, failed=True)
+            raise
+        finally:
+            if not d.work.enter():
+                d.no_store = True  # the process exits meanwhile: the result goes back unrecorded
+            with ledger.lock:
+                ledger.running -= 1
+            RUNNING_HERE.reset(token)
+
+    def call_ended(self, d: Call, failed: bool = False) -> None:
+        """``d`` ended (its record committed, failed or not made): it ends in the store's part and the ledger."""
+        proxy = self.proxy
+        if d.effects_open:  # failed, or ended without its effects taken
+            proxy.effects.close_call(d)
+        if d.start_number:
+            number, d.start_number = d.start_number, 0
+            try:
+                proxy.store.call_ended(d.step, proxy.target.name, d.shard, failed=failed, number=number)
+            finally:
+                proxy.ledger.unregister(d)
+
+    def snapshot(self, d: Call) -> Snapshot:
+        """What a record keeps of the host besides the result, taken right after the real call: the state of the
+        generators the call changed (see :func:`~skipweave.weaving.rng.rng_changes`) and the declared effects'
+        values."""
+        proxy = self.proxy
+        if not proxy.role.restore_rng:
+            rng = None
+        elif d.rng_before is not None:  # only the generators the call changed (restored alone on replay)
+            rng = rng_changes(d.rng_before)
+        else:
+            rng = capture_rng_state()
+        return rng, (proxy.effects.after_call(d) if proxy.effects.effects else None)
+
+    def after_live(self, result: Any, d: Call, seconds: float, snapshot: Snapshot | None = None) -> Any:
+        """Record ``result`` of ``d``'s real call (``seconds`` long) and return it; the call ends here unless the
+        background writer took the entry (it ends the call once committed)."""
+        handed_over = False
+        try:
+            result, handed_over = self.record_live(result, d, seconds, snapshot)
+            return result
+        finally:
+            if not handed_over:
+                self.call_ended(d)
+
+    def record_live(self, result: Any, d: Call, seconds: float,
+                    snapshot: Snapshot | None = None) -> tuple[Any, bool]:
+        """Record a live result: staged (encoded, tensors copied) and handed to the background writer, or
+        written here (write-through, or an entry larger than ``write_buffer``). Returns the result and whether
+        the writer took it (it then ends the call in the store once committed, see :meth:`written`)."""
+        proxy = self.proxy
+        role, target, store, ledger = proxy.role, proxy.target, proxy.store, proxy.ledger
+        try:
+            key: Any = store.key(d.step, target.name, d.shard, d.call if d.slot is None else d.slot)
+        except ValueError as exc:  # a name that cannot be a folder of the dump dir: never fail the call
+            logger.warning("skipweave: not recording role %s target %s step %d: %s", role.role,
+                           target.name, d.step, exc)
+            key, d.no_store = None, True
+        nbytes = 0
+        slot = d.call if d.slot is None else d.slot
+        if not d.no_store and inspect.isawaitable(result):
+            # e.g. a Ray ObjectRef or an asyncio Future: a handle to work still running, not its result
+            logger.warning("skipweave: not recording %s: %s returned %s, a handle to a result still being "
+                           "computed; weave the function that produces the data instead", key,
+                           target.path, type(result).__name__)
+            d.no_store = True
+        status = report.BYPASS if d.validation else report.MISS  # a validation call ran live, as always
+        if d.no_store:
+            report.event(status, role=role.role, target=target.name, step=d.step,
+                         nbytes=0, seconds=seconds, call=d.call)
+            annotate(result, status, d.step, None)
+            return result, False
+        handed_over = False
+        try:
+            rng, effects = snapshot if snapshot is not None else self.snapshot(d)
+            effects, appended = split_appended(effects)
+            staged = store.stage(result, rng_state=rng, effects=effects, appended=appended)
+            meta = EntryMeta(target.path, d.fp or "", seconds, d.replace, d.concurrent, displace=True,
+                             background=True)
+            budget = role.write_buffer
+            if WRITER.behind() and 0 < staged.nbytes <= budget:
+                staged = staged.copied()  # the host may change its result in place as soon as it has it
+                ledger.claim(d.step, d.shard, key.call)  # never served to this process's own later calls
+                WRITER.submit(store, key, staged, meta, budget=budget,
+                              on_done=lambda outcome: self.written(d, key, outcome, counted=staged.nbytes))
+                handed_over = True
+                nbytes = staged.nbytes
+                # Only now, the entry pending: a later call of the step is not concurrent with this one, and
+                # single-flight waiters choose again and wait for the pending entry.
+                ledger.unregister(d)
+            else:
+                nbytes, committed = store.commit(key, staged, meta)
+                self.written(d, key, (nbytes, committed), end=False)
+                slot = committed.call
+        except codec.PickleRefused as exc:
+            report.record_failed(role.role, target.name)
+            logger.warning("skipweave: not recording %s: %s", key, exc)
+        except Exception as exc:  # a failed record never fails the training call
+            self.written(d, key, exc, end=False)
+        report.event(status, role=role.role, target=target.name, step=d.step,
+                     nbytes=nbytes, seconds=seconds, call=slot)
+        annotate(result, status, d.step, None)
+        return result, handed_over
+
+    def written(self, d: Call, key: Any, outcome: Any, *, end: bool = True, counted: int = 0) -> None:
+        """A record of ``d`` ended (in the background writer's thread when ``end``: the call then ends in the
+        store, so its part closes only once its entries are committed). ``outcome``: ``(nbytes, committed
+        key)`` or the exception the record raised; ``counted``: bytes already counted as written when the entry
+        was handed over (taken back if it failed)."""
+        proxy = self.proxy
+        try:
+            if isinstance(outcome, BaseException):
+                report.record_failed(proxy.role.role, proxy.target.name, uncounted=counted)
+                logger.warning(
+                    "skipweave: recording %s under %s failed (%s: %s); the live result %s and nothing partial "
+                    "was left", key, proxy.store.dump_dir, type(outcome).__name__, outcome,
+                    "was returned" if end else "is returned",
+                )
+                return
+            committed = outcome[1]
+            proxy.ledger.claim(d.step, d.shard, committed.call)
+            if committed.call != key.call and self._taken_by_concurrent(key):
+                proxy.ledger.warn_shared(d, f"already held call {key.call} from another writer of this run")
+        finally:
+            if end:
+                self.call_ended(d)
+
+    def _taken_by_concurrent(self, key: Any) -> bool:
+        """The slot ``key`` names holds an entry a concurrent writer made (so the record moved to another)."""
+        me, started = this_writer(), started_unix()
+        return any(r.call == key.call and is_concurrent_other(r, me, started)
+                   for r in self.proxy.store.part_calls(key.step, key.target, key.shard))
+
+
+__all__ = ["Recorder", "Snapshot"]

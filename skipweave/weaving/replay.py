@@ -1,0 +1,260 @@
+"""Replay of one call: find the entry that serves it, read it, and hand the host the recorded result.
+
+The serving step is chosen beforehand (:meth:`~skipweave.weaving.calls.CallLedger.choose`); here the call is
+matched to an entry of that step's part (:mod:`skipweave.policy.matching`), the entry is read and decoded
+(:meth:`Replayer.read_entry`, file I/O only: an ``async`` target runs it in a worker thread), and served
+(:meth:`Replayer.serve`, in the host's thread: fingerprint check, echoes and declared effects, RNG state, counters).
+An entry that cannot be served is set aside and the call runs live and is recorded again. See
+docs/architecture.md for the path of one call.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any
+
+from skipweave import report
+from skipweave.config.schema import OnMismatch
+from skipweave.policy.expressions import ExpressionFailed
+from skipweave.policy.matching import Match, PartView, match_call, view_of
+from skipweave.store import codec
+from skipweave.store.fs import UnsafePath
+from skipweave.store.identity import started_unix, this_writer
+from skipweave.store.manifest import EntryInvalid, seconds_of
+from skipweave.weaving.calls import Call
+from skipweave.weaving.notes import annotate
+from skipweave.weaving.rng import prepare_rng_state
+
+if TYPE_CHECKING:
+    from skipweave.weaving.proxy import SkipProxy
+
+logger = logging.getLogger(__name__)
+
+VIEW_TTL_S = 1.0
+"""Seconds a part's judged entries (:class:`~skipweave.policy.matching.PartView`) are reused while it is unchanged."""
+
+MAX_VIEWS = 4096
+"""Part views one proxy keeps; past it they are dropped (a long run does not keep every step's view)."""
+
+
+class FingerprintMismatch(RuntimeError):
+    """A replayed entry was recorded for other inputs and ``fingerprint.on_mismatch`` is ``error``."""
+
+
+class ReplayMissing(RuntimeError):
+    """A replay-only role (``skip.<role>.replay_only``) met a call no recording serves: the run stops here
+    instead of generating. The message names the role, target, step, call index and dump dir."""
+
+
+Read = tuple[Match, Any, Any]
+"""What :meth:`Replayer.read_entry` found: ``(match, key, loaded)``."""
+
+
+class Replayer:
+    """Serves the calls of one proxy (:class:`SkipProxy`) from its store.
+
+    Args:
+        proxy: the proxy whose calls are served (its role, target, store, ledger and declared effects are read at
+            each call; its :meth:`~SkipProxy.on_replay` hook shapes what a hit hands the host).
+    """
+
+    def __init__(self, proxy: SkipProxy) -> None:
+        self.proxy = proxy
+        self.views: dict[tuple[int, str], tuple[tuple[Any, ...], PartView, float]] = {}
+        self.lock = threading.Lock()
+
+    def try_replay(self, d: Call, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[bool, Any]:
+        """Serve ``d`` from the store if an entry serves it: ``(True, result)``, else ``(False, None)``.
+
+        Raises:
+            FingerprintMismatch: the entry was made for other inputs and ``on_mismatch`` is ``error``.
+        """
+        t0 = time.perf_counter()
+        return self.serve(d, self.read_entry(d, args, kwargs), args, kwargs, t0)
+
+    def read_entry(self, d: Call, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Read | None:
+        """The file I/O of a replay (match the call to an entry, read and decode it): ``(match, key, loaded)``,
+        or ``None`` when nothing is served (``d`` says why). Touches no host object: an ``async`` target runs it
+        in a worker thread, off the event loop."""
+        if d.served is None or d.no_store:
+            return None
+        store = self.proxy.store
+        matched = self._match(d, args, kwargs)
+        match, mtime = matched if matched is not None else (None, None)
+        if match is None or match.call is None:
+            d.served = None
+            return None
+        d.slot = match.call
+        key = store.key(d.served, self.proxy.target.name, d.shard, match.call)
+        try:
+            return match, key, store.load(key, mtime=mtime)
+        except FileNotFoundError:  # removed since the part was read: a plain miss, recorded at the call's position
+            d.served = d.slot = None
+        except UnsafePath as exc:  # a symlink or a file where a folder should be: never touched
+            logger.warning("skipweave: entry %s is not served: %s; running live without recording", key, exc)
+            d.served, d.no_store = None, True
+        except (EntryInvalid, codec.CodecError) as exc:
+            self.unusable(d, key, str(exc))
+        except OSError as exc:
+            logger.warning("skipweave: entry %s is unreadable (%s); running live without recording", key, exc)
+            d.served, d.no_store = None, True
+        except Exception as exc:  # whatever a crafted or damaged entry provokes: a miss, never the host's error
+            self.unusable(d, key, f"{type(exc).__name__}: {exc}")
+        return None
+
+    def serve(self, d: Call, read: Read | None, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+              t0: float) -> tuple[bool, Any]:
+        """The rest of a replay, in the host's thread: fingerprint check, RNG state, echo and effects, counters.
+        Returns ``(True, result)`` for a hit, ``(False, None)`` when the call runs live.
+
+        Raises:
+            FingerprintMismatch: the entry was made for other inputs and ``on_mismatch`` is ``error``.
+        """
+        if read is None:
+            return False, None
+        proxy = self.proxy
+        role, target = proxy.role, proxy.target
+        match, key, loaded = read
+        recorded_fp = loaded.manifest.get("input_fingerprint")  # "" for entries imported without their inputs
+        if (not match.exact and d.served == d.step and recorded_fp
+                and recorded_fp != proxy.ledger.fingerprint(d, args, kwargs)):
+            policy = role.fingerprint.on_mismatch
+            where = f"role {role.role} target {target.name} step {d.step} call {d.call}"
+            if policy is OnMismatch.ERROR:
+                raise FingerprintMismatch(
+                    f"{where}: the recorded entry was made for other inputs "
+                    f"(recorded {loaded.manifest.get('input_fingerprint')}, live {d.fp}); set "
+                    f"skip.{role.role}.fingerprint.on_mismatch=warn or regenerate, or add the differing "
+                    f"fields to skip.{role.role}.fingerprint.ignore"
+                )
+            if policy is OnMismatch.REGENERATE:
+                logger.warning("skipweave: %s: inputs differ from the recording; regenerating", where)
+                d.served = None
+                d.replace = True
+                return False, None
+            logger.warning(
+                "skipweave: %s: inputs differ from the recording (fingerprint %s vs %s); serving the "
+                "recording anyway (fingerprint.on_mismatch=warn)",
+                where, loaded.manifest.get("input_fingerprint"), d.fp,
+            )
+        try:  # the recorded RNG state is checked now and restored last: a replay that fails changes nothing
+            restore_rng = (prepare_rng_state(loaded.rng_state) if role.restore_rng and loaded.rng_state
+                           else None)
+            result = proxy.on_replay(loaded.result, args, kwargs)
+        except Exception as exc:  # a malformed RNG state, or a result the echo hook cannot use
+            self.unusable(d, key, f"it cannot be replayed here ({type(exc).__name__}: {exc})")
+            return False, None
+        effects = proxy.effects
+        if effects.echo or effects.effects:
+            try:
+                effects.restore(d, loaded, result, args, kwargs)
+            except ExpressionFailed as exc:  # the config does not fit this call: run it live, keep the entry
+                logger.warning("skipweave: entry %s is not served: %s; running live without recording", key, exc)
+                d.served, d.no_store, d.unserved = None, True, str(exc)
+                return False, None
+        if restore_rng is not None:
+            restore_rng()
+        annotate(result, report.HIT, d.step, d.served)
+        report.event(
+            report.HIT, role=role.role, target=target.name, step=d.step, served=d.served,
+            nbytes=loaded.bytes, seconds=time.perf_counter() - t0,
+            saved=seconds_of(loaded.manifest), call=match.call,
+        )
+        return True, result
+
+    def _match(self, d: Call, args: tuple[Any, ...],
+               kwargs: Mapping[str, Any]) -> tuple[Match, tuple[int, int] | None] | None:
+        """The entry of the serving step's part that serves ``d`` (see :mod:`skipweave.policy.matching`) and the
+        part folder's modification time the part was read with (for :meth:`StepStore.load`); ``None`` when the part
+        cannot be read (the call runs live without recording)."""
+        assert d.served is not None
+        proxy = self.proxy
+        store, target, ledger = proxy.store, proxy.target.name, proxy.ledger
+        same = d.served == d.step
+        if same and store.is_fresh(d.step, target, d.shard):
+            return Match(None, False, False, 0), None  # recorded afresh by this run: nothing in it serves this call
+        claimed: Collection[int] = ledger.claimed_at(d.step, d.shard) if same else ()
+        try:
+            # an entry this process still writes in the background is read once committed (not this proxy's own
+            # recordings of the step: never served to it)
+            store.wait_pending(d.served, target, d.shard, skip=claimed)
+            # one look at the folder, after the wait (what was pending is committed now), for the part and the load
+            mtime = store.folder_mtime(d.served, target)
+            entries = store.part_calls(d.served, target, d.shard, mtime=mtime)
+        except Exception as exc:  # a symlinked or unreadable folder: never fail the training call
+            logger.warning("skipweave: role %s target %s step %d: the recordings of step %d are unreadable "
+                           "(%s: %s); running live without recording", proxy.role.role, target,
+                           d.step, d.served, type(exc).__name__, exc)
+            d.no_store = True
+            return None
+        match = match_call(self._view(d.served, d.shard, entries), d.call,
+                           lambda: ledger.fingerprint(d, args, kwargs), claimed, same_step=same, me=this_writer(),
+                           started=started_unix())
+        if match.call is None and (match.shared or match.others):
+            if not same and match.shared:
+                what = (f"holds recordings of several writers, so step {d.served} cannot serve step {d.step} "
+                        f"(action {proxy.role.action.value} serves another step by call order only)")
+            elif match.shared:
+                what = "holds recordings of several writers"
+            else:
+                what = "is being recorded by another writer of this run"
+            ledger.warn_shared(d, what)
+        elif match.call is not None and same:
+            ledger.claim(d.step, d.shard, match.call)
+        return match, mtime
+
+    def _view(self, step: int, shard: str, entries: tuple[Any, ...]) -> PartView:
+        """The part's :class:`PartView`, judged again when its entries changed (``part_calls`` hands back the same
+        tuple while the folder is unchanged) or after :data:`VIEW_TTL_S` (a concurrent writer may have ended)."""
+        now = time.monotonic()
+        with self.lock:
+            seen = self.views.get((step, shard))
+        if seen is not None and seen[0] is entries and now - seen[2] < VIEW_TTL_S:
+            return seen[1]
+        view = view_of(entries, me=this_writer(), started=started_unix())
+        with self.lock:
+            if len(self.views) > MAX_VIEWS:
+                self.views.clear()
+            self.views[(step, shard)] = (entries, view, now)
+        return view
+
+    def unusable(self, d: Call, key: Any, reason: str) -> None:
+        """An entry that cannot be served: set it aside (one WARNING from the store) and re-record it live."""
+        d.unserved = reason
+        try:
+            self.proxy.store.discard(key, reason=reason)
+            d.replace = True
+        except Exception as exc:  # a read-only cache or a symlinked _set_aside: leave it, run live, record nothing
+            logger.warning("skipweave: entry %s is not served (%s) and could not be set aside (%s); running "
+                           "live without recording", key, reason, exc)
+            d.no_store = True
+        d.served = None
+
+    def missing(self, d: Call) -> None:
+        """Stop a replay-only run at a call no recording serves (its call index goes back: nothing ran).
+
+        Raises:
+            ReplayMissing: always, naming the role, target, step, call index, shard and dump dir.
+        """
+        proxy = self.proxy
+        role, target, store = proxy.role, proxy.target, proxy.store
+        proxy.ledger.give_back(d)
+        proxy.ledger.unregister(d)
+        what = "validation call" if d.validation else "call"
+        if d.unserved:
+            raise ReplayMissing(
+                f"skipweave: replay-only role {role.role} target {target.name} ({target.path}): the "
+                f"recording of step {d.step} {what} {d.call} (shard {d.shard}) in dump dir {store.dump_dir} "
+                f"cannot be served: {d.unserved}")
+        raise ReplayMissing(
+            f"skipweave: replay-only role {role.role} target {target.name} ({target.path}): no "
+            f"recording serves step {d.step} {what} {d.call} (shard {d.shard}) in dump dir {store.dump_dir} "
+            f"(namespace {store.namespace}); record it first with a recording run over the same steps "
+            f"(e.g. +skip=rollout_cache{' with record_validation' if d.validation else ''}), or narrow "
+            f"skip.{role.role}.steps")
+
+
+__all__ = ["FingerprintMismatch", "MAX_VIEWS", "Read", "ReplayMissing", "Replayer", "VIEW_TTL_S"]
