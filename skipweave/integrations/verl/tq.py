@@ -31,7 +31,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from skipweave import report
+from skipweave import lifecycle, report
+from skipweave.config.schema import Action
 from skipweave.policy.actions import choose_step
 from skipweave.store.layout import list_steps
 from skipweave.store.manifest import seconds_of
@@ -151,7 +152,11 @@ class _TqProxy(SkipProxy):
         shard = shard_label(self.role.shard)
         complete = []
         for s in list_steps(store.dump_dir, store.namespace, store.role):
-            store.wait_pending(s, TQ_TARGET, shard)  # a step this process still writes counts once committed
+            # Another step this process still writes counts once committed, when it may serve this one (a repeat
+            # action); this step's own writes (its earlier mini-batches) are never waited for: what this process
+            # records of a step never serves that step, and a wait would put the write back on the host's path.
+            if s != step and self.role.action is not Action.CACHE:
+                store.wait_pending(s, TQ_TARGET, shard)
             if store.part_info(s, TQ_TARGET, shard).contiguous >= calls:
                 complete.append(s)
         return choose_step(self.role.action, step, complete, self.role.record_steps)
@@ -225,6 +230,17 @@ class TqSampleProxy(_TqProxy):
         """Record the trajectories one ``sample`` returned as call ``call`` of ``step``: read back from TQ here (the
         host clears them once trained on), written by the background writer when it runs behind the host (as
         every record, see :mod:`skipweave.store.write_behind`), else here."""
+        work = lifecycle.Work()
+        if not work.enter():  # the process exits: no work of ours may still run in torch (see lifecycle)
+            logger.warning("skipweave: V1 step %d: a mini-batch sampled while the process exits is not recorded",
+                           step)
+            return
+        try:
+            self._record_held(result, step, calls, seconds)
+        finally:
+            work.leave()
+
+    def _record_held(self, result: Any, step: int, calls: int, seconds: float) -> None:
         import transfer_queue as tq
 
         meta = result[0] if isinstance(result, tuple) else result

@@ -171,3 +171,25 @@ def test_v1_trainer_records_each_sample_then_injects_on_replay(
         assert all(k.endswith("_0") for k in second["sampled"][step])
     assert (first["counters"]["misses"], second["counters"]["hits"]) == (2 * psync, 2)
     assert second["left"] == first["left"]  # the dataloader stays where live steps leave it
+
+
+def test_v1_sampling_never_waits_for_its_own_step_background_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each mini-batch of a step is written behind the host: the next ``sample`` of the same step does not wait for
+    it (with the ``cache`` action no other step can serve a step, so no write is waited for at all)."""
+    from skipweave.integrations.verl.tq import TQ_TARGET
+    from skipweave.store.step_store import StepStore
+
+    waited: list[tuple[int, str]] = []
+    real = StepStore.wait_pending
+
+    def wait_pending(self: StepStore, step: int, target: str, shard: str, **kwargs: Any) -> None:
+        waited.append((step, target))
+        real(self, step, target, shard, **kwargs)
+
+    monkeypatch.setattr(StepStore, "wait_pending", wait_pending)
+    torch.manual_seed(0)
+    first = _run_v1(tmp_path, monkeypatch, psync=2)
+    assert first["counters"]["misses"] == 4
+    assert [w for w in waited if w[1] == TQ_TARGET] == []
