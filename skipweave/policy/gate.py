@@ -225,6 +225,16 @@ def compile_gate(cfg: BypassConfig, predicate: Callable[[tuple[Any, ...], Mappin
         if shared is not None:
             return Gate(shared, eligible, bypassed, step_of)
 
+    if expr is None and (not (own and compiled) or cfg.when is BypassKind.CALLABLE):
+        # the predicate itself, not the lambda around it: one call less per call (bench/run.py
+        # ``calls.method_shape_callable_bypass``, 40-60 ns of its 2x-wrapt budget, Dec 2026)
+        def first_by_predicate(instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+            if predicate(args, kwargs):
+                return BYPASS
+            return step_of(instance, args, kwargs)
+
+        return Gate(first_by_predicate, eligible, bypassed, step_of)
+
     def first(instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
         if checked(instance, args, kwargs):
             return BYPASS
