@@ -1,8 +1,8 @@
 """The package's layering (docs/architecture.md): what the generic layers import, import cycles, private names.
 
-- The generic layers (``config``, ``policy``, ``weaving``, ``store``) name no host: importing any of their modules in
-  a fresh interpreter leaves ``skipweave.integrations``, verl, Ray and tensordict out of ``sys.modules``
-  (integrations register with them through :mod:`skipweave.hooks` instead).
+- The generic layers (``config``, ``policy``, ``weaving``, ``store``, ``verify``) name no host: importing any of
+  their modules in a fresh interpreter leaves ``skipweave.integrations``, verl, Ray and tensordict out of
+  ``sys.modules`` (integrations register with them through :mod:`skipweave.hooks` instead).
 - No import cycle among the package's modules at import time. The graph is built from each module's import-time
   statements (module level, class bodies and ``if``/``try``/``with`` blocks; not function bodies, not
   ``if TYPE_CHECKING:`` blocks), read from the source with :mod:`ast`, so a cycle hidden behind a lazy import does
@@ -28,7 +28,7 @@ PACKAGE = "skipweave"
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = ROOT / PACKAGE
 
-GENERIC_LAYERS = ("config", "policy", "weaving", "store")
+GENERIC_LAYERS = ("config", "policy", "weaving", "store", "verify")
 """Sub-packages that must import no host and no integration."""
 
 FORBIDDEN = ("skipweave.integrations", "verl", "ray", "tensordict")

@@ -1,0 +1,381 @@
+"""Compare a live result with its recording, field by field, and say where they first differ and by how much.
+
+A result is walked as a tree: dict keys, list and tuple indices, dataclass fields, the attributes of a host object
+(verl's ``DataProto``: ``batch``, ``non_tensor_batch``, ``meta_info``), the keys of a mapping-like object
+(tensordict's ``TensorDict``), the elements of an object array. Paths are dotted (``batch.responses``,
+``non_tensor_batch.uid.3``, ``meta_info.timing_s``). What "equal" means is a :class:`CompareSpec`: a rule per path
+glob (``exact``, ``ignore``, or a :class:`Tolerance`), the default for the rest. A rule on a path holds for
+everything below it, unless a longer path has its own.
+
+What a :class:`Divergence` says, per kind of field:
+
+- integer and bool tensors (token ids, masks): the first diverging position (an index per dimension, so ``(sample,
+  position)`` for a 2-D batch), the recorded and the live value there, and the fraction of equal elements (the
+  token match ratio);
+- float tensors: max ``|Δ|``, max relative ``Δ`` (against ``|recorded|``), the index of the max ``|Δ|``, and the
+  fraction of elements beyond the tolerance (``exact``: beyond equality);
+- a shape, dtype, type, length or key-set mismatch, said as such.
+
+A float field whose elements all lie within its tolerance but are not all equal is ``close``; a comparison is
+``identical`` when every compared field is equal, ``close`` when some are only close, else ``diverged``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+Status = Literal["identical", "close", "diverged"]
+"""A comparison's (and a field's) status."""
+IDENTICAL: Final = "identical"
+CLOSE: Final = "close"
+DIVERGED: Final = "diverged"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Floats are close when ``|live - recorded| <= atol + rtol * |recorded|`` (``torch.isclose``'s rule).
+
+    Attributes:
+        atol: absolute tolerance, >= 0.
+        rtol: relative tolerance, >= 0.
+    """
+
+    atol: float = 0.0
+    rtol: float = 0.0
+
+
+EXACT, IGNORE = "exact", "ignore"
+Rule = str | Tolerance
+"""``"exact"``, ``"ignore"`` or a :class:`Tolerance`."""
+
+
+class CompareError(ValueError):
+    """A compare setting is invalid; the message names the key, the value and what is allowed."""
+
+
+def _parse_rule(value: Any, key: str) -> Rule:
+    if value in (EXACT, IGNORE):
+        return str(value)
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - {"atol", "rtol"})
+        if unknown or not value:
+            raise CompareError(f"{key}: {dict(value)!r} is not a tolerance; allowed keys are atol and rtol "
+                               f"(numbers >= 0){', not ' + ', '.join(map(str, unknown)) if unknown else ''}")
+        parts = {}
+        for name in ("atol", "rtol"):
+            raw = value.get(name, 0.0)
+            if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw < 0:
+                raise CompareError(f"{key}.{name}: {raw!r} is not allowed; a tolerance is a finite number >= 0")
+            parts[name] = float(raw)
+        return Tolerance(**parts)
+    raise CompareError(f"{key}: {value!r} is not allowed; a rule is exact, ignore or {{atol: .., rtol: ..}}")
+
+
+@dataclass(frozen=True)
+class CompareSpec:
+    """What "equal" means for each field of a result.
+
+    Attributes:
+        default: the rule of every field no pattern names.
+        fields: ``(glob, rule)`` pairs (``fnmatch`` syntax over dotted paths: ``meta_info.timing*``,
+            ``batch.*_log_probs``); a rule holds for the path it matches and everything below it.
+    """
+
+    default: Rule = EXACT
+    fields: tuple[tuple[str, Rule], ...] = ()
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | None, key: str = "compare") -> CompareSpec:
+        """Read ``{default: exact | ignore | {atol, rtol}, fields: {<glob>: <rule>}}`` (a role's ``compare`` key).
+
+        Raises:
+            CompareError: an unknown key, or a rule that is none of the allowed ones (the message names the key).
+        """
+        if raw is None:
+            return cls()
+        if not isinstance(raw, Mapping):
+            raise CompareError(f"{key}: {raw!r} is not allowed; expected a mapping with default and fields")
+        unknown = sorted(set(raw) - {"default", "fields"})
+        if unknown:
+            raise CompareError(f"{key}: unknown key(s) {', '.join(map(str, unknown))}; allowed: default, fields")
+        default = _parse_rule(raw.get("default", EXACT), f"{key}.default")
+        fields_raw = raw.get("fields") or {}
+        if not isinstance(fields_raw, Mapping):
+            raise CompareError(f"{key}.fields: {fields_raw!r} is not allowed; expected a mapping of path -> rule")
+        fields = tuple((str(p), _parse_rule(r, f"{key}.fields.{p}")) for p, r in fields_raw.items())
+        return cls(default, fields)
+
+    def rule_for(self, path: str) -> Rule:
+        """The rule of ``path``: that of the longest of it and its ancestors some pattern matches (the first such
+        pattern, in order), else :attr:`default`."""
+        parts = path.split(".") if path else []
+        for n in range(len(parts), -1, -1):
+            prefix = ".".join(parts[:n])
+            for pattern, rule in self.fields:
+                if fnmatch.fnmatchcase(prefix, pattern):
+                    return rule
+        return self.default
+
+
+@dataclass
+class Divergence:
+    """Where and how one field differs.
+
+    Attributes:
+        path: the field's dotted path (``""`` for the result itself).
+        kind: ``value``, ``shape``, ``dtype``, ``type``, ``length``, ``keys`` or ``missing``.
+        status: ``close`` (within tolerance) or ``diverged``.
+        detail: what the kind tells (see the module docstring), JSON-ready.
+    """
+
+    path: str
+    kind: str
+    status: Status
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Comparison:
+    """The outcome of comparing one live result with its recording.
+
+    Attributes:
+        status: ``identical``, ``close`` or ``diverged``.
+        first: the first diverging field in walk order (for ``close``: the first close one), ``None`` when identical.
+        fields: leaf fields compared (ignored ones not counted).
+        divergences: every field that is not equal, in walk order.
+    """
+
+    status: Status
+    first: Divergence | None
+    fields: int
+    divergences: list[Divergence]
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready record (one line of a divergence report)."""
+        first = None if self.first is None else dataclasses.asdict(self.first)
+        return {"status": self.status, "fields": self.fields, "first": first,
+                "diverged": sum(d.status == DIVERGED for d in self.divergences),
+                "close": sum(d.status == CLOSE for d in self.divergences)}
+
+
+def compare(recorded: Any, live: Any, spec: CompareSpec | None = None) -> Comparison:
+    """Compare ``live`` with ``recorded`` under ``spec`` (default: every field exact).
+
+    Raises nothing for any pair of values: a pair that cannot be compared is a ``type`` divergence.
+    """
+    walk = _Walk(spec or CompareSpec())
+    walk.visit("", recorded, live)
+    diverged = [d for d in walk.found if d.status == DIVERGED]
+    if diverged:
+        return Comparison(DIVERGED, diverged[0], walk.leaves, walk.found)
+    if walk.found:
+        return Comparison(CLOSE, walk.found[0], walk.leaves, walk.found)
+    return Comparison(IDENTICAL, None, walk.leaves, [])
+
+
+def _join(path: str, part: Any) -> str:
+    return f"{path}.{part}" if path else str(part)
+
+
+def _type_name(obj: Any) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+class _Walk:
+    def __init__(self, spec: CompareSpec) -> None:
+        self.spec = spec
+        self.found: list[Divergence] = []
+        self.leaves = 0
+
+    def add(self, path: str, kind: str, status: Status = DIVERGED, **detail: Any) -> None:
+        self.found.append(Divergence(path, kind, status, detail))
+
+    def visit(self, path: str, a: Any, b: Any) -> None:
+        rule = self.spec.rule_for(path)
+        if rule == IGNORE:
+            return
+        import numpy as np
+        import torch
+
+        if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+            self._tensors(path, a, b, rule)
+        elif isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+            self._arrays(path, a, b, rule)
+        elif type(a) is not type(b) and not (_is_number(a) and _is_number(b)):
+            self.leaves += 1
+            self.add(path, "type", recorded=_type_name(a), live=_type_name(b))
+        elif isinstance(a, Mapping):
+            self._mapping(path, a, b)
+        elif isinstance(a, (list, tuple)):
+            if len(a) != len(b):
+                self.leaves += 1
+                self.add(path, "length", recorded=len(a), live=len(b))
+                return
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                self.visit(_join(path, i), x, y)
+        elif dataclasses.is_dataclass(a) and not isinstance(a, type):
+            for f in dataclasses.fields(a):
+                self.visit(_join(path, f.name), getattr(a, f.name), getattr(b, f.name))
+        elif _is_number(a) or isinstance(a, (str, bytes)) or a is None:
+            self._scalar(path, a, b, rule)
+        elif hasattr(a, "keys") and hasattr(a, "__getitem__"):  # mapping-like (a TensorDict)
+            self._mapping(path, {k: a[k] for k in a.keys()}, {k: b[k] for k in b.keys()})
+        elif hasattr(a, "__dict__"):  # a host object (a DataProto): its attributes
+            self._mapping(path, {k: v for k, v in vars(a).items() if not k.startswith("_")},
+                          {k: v for k, v in vars(b).items() if not k.startswith("_")})
+        else:
+            self._scalar(path, a, b, rule)
+
+    def _mapping(self, path: str, a: Mapping[Any, Any], b: Mapping[Any, Any]) -> None:
+        # keys(), not iteration: a TensorDict is a Mapping whose iteration walks its batch dimension
+        keys_a, keys_b = list(a.keys()), list(b.keys())
+        missing = [str(k) for k in keys_a if k not in keys_b]
+        extra = [str(k) for k in keys_b if k not in keys_a]
+        if missing or extra:
+            self.leaves += 1
+            self.add(path, "keys", missing_in_live=missing, only_in_live=extra)
+        for k in keys_a:
+            if k in keys_b:
+                self.visit(_join(path, k), a[k], b[k])
+
+    def _scalar(self, path: str, a: Any, b: Any, rule: Rule) -> None:
+        self.leaves += 1
+        if isinstance(rule, Tolerance) and _is_number(a) and _is_number(b) and not isinstance(a, bool):
+            fa, fb = float(a), float(b)
+            if fa == fb or (math.isnan(fa) and math.isnan(fb)):
+                return
+            delta = abs(fb - fa)
+            status: Status = CLOSE if delta <= rule.atol + rule.rtol * abs(fa) else DIVERGED
+            self.add(path, "value", status, recorded=fa, live=fb, max_abs_diff=delta)
+            return
+        try:
+            same = bool(a == b)
+        except Exception:  # noqa: BLE001 - an object whose == raises or is not a truth value
+            same = False
+        if not same and not (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)):
+            self.add(path, "value", recorded=_short(a), live=_short(b))
+
+    def _arrays(self, path: str, a: Any, b: Any, rule: Rule) -> None:
+        import numpy as np
+        import torch
+
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+            self.leaves += 1
+            self.add(path, "type", recorded=_type_name(a), live=_type_name(b))
+            return
+        if a.dtype == object or b.dtype == object:
+            if a.dtype != b.dtype or a.shape != b.shape:
+                self.leaves += 1
+                self.add(path, "shape" if a.shape != b.shape else "dtype", recorded=_describe(a),
+                         live=_describe(b))
+                return
+            for i, (x, y) in enumerate(zip(a.reshape(-1), b.reshape(-1), strict=True)):
+                self.visit(_join(path, i), x, y)
+            return
+        try:
+            self._tensors(path, torch.from_numpy(np.ascontiguousarray(a)), torch.from_numpy(np.ascontiguousarray(b)),
+                          rule)
+        except TypeError:  # a dtype torch does not have (strings, datetimes): element equality
+            self.leaves += 1
+            if a.dtype != b.dtype or a.shape != b.shape:
+                self.add(path, "shape" if a.shape != b.shape else "dtype", recorded=_describe(a), live=_describe(b))
+            elif not np.array_equal(a, b):
+                where = np.argwhere(a != b)
+                self.add(path, "value", first_index=[int(i) for i in where[0]] if len(where) else None,
+                         match_ratio=float((a == b).mean()) if a.size else 1.0)
+
+    def _tensors(self, path: str, a: Any, b: Any, rule: Rule) -> None:
+        import torch
+
+        self.leaves += 1
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            self.add(path, "type", recorded=_type_name(a), live=_type_name(b))
+            return
+        if a.dtype != b.dtype:
+            self.add(path, "dtype", recorded=str(a.dtype), live=str(b.dtype))
+            return
+        if a.shape != b.shape:
+            self.add(path, "shape", recorded=list(a.shape), live=list(b.shape))
+            return
+        if a.numel() == 0:
+            return
+        a, b = a.detach().cpu(), b.detach().cpu()
+        if not (a.is_floating_point() or a.is_complex()):
+            ne = a != b
+            if not bool(ne.any()):
+                return
+            first = [int(i) for i in ne.nonzero()[0]]
+            self.add(path, "value", first_index=first, recorded=a[tuple(first)].item(),
+                     live=b[tuple(first)].item(), match_ratio=1.0 - float(ne.float().mean()))
+            return
+        fa, fb = a.double(), b.double()
+        both_nan = fa.isnan() & fb.isnan()
+        diff = torch.where(both_nan, torch.zeros_like(fa), (fa - fb).abs())
+        diff = torch.nan_to_num(diff, nan=math.inf)
+        if float(diff.max()) == 0.0:
+            return
+        atol, rtol = (rule.atol, rule.rtol) if isinstance(rule, Tolerance) else (0.0, 0.0)
+        beyond = diff > atol + rtol * fa.abs()
+        at = [int(i) for i in torch.unravel_index(diff.argmax(), diff.shape)] if diff.dim() else []
+        rel = diff / fa.abs().clamp_min(torch.finfo(torch.float64).tiny)
+        self.add(path, "value", DIVERGED if bool(beyond.any()) else CLOSE, max_abs_diff=float(diff.max()),
+                 max_rel_diff=float(rel.max()), at=at, beyond_fraction=float(beyond.double().mean()))
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) or type(x).__module__ == "numpy" and \
+        hasattr(x, "dtype") and getattr(x, "shape", None) == ()
+
+
+def _describe(a: Any) -> str:
+    return f"{a.dtype}{list(a.shape)}"
+
+
+def _short(x: Any, limit: int = 80) -> Any:
+    if x is None or isinstance(x, (bool, int, float)):
+        return x
+    text = repr(x)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def paths(result: Any) -> Iterator[str]:
+    """Every leaf path of ``result`` as :func:`compare` walks it (for listing what a ``compare.fields`` glob can
+    name)."""
+    seen: list[str] = []
+    _collect(result, "", seen)
+    yield from seen
+
+
+def _collect(obj: Any, path: str, out: list[str]) -> None:
+    import numpy as np
+    import torch
+
+    if isinstance(obj, torch.Tensor) or (isinstance(obj, np.ndarray) and obj.dtype.kind != "O"):
+        out.append(path)
+    elif isinstance(obj, Mapping):
+        for k in obj.keys():
+            _collect(obj[k], _join(path, k), out)
+    elif isinstance(obj, (list, tuple)) or (isinstance(obj, np.ndarray)):
+        for i, v in enumerate(obj.reshape(-1) if isinstance(obj, np.ndarray) else obj):
+            _collect(v, _join(path, i), out)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            _collect(getattr(obj, f.name), _join(path, f.name), out)
+    elif hasattr(obj, "keys") and hasattr(obj, "__getitem__") and not isinstance(obj, (str, bytes)):
+        for k in obj.keys():
+            _collect(obj[k], _join(path, k), out)
+    elif hasattr(obj, "__dict__") and not _is_number(obj):
+        for k, v in vars(obj).items():
+            if not k.startswith("_"):
+                _collect(v, _join(path, k), out)
+    else:
+        out.append(path)
+
+
+__all__ = ["CLOSE", "CompareError", "CompareSpec", "Comparison", "DIVERGED", "Divergence", "EXACT", "IDENTICAL",
+           "IGNORE", "Rule", "Tolerance", "compare", "paths"]

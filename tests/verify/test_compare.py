@@ -1,0 +1,151 @@
+"""The comparison a verify run and ``skipweave diff`` make: statuses, first divergence, rules per path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from skipweave.verify.compare import CompareError, CompareSpec, Tolerance, compare, paths
+
+
+class Batch:
+    """A DataProto-shaped host object: compared by its attributes."""
+
+    def __init__(self, responses: torch.Tensor, log_probs: torch.Tensor, uid: np.ndarray, meta: dict[str, Any]):
+        self.batch = {"responses": responses, "rollout_log_probs": log_probs}
+        self.non_tensor_batch = {"uid": uid}
+        self.meta_info = meta
+        self._private = object()  # never compared
+
+
+@dataclass
+class Sample:
+    tokens: list[int]
+    score: float
+
+
+def make(seed: int = 0) -> Batch:
+    g = torch.Generator().manual_seed(seed)
+    responses = torch.randint(0, 1000, (4, 8), generator=g)
+    log_probs = torch.randn(4, 8, generator=g, dtype=torch.float32)
+    uid = np.array([f"u{i}" for i in range(4)], dtype=object)
+    return Batch(responses, log_probs, uid, {"global_steps": 3, "timing_s": 1.25})
+
+
+def test_identical_results_are_identical_and_count_their_fields() -> None:
+    out = compare(make(), make())
+    assert out.status == "identical" and out.first is None and out.divergences == []
+    assert out.fields == 2 + 4 + 2  # two tensors, four uids, two meta values
+
+
+def test_a_token_that_differs_is_named_by_sample_and_position_with_the_match_ratio() -> None:
+    live = make()
+    live.batch["responses"][2, 5] += 1
+    out = compare(make(), live)
+    assert out.status == "diverged"
+    assert out.first is not None and out.first.path == "batch.responses" and out.first.kind == "value"
+    assert out.first.detail["first_index"] == [2, 5]
+    assert out.first.detail["live"] == out.first.detail["recorded"] + 1
+    assert out.first.detail["match_ratio"] == pytest.approx(31 / 32)
+
+
+def test_floats_within_tolerance_are_close_and_beyond_it_diverged() -> None:
+    live = make()
+    live.batch["rollout_log_probs"][1, 2] += 1e-4
+    spec = CompareSpec(fields=(("batch.rollout_log_probs", Tolerance(atol=1e-3)),))
+    close = compare(make(), live, spec)
+    assert close.status == "close" and close.first is not None
+    assert close.first.detail["max_abs_diff"] == pytest.approx(1e-4, rel=1e-2)
+    assert close.first.detail["at"] == [1, 2] and close.first.detail["beyond_fraction"] == 0.0
+    diverged = compare(make(), live)  # exact by default
+    assert diverged.status == "diverged" and diverged.first is not None
+    assert diverged.first.detail["beyond_fraction"] == pytest.approx(1 / 32)
+
+
+def test_ignored_fields_and_their_children_are_not_compared() -> None:
+    live = make()
+    live.meta_info["timing_s"] = 9.0
+    live.batch["rollout_log_probs"] += 1
+    spec = CompareSpec.parse({"fields": {"meta_info.timing*": "ignore", "batch.rollout_log_probs": "ignore"}})
+    out = compare(make(), live, spec)
+    assert out.status == "identical" and out.fields == 1 + 4 + 1
+    assert compare(make(), live, CompareSpec.parse({"fields": {"batch": "ignore", "meta_info": "ignore"}})).fields == 4
+
+
+def test_nested_dicts_object_arrays_dataclasses_and_lists_name_the_first_differing_path() -> None:
+    rec = {"a": {"b": [1, 2, {"c": "x"}]}, "s": Sample([1, 2], 0.5), "o": np.array(["p", "q"], dtype=object)}
+    live = {"a": {"b": [1, 2, {"c": "y"}]}, "s": Sample([1, 3], 0.5), "o": np.array(["p", "r"], dtype=object)}
+    out = compare(rec, live)
+    assert [d.path for d in out.divergences] == ["a.b.2.c", "s.tokens.1", "o.1"]
+    assert out.first is not None and out.first.detail == {"recorded": "'x'", "live": "'y'"}
+
+
+@pytest.mark.parametrize(("rec", "live", "kind"), [
+    (torch.zeros(2, 3), torch.zeros(3, 2), "shape"),
+    (torch.zeros(2), torch.zeros(2, dtype=torch.float64), "dtype"),
+    ([1, 2], [1, 2, 3], "length"),
+    ({"a": 1}, {"b": 1}, "keys"),
+    (torch.zeros(2), np.zeros(2), "type"),
+    ("1", 1, "type"),
+])
+def test_mismatches_of_structure_are_said_as_such(rec: Any, live: Any, kind: str) -> None:
+    out = compare(rec, live)
+    assert out.status == "diverged" and out.first is not None and out.first.kind == kind
+
+
+def test_nan_at_the_same_place_is_equal_and_numpy_numbers_compare_with_python_ones() -> None:
+    a = torch.tensor([1.0, float("nan")])
+    assert compare(a, a.clone()).status == "identical"
+    assert compare({"x": np.float32(0.5)}, {"x": 0.5}).status == "identical"
+    assert compare(np.arange(4), np.arange(4)).status == "identical"
+
+
+def test_a_spec_is_read_from_yaml_values_and_bad_ones_name_the_key() -> None:
+    spec = CompareSpec.parse({"default": {"atol": 0.1}, "fields": {"batch.responses": "exact"}})
+    assert spec.rule_for("batch.responses") == "exact"
+    assert spec.rule_for("batch.rollout_log_probs") == Tolerance(atol=0.1)
+    with pytest.raises(CompareError, match=r"skip.rollout.compare.fields.x.atol: -1"):
+        CompareSpec.parse({"fields": {"x": {"atol": -1}}}, key="skip.rollout.compare")
+    with pytest.raises(CompareError, match="exact, ignore"):
+        CompareSpec.parse({"default": "fuzzy"})
+    with pytest.raises(CompareError, match="unknown key"):
+        CompareSpec.parse({"defaults": "exact"})
+
+
+def test_paths_lists_every_leaf_a_glob_can_name() -> None:
+    assert list(paths(make())) == ["batch.responses", "batch.rollout_log_probs", "non_tensor_batch.uid.0",
+                                   "non_tensor_batch.uid.1", "non_tensor_batch.uid.2", "non_tensor_batch.uid.3",
+                                   "meta_info.global_steps", "meta_info.timing_s"]
+
+
+def test_a_tensordict_is_compared_by_its_keys() -> None:
+    from tensordict import TensorDict
+
+    rec = TensorDict({"responses": torch.arange(6).reshape(2, 3), "mask": torch.ones(2, 3)}, batch_size=[2])
+    live = rec.clone()
+    live["responses"][1, 0] = 99
+    out = compare({"batch": rec}, {"batch": live})
+    assert out.status == "diverged" and out.first is not None
+    assert (out.first.path, out.first.detail["first_index"]) == ("batch.responses", [1, 0])
+    assert compare({"batch": rec}, {"batch": rec.clone()}).status == "identical"
+
+
+def test_a_verl_dataproto_is_compared_by_batch_non_tensor_batch_and_meta_info() -> None:
+    from verl.protocol import DataProto
+
+    def proto(shift: float) -> Any:
+        return DataProto.from_dict(tensors={"responses": torch.arange(12).reshape(3, 4),
+                                            "rollout_log_probs": torch.zeros(3, 4) + shift},
+                                   non_tensors={"uid": np.array(["a", "b", "c"], dtype=object)},
+                                   meta_info={"global_steps": 2, "timing_s": shift})
+
+    assert compare(proto(0.0), proto(0.0)).status == "identical"
+    spec = CompareSpec.parse({"fields": {"batch.rollout_log_probs": {"atol": 0.01}, "meta_info.timing*": "ignore"}})
+    assert compare(proto(0.0), proto(0.005), spec).status == "close"
+    out = compare(proto(0.0), proto(0.5), spec)
+    assert out.status == "diverged" and out.first is not None and out.first.path == "batch.rollout_log_probs"
+    assert out.first.detail["max_abs_diff"] == pytest.approx(0.5) and out.first.detail["beyond_fraction"] == 1.0
