@@ -5,7 +5,12 @@ A result is walked as a tree: dict keys, list and tuple indices, dataclass field
 (tensordict's ``TensorDict``), the elements of an object array. Paths are dotted (``batch.responses``,
 ``non_tensor_batch.uid.3``, ``meta_info.timing_s``). What "equal" means is a :class:`CompareSpec`: a rule per path
 glob (``exact``, ``ignore``, or a :class:`Tolerance`), the default for the rest. A rule on a path holds for
-everything below it, unless a longer path has its own.
+everything below it, unless a longer path has its own. Keys are joined as they are: a key that itself holds a dot
+is read as a deeper path by the rules, and glob characters in keys (``*?[``) need ``fnmatch``'s ``[*]`` escapes.
+
+The comparison never raises: a pair that cannot be compared (a sparse tensor, an ``==`` that raises) is an
+``error`` divergence. A structure that contains itself is compared once. Float tensors are compared in float64
+(complex128): a pair of float32 tensors of N bytes each takes about 5N bytes more at peak.
 
 What a :class:`Divergence` says, per kind of field:
 
@@ -23,8 +28,10 @@ A float field whose elements all lie within its tolerance but are not all equal 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import fnmatch
 import math
+import numbers
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -59,8 +66,8 @@ class CompareError(ValueError):
 
 
 def _parse_rule(value: Any, key: str) -> Rule:
-    if value in (EXACT, IGNORE):
-        return str(value)
+    if isinstance(value, str) and value in (EXACT, IGNORE):
+        return value
     if isinstance(value, Mapping):
         unknown = sorted(set(value) - {"atol", "rtol"})
         if unknown or not value:
@@ -69,9 +76,13 @@ def _parse_rule(value: Any, key: str) -> Rule:
         parts = {}
         for name in ("atol", "rtol"):
             raw = value.get(name, 0.0)
-            if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw < 0:
+            try:
+                number = float(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else math.nan
+            except OverflowError:
+                number = math.inf
+            if not math.isfinite(number) or number < 0:
                 raise CompareError(f"{key}.{name}: {raw!r} is not allowed; a tolerance is a finite number >= 0")
-            parts[name] = float(raw)
+            parts[name] = number
         return Tolerance(**parts)
     raise CompareError(f"{key}: {value!r} is not allowed; a rule is exact, ignore or {{atol: .., rtol: ..}}")
 
@@ -191,6 +202,7 @@ class _Walk:
         self.spec = spec
         self.found: list[Divergence] = []
         self.leaves = 0
+        self.open: set[tuple[int, int]] = set()
 
     def add(self, path: str, kind: str, status: Status = DIVERGED, **detail: Any) -> None:
         self.found.append(Divergence(path, kind, status, detail))
@@ -199,6 +211,19 @@ class _Walk:
         rule = self.spec.rule_for(path)
         if rule == IGNORE:
             return
+        key = (id(a), id(b))
+        if key in self.open:  # a structure that contains itself: this pair is being compared further up
+            return
+        self.open.add(key)
+        try:
+            self._dispatch(path, a, b, rule)
+        except Exception as exc:  # noqa: BLE001 - a pair that cannot be compared is a divergence, never an error
+            self.leaves += 1
+            self.add(path, "error", error=f"{type(exc).__name__}: {_short(exc)}")
+        finally:
+            self.open.discard(key)
+
+    def _dispatch(self, path: str, a: Any, b: Any, rule: Rule) -> None:
         import numpy as np
         import torch
 
@@ -210,6 +235,7 @@ class _Walk:
             self.leaves += 1
             self.add(path, "type", recorded=_type_name(a), live=_type_name(b))
         elif isinstance(a, Mapping):
+            self._batch_size(path, a, b)
             self._mapping(path, a, b)
         elif isinstance(a, (list, tuple)):
             if len(a) != len(b):
@@ -221,15 +247,26 @@ class _Walk:
         elif dataclasses.is_dataclass(a) and not isinstance(a, type):
             for f in dataclasses.fields(a):
                 self.visit(_join(path, f.name), getattr(a, f.name), getattr(b, f.name))
-        elif _is_number(a) or isinstance(a, (str, bytes)) or a is None:
+        elif _is_number(a) or isinstance(a, (str, bytes, enum.Enum, BaseException)) or a is None:
             self._scalar(path, a, b, rule)
         elif hasattr(a, "keys") and hasattr(a, "__getitem__"):  # mapping-like (a TensorDict)
+            self._batch_size(path, a, b)
             self._mapping(path, {k: a[k] for k in a.keys()}, {k: b[k] for k in b.keys()})
-        elif hasattr(a, "__dict__"):  # a host object (a DataProto): its attributes
-            self._mapping(path, {k: v for k, v in vars(a).items() if not k.startswith("_")},
-                          {k: v for k, v in vars(b).items() if not k.startswith("_")})
+        elif _public(a) and type(a).__eq__ is object.__eq__:  # a host object (a DataProto): its attributes
+            self._mapping(path, _public(a), _public(b))
         else:
             self._scalar(path, a, b, rule)
+
+    def _batch_size(self, path: str, a: Any, b: Any) -> None:
+        """A TensorDict's batch size is part of it, beside its keys."""
+        size_a, size_b = getattr(a, "batch_size", None), getattr(b, "batch_size", None)
+        if size_a is None and size_b is None:
+            return
+        shape_a = [int(x) for x in size_a] if size_a is not None else None
+        shape_b = [int(x) for x in size_b] if size_b is not None else None
+        if shape_a != shape_b:
+            self.leaves += 1
+            self.add(path, "shape", recorded=shape_a, live=shape_b)
 
     def _mapping(self, path: str, a: Mapping[Any, Any], b: Mapping[Any, Any]) -> None:
         # keys(), not iteration: a TensorDict is a Mapping whose iteration walks its batch dimension
@@ -245,19 +282,29 @@ class _Walk:
 
     def _scalar(self, path: str, a: Any, b: Any, rule: Rule) -> None:
         self.leaves += 1
-        if isinstance(rule, Tolerance) and _is_number(a) and _is_number(b) and not isinstance(a, bool):
-            fa, fb = float(a), float(b)
-            if fa == fb or (math.isnan(fa) and math.isnan(fb)):
+        if _is_number(a) and _is_number(b):
+            if _is_nan(a) and _is_nan(b):
                 return
-            delta = abs(fb - fa)
-            status: Status = CLOSE if delta <= rule.atol + rule.rtol * abs(fa) else DIVERGED
-            self.add(path, "value", status, recorded=fa, live=fb, max_abs_diff=delta)
+            if isinstance(a, numbers.Integral) and isinstance(b, numbers.Integral):
+                delta: Any = abs(int(b) - int(a))  # exact: a float loses integers past 2**53
+            else:
+                delta = abs(complex(b) - complex(a)) if isinstance(a, complex) or isinstance(b, complex) or \
+                    not (isinstance(a, numbers.Real) and isinstance(b, numbers.Real)) else abs(float(b) - float(a))
+            if delta == 0:
+                return
+            status: Status = DIVERGED
+            if isinstance(rule, Tolerance) and not _is_nan(delta):
+                try:
+                    status = CLOSE if delta <= rule.atol + rule.rtol * abs(a) else DIVERGED
+                except (OverflowError, TypeError):
+                    status = DIVERGED
+            self.add(path, "value", status, recorded=_plain(a), live=_plain(b), max_abs_diff=_plain(delta))
             return
         try:
-            same = bool(a == b)
+            same = bool(a == b) if type(a).__eq__ is not object.__eq__ else repr(a) == repr(b)
         except Exception:  # noqa: BLE001 - an object whose == raises or is not a truth value
             same = False
-        if not same and not (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)):
+        if not same:
             self.add(path, "value", recorded=_short(a), live=_short(b))
 
     def _arrays(self, path: str, a: Any, b: Any, rule: Rule) -> None:
@@ -280,11 +327,12 @@ class _Walk:
         try:
             self._tensors(path, torch.from_numpy(np.ascontiguousarray(a)), torch.from_numpy(np.ascontiguousarray(b)),
                           rule)
-        except TypeError:  # a dtype torch does not have (strings, datetimes): element equality
+        except (TypeError, ValueError):  # a dtype torch does not have (strings, datetimes, big-endian): elements
             self.leaves += 1
-            if a.dtype != b.dtype or a.shape != b.shape:
+            same_kind = a.dtype == b.dtype or (a.dtype.kind == b.dtype.kind and a.dtype.kind in "US")
+            if not same_kind or a.shape != b.shape:
                 self.add(path, "shape" if a.shape != b.shape else "dtype", recorded=_describe(a), live=_describe(b))
-            elif not np.array_equal(a, b):
+            elif not np.array_equal(a, b, equal_nan=a.dtype.kind in "fcmM"):
                 where = np.argwhere(a != b)
                 self.add(path, "value", first_index=[int(i) for i in where[0]] if len(where) else None,
                          match_ratio=float((a == b).mean()) if a.size else 1.0)
@@ -309,27 +357,56 @@ class _Walk:
             ne = a != b
             if not bool(ne.any()):
                 return
-            first = [int(i) for i in ne.nonzero()[0]]
-            self.add(path, "value", first_index=first, recorded=a[tuple(first)].item(),
-                     live=b[tuple(first)].item(), match_ratio=1.0 - float(ne.float().mean()))
+            first = [int(i) for i in ne.nonzero()[0]] if ne.dim() else []
+            self.add(path, "value", first_index=first, recorded=_plain(a[tuple(first)].item()),
+                     live=_plain(b[tuple(first)].item()), match_ratio=1.0 - float(ne.float().mean()))
             return
-        fa, fb = a.double(), b.double()
-        both_nan = fa.isnan() & fb.isnan()
-        diff = torch.where(both_nan, torch.zeros_like(fa), (fa - fb).abs())
-        diff = torch.nan_to_num(diff, nan=math.inf)
-        if float(diff.max()) == 0.0:
+        wide = torch.complex128 if a.is_complex() else torch.float64
+        fa, fb = a.to(wide), b.to(wide)
+        equal = (fa == fb) | (fa.isnan() & fb.isnan())  # inf == inf; NaN where NaN
+        if bool(equal.all()):
             return
+        finite = fa.isfinite() & fb.isfinite()
+        # a mismatch that involves inf or NaN is infinitely far: never within a tolerance
+        diff = torch.where(equal, 0.0, torch.where(finite, (fa - fb).abs(), math.inf)).to(torch.float64)
+        scale = torch.where(fa.isfinite(), fa.abs(), 0.0).to(torch.float64)
         atol, rtol = (rule.atol, rule.rtol) if isinstance(rule, Tolerance) else (0.0, 0.0)
-        beyond = diff > atol + rtol * fa.abs()
+        beyond = ~(diff <= atol + rtol * scale)
         at = [int(i) for i in torch.unravel_index(diff.argmax(), diff.shape)] if diff.dim() else []
-        rel = diff / fa.abs().clamp_min(torch.finfo(torch.float64).tiny)
-        self.add(path, "value", DIVERGED if bool(beyond.any()) else CLOSE, max_abs_diff=float(diff.max()),
-                 max_rel_diff=float(rel.max()), at=at, beyond_fraction=float(beyond.double().mean()))
+        rel = diff / scale.clamp_min(torch.finfo(torch.float64).tiny)
+        self.add(path, "value", DIVERGED if bool(beyond.any()) else CLOSE, max_abs_diff=_plain(float(diff.max())),
+                 max_rel_diff=_plain(float(rel.max())), at=at, beyond_fraction=float(beyond.double().mean()))
 
 
 def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) or type(x).__module__ == "numpy" and \
-        hasattr(x, "dtype") and getattr(x, "shape", None) == ()
+    """A Python or numpy number (``numbers.Number``: numpy's ``np.number`` registers), bools and numpy bools not."""
+    return isinstance(x, numbers.Number) and not isinstance(x, bool) and type(x).__name__ != "bool_"
+
+
+def _is_nan(x: Any) -> bool:
+    try:
+        return bool(x != x)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _plain(x: Any) -> Any:
+    """A JSON-ready value: numpy scalars as Python ones, non-finite floats and complex numbers as strings (strict JSON
+    has no NaN or Infinity)."""
+    if hasattr(x, "item") and type(x).__module__ == "numpy":
+        x = x.item()
+    if isinstance(x, bool) or x is None or isinstance(x, (int, str)):
+        return x
+    if isinstance(x, float):
+        return x if math.isfinite(x) else str(x)
+    return str(x)
+
+
+def _public(obj: Any) -> dict[str, Any]:
+    try:
+        return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
+    except TypeError:  # no __dict__
+        return {}
 
 
 def _describe(a: Any) -> str:
@@ -338,8 +415,11 @@ def _describe(a: Any) -> str:
 
 def _short(x: Any, limit: int = 80) -> Any:
     if x is None or isinstance(x, (bool, int, float)):
-        return x
-    text = repr(x)
+        return _plain(x)
+    try:
+        text = repr(x)
+    except Exception:  # noqa: BLE001 - a host object whose repr raises
+        text = f"<{_type_name(x)}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -149,3 +149,52 @@ def test_a_verl_dataproto_is_compared_by_batch_non_tensor_batch_and_meta_info() 
     out = compare(proto(0.0), proto(0.5), spec)
     assert out.status == "diverged" and out.first is not None and out.first.path == "batch.rollout_log_probs"
     assert out.first.detail["max_abs_diff"] == pytest.approx(0.5) and out.first.detail["beyond_fraction"] == 1.0
+
+
+@pytest.mark.parametrize(("rec", "live", "exact", "within"), [
+    (torch.tensor([float("inf")]), torch.tensor([float("inf")]), "identical", "identical"),
+    (torch.tensor([float("inf")]), torch.tensor([float("-inf")]), "diverged", "diverged"),
+    (torch.tensor([float("nan")]), torch.tensor([1.0]), "diverged", "diverged"),
+    (torch.tensor([float("inf")], dtype=torch.bfloat16), torch.tensor([5.0], dtype=torch.bfloat16), "diverged",
+     "diverged"),
+    (torch.tensor([1 + 1j]), torch.tensor([1 + 2j]), "diverged", "diverged"),
+    (np.array([1 + 1j]), np.array([1 + 2j]), "diverged", "diverged"),
+    (2**60, 2**60 + 1, "diverged", "close"),  # exact integers: a float would call them equal
+    (10**400, 10**400 + 1, "diverged", "diverged"),  # rtol * 10**400 overflows: never taken for close
+    (np.float32("nan"), np.float32("nan"), "identical", "identical"),
+])
+def test_infinities_nans_complex_and_big_integers(rec: Any, live: Any, exact: str, within: str) -> None:
+    import json
+
+    spec = CompareSpec(default=Tolerance(atol=0.5, rtol=0.1))
+    for out, status in ((compare(rec, live), exact), (compare(rec, live, spec), within)):
+        assert out.status == status
+        json.dumps(out.to_json(), allow_nan=False)  # strict JSON: no NaN or Infinity in a report
+
+
+def test_values_that_cannot_be_compared_are_divergences_not_errors() -> None:
+    class Opaque:
+        __slots__ = ()
+
+        def __eq__(self, other: object) -> bool:
+            raise RuntimeError("no")
+
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr either")
+
+    cyclic: list[Any] = [1]
+    cyclic.append(cyclic)
+    sparse = torch.eye(3).to_sparse()
+    assert compare(Opaque(), Opaque()).status == "diverged"
+    assert compare(sparse, sparse.clone()).first.kind == "error"  # type: ignore[union-attr]
+    assert compare(cyclic, cyclic).status == "identical"
+    assert compare(ValueError("a"), ValueError("b")).status == "diverged"
+    assert compare(ValueError("a"), ValueError("a")).status == "identical"
+
+
+def test_a_tensordict_batch_size_is_compared() -> None:
+    from tensordict import TensorDict
+
+    rec = TensorDict({"x": torch.zeros(2)}, batch_size=[2])
+    out = compare(rec, TensorDict({"x": torch.zeros(2)}, batch_size=[]))
+    assert out.status == "diverged" and out.first is not None and out.first.kind == "shape"
