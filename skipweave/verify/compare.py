@@ -198,11 +198,23 @@ def _type_name(obj: Any) -> str:
 
 
 class _Walk:
-    def __init__(self, spec: CompareSpec) -> None:
+    """One walk over a pair of results; with ``listing``, over one result paired with itself, naming its leaves
+    (:func:`paths`) without comparing them."""
+
+    def __init__(self, spec: CompareSpec, listing: bool = False) -> None:
         self.spec = spec
         self.found: list[Divergence] = []
         self.leaves = 0
         self.open: set[tuple[int, int]] = set()
+        self.listed: list[str] | None = [] if listing else None
+
+    def leaf(self, path: str) -> bool:
+        """Count a leaf field; True when the walk only lists paths (the caller then compares nothing)."""
+        self.leaves += 1
+        if self.listed is None:
+            return False
+        self.listed.append(path)
+        return True
 
     def add(self, path: str, kind: str, status: Status = DIVERGED, **detail: Any) -> None:
         self.found.append(Divergence(path, kind, status, detail))
@@ -281,7 +293,8 @@ class _Walk:
                 self.visit(_join(path, k), a[k], b[k])
 
     def _scalar(self, path: str, a: Any, b: Any, rule: Rule) -> None:
-        self.leaves += 1
+        if self.leaf(path):
+            return
         if _is_number(a) and _is_number(b):
             if _is_nan(a) and _is_nan(b):
                 return
@@ -328,7 +341,8 @@ class _Walk:
             self._tensors(path, torch.from_numpy(np.ascontiguousarray(a)), torch.from_numpy(np.ascontiguousarray(b)),
                           rule)
         except (TypeError, ValueError):  # a dtype torch does not have (strings, datetimes, big-endian): elements
-            self.leaves += 1
+            if self.leaf(path):
+                return
             same_kind = a.dtype == b.dtype or (a.dtype.kind == b.dtype.kind and a.dtype.kind in "US")
             if not same_kind or a.shape != b.shape:
                 self.add(path, "shape" if a.shape != b.shape else "dtype", recorded=_describe(a), live=_describe(b))
@@ -340,7 +354,8 @@ class _Walk:
     def _tensors(self, path: str, a: Any, b: Any, rule: Rule) -> None:
         import torch
 
-        self.leaves += 1
+        if self.leaf(path):
+            return
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
             self.add(path, "type", recorded=_type_name(a), live=_type_name(b))
             return
@@ -426,35 +441,9 @@ def _short(x: Any, limit: int = 80) -> Any:
 def paths(result: Any) -> Iterator[str]:
     """Every leaf path of ``result`` as :func:`compare` walks it (for listing what a ``compare.fields`` glob can
     name)."""
-    seen: list[str] = []
-    _collect(result, "", seen)
-    yield from seen
-
-
-def _collect(obj: Any, path: str, out: list[str]) -> None:
-    import numpy as np
-    import torch
-
-    if isinstance(obj, torch.Tensor) or (isinstance(obj, np.ndarray) and obj.dtype.kind != "O"):
-        out.append(path)
-    elif isinstance(obj, Mapping):
-        for k in obj.keys():
-            _collect(obj[k], _join(path, k), out)
-    elif isinstance(obj, (list, tuple)) or (isinstance(obj, np.ndarray)):
-        for i, v in enumerate(obj.reshape(-1) if isinstance(obj, np.ndarray) else obj):
-            _collect(v, _join(path, i), out)
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for f in dataclasses.fields(obj):
-            _collect(getattr(obj, f.name), _join(path, f.name), out)
-    elif hasattr(obj, "keys") and hasattr(obj, "__getitem__") and not isinstance(obj, (str, bytes)):
-        for k in obj.keys():
-            _collect(obj[k], _join(path, k), out)
-    elif hasattr(obj, "__dict__") and not _is_number(obj):
-        for k, v in vars(obj).items():
-            if not k.startswith("_"):
-                _collect(v, _join(path, k), out)
-    else:
-        out.append(path)
+    walk = _Walk(CompareSpec(), listing=True)
+    walk.visit("", result, result)
+    yield from walk.listed or ()
 
 
 __all__ = ["CLOSE", "CompareError", "CompareSpec", "Comparison", "DIVERGED", "Divergence", "EXACT", "IDENTICAL",
