@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from skipweave.weaving.proxy import ReplayMissing
     from skipweave.weaving.resolve import TargetNotFound
     from skipweave.weaving.stubs import StubUnforeseen
+    from skipweave.weaving.verifier import Diverged
 
 _LAZY = {
     "weave": "skipweave.api",
@@ -38,10 +39,11 @@ _LAZY = {
     "TargetNotFound": "skipweave.weaving.resolve",
     "ReplayMissing": "skipweave.weaving.proxy",
     "StubUnforeseen": "skipweave.weaving.stubs",
+    "Diverged": "skipweave.weaving.verifier",
 }
 
-__all__ = ["ConfigError", "ReplayMissing", "StubUnforeseen", "TargetNotFound", "__version__", "counters", "flush",
-           "set_step", "unweave", "weave", "woven_plan"]
+__all__ = ["ConfigError", "Diverged", "ReplayMissing", "StubUnforeseen", "TargetNotFound", "__version__", "counters",
+           "flush", "set_step", "unweave", "weave", "woven_plan"]
 
 
 def __getattr__(name: str) -> Any:

@@ -11,7 +11,7 @@ from typing import Any
 
 from skipweave.config.errors import ConfigError
 from skipweave.config.fields import given, no_such_key, parse_fields, sub_mapping
-from skipweave.config.schema import NESTED_ROLE_KEYS, ROLE_KEYS, Action, RoleConfig, SkipConfig
+from skipweave.config.schema import NESTED_ROLE_KEYS, ROLE_KEYS, Action, OnDiverge, RoleConfig, Serve, SkipConfig
 from skipweave.store.fs import name_problem
 
 _ROLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$", re.ASCII)
@@ -49,10 +49,18 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
 
 def _checked(role: RoleConfig, key: str, *, explicit_targets: bool) -> RoleConfig:
     """Refuse combinations that would silently do nothing (checked once the role's values are parsed)."""
-    if role.record_steps is not None and role.action is Action.CACHE:
+    if role.record_steps is not None and role.action in (Action.CACHE, Action.VERIFY):
         raise ConfigError(f"{key}.record_steps", role.record_steps.to_config(),
                           "record_steps only with action repeat, repeat_cycle or repeat_last (cache records "
-                          "every eligible step)")
+                          "every eligible step; verify records nothing)")
+    if role.action is Action.VERIFY and role.replay_only:
+        raise ConfigError(f"{key}.replay_only", True, "false with action verify (a verify run calls every "
+                          "eligible call live to compare it with its recording)")
+    if role.action is not Action.VERIFY:
+        for name, default in (("serve", Serve.LIVE), ("on_diverge", OnDiverge.WARN)):
+            if getattr(role, name) is not default:
+                raise ConfigError(f"{key}.{name}", getattr(role, name).value,
+                                  f"{name} only with action verify (action is {role.action.value})")
     if role.enable and role.targets and all(t.stub is not None for t in role.targets):
         raise ConfigError(f"{key}.targets", [t.name for t in role.targets],
                           "at least one target the role replays besides its stubs (a stub only stands in for "

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from skipweave.config.compare import CompareSpec
 from skipweave.config.schema import (
     Action,
     BypassConfig,
@@ -177,6 +178,9 @@ def type_text(tp: Any) -> str:
         return f"one of {values} ([`{tp.__name__}`](#{tp.__name__.lower()}))"
     if tp is StepSet:
         return "[step set](#step-sets)"
+    if tp is CompareSpec:
+        return ("mapping `{default: <rule>, fields: {<path glob>: <rule>}}`, a rule being `exact`, `ignore` or "
+                "`{atol: .., rtol: ..}` ([verify.md](verify.md#what-equal-means))")
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return f"mapping ([below](#{_anchor(tp)}))"
     names = {bool: "`bool`", int: "`int`", str: "`string`", float: "`float`"}
@@ -215,6 +219,8 @@ def default_text(f: dataclasses.Field[Any], hint: Any) -> str:
         value = f.default
     elif f.default_factory is not dataclasses.MISSING:
         value = f.default_factory()
+        if isinstance(value, CompareSpec):
+            return _yaml(value.to_config())
         if dataclasses.is_dataclass(value) and not isinstance(value, StepSet):
             return "see below"
     else:

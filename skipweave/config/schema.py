@@ -17,11 +17,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from skipweave.config.compare import CompareSpec, parse_compare
 from skipweave.config.errors import ConfigError
 from skipweave.config.fields import Declared, key, keys_of, mapping_parser
 from skipweave.config.targets import StubSpec, TargetSpec, parse_targets, targets_form
 from skipweave.config.values import (
     StepSet,
+    default_report_path,
     enum_parser,
     optional_count,
     optional_steps,
@@ -39,6 +41,7 @@ from skipweave.config.values import (
     parse_namespace,
     parse_optional_path,
     parse_paths,
+    parse_report_path,
     parse_steps,
 )
 
@@ -55,12 +58,39 @@ class Action(str, enum.Enum):
       nearest later one, else call through and record (verl's current ``repeat``).
     - ``repeat_cycle``: cycle through the recorded steps in order (verl 2026's legacy ``repeat``).
     - ``repeat_last``: always the last recorded step (verl 2026's legacy ``repeat_last``).
+    - ``verify``: run the call live and compare its result with the recording of this very step (matched as
+      ``cache`` matches); ``serve`` says which of the two the host gets. Records nothing (see docs/verify.md).
     """
 
     CACHE = "cache"
     REPEAT = "repeat"
     REPEAT_CYCLE = "repeat_cycle"
     REPEAT_LAST = "repeat_last"
+    VERIFY = "verify"
+
+
+class Serve(str, enum.Enum):
+    """What a verified call hands the host (``action: verify``).
+
+    - ``live``: the live result (the run goes on as an unwoven run would).
+    - ``recorded``: the recording, served as a replay serves it (RNG state included): the run trains on what the
+      recording run trained on, so everything downstream stays bit-identical to it.
+    """
+
+    LIVE = "live"
+    RECORDED = "recorded"
+
+
+class OnDiverge(str, enum.Enum):
+    """What a verified call that diverges from its recording does.
+
+    - ``warn``: log one WARNING line naming the first diverging field (and go on).
+    - ``error``: raise :class:`~skipweave.weaving.verifier.Diverged` in the host's call, naming role, target, step,
+      call and the first diverging field; the run stops there.
+    """
+
+    WARN = "warn"
+    ERROR = "error"
 
 
 class StepSourceKind(str, enum.Enum):
@@ -275,6 +305,13 @@ class RoleConfig(Declared):
         compress: ``none``, or ``zstd`` / ``zstd:<level>`` (1-22, ``zstd`` meaning level 1): new entries' tensor
             files are compressed with zstandard (a verl batch shrinks about 3x; a warm replay takes about 2.5x
             as long, see docs/performance.md). Entries of either form are served whatever the setting.
+        serve: ``action: verify`` only: what a verified call hands the host (:class:`Serve`).
+        on_diverge: ``action: verify`` only: what a diverging call does (:class:`OnDiverge`).
+        compare: ``action: verify`` only: what "equal" means per field of a result
+            (:class:`~skipweave.config.compare.CompareSpec`, default: every field exact).
+        report: ``action: verify`` only: the JSON-lines file that gets one record per verified call (absolute once
+            read; its path is logged at exit). ``None``: ``skipweave-verify-<time>-<pid>.jsonl`` in the folder the
+            run started in, fixed when the config is read, so the Ray workers of the run write to the same file.
     """
 
     role: str
@@ -303,6 +340,11 @@ class RoleConfig(Declared):
     record_validation: bool = key(False, parse=parse_bool)
     write_buffer: int = key(DEFAULT_WRITE_BUFFER, parse=parse_bytes)
     compress: str = key(DEFAULT_COMPRESS, parse=parse_compress)
+    serve: Serve = key(Serve.LIVE, parse=enum_parser(Serve))
+    on_diverge: OnDiverge = key(OnDiverge.WARN, parse=enum_parser(OnDiverge))
+    compare: CompareSpec = key(parse=parse_compare, default_factory=CompareSpec, raw_default=None)
+    report: str | None = key(None, parse=parse_report_path, raw_default=lambda data: (
+        default_report_path() if str(data.get("action")) in ("verify", "Action.VERIFY") else None))
 
     @property
     def compress_level(self) -> int | None:
@@ -336,5 +378,6 @@ NESTED_ROLE_KEYS: dict[str, tuple[str, ...]] = {
 """The keys of the role keys that hold a fixed mapping (``skip.<role>.step.source`` …), derived from their classes."""
 
 __all__ = ["DEFAULT_COMPRESS", "DEFAULT_DUMP_DIR", "DEFAULT_WRITE_BUFFER", "NESTED_ROLE_KEYS", "ROLE_KEYS", "Action",
+           "CompareSpec", "OnDiverge", "Serve",
            "BypassConfig", "BypassKind", "FingerprintConfig", "OnMismatch", "RoleConfig", "ShardKind", "SkipConfig",
            "StepSet", "StepSourceConfig", "StepSourceKind", "StubSpec", "TargetSpec"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 import os
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -236,6 +237,27 @@ def parse_dump_dir(key: str, value: Any) -> str:
     return os.path.abspath(expanded)
 
 
+def parse_report_path(key: str, value: Any) -> str | None:
+    """A file path as :func:`parse_dump_dir` reads one (``None`` stays ``None``), not an existing folder."""
+    if value is None:
+        return None
+    path = parse_dump_dir(key, value)
+    if os.path.isdir(path):
+        raise ConfigError(key, value, "a file path (this is a folder): the JSON-lines report of the verify run")
+    return path
+
+
+_REPORT_NAME: list[str] = []
+
+
+def default_report_path() -> str:
+    """``skipweave-verify-<YYYYmmdd-HHMMSS>-<pid>.jsonl`` in the current folder, absolute; one name per process,
+    so every verify role of a run (and, through the plan, its Ray workers) writes to one file."""
+    if not _REPORT_NAME:
+        _REPORT_NAME.append(f"skipweave-verify-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.jsonl")
+    return os.path.abspath(_REPORT_NAME[0])
+
+
 def parse_namespace(key: str, value: Any) -> str:
     """One folder name of the dump dir (a number reads as its text), not starting with ``_``."""
     text = parse_str(key, str(value) if isinstance(value, (int, float)) else value)
@@ -301,4 +323,4 @@ def parse_effects(key: str, value: Any) -> tuple[str, ...]:
 __all__ = ["StepSet", "enum_parser", "optional_count", "optional_steps", "optional_str", "or_default",
            "parse_arg_ref", "parse_bool", "parse_bytes", "parse_class_refs", "parse_compress", "parse_dump_dir",
            "parse_echo", "parse_effects", "parse_expr", "parse_int", "parse_namespace", "parse_optional_path",
-           "parse_paths", "parse_steps", "parse_str"]
+           "parse_paths", "parse_report_path", "parse_steps", "parse_str", "default_report_path"]

@@ -29,108 +29,19 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import fnmatch
 import math
 import numbers
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from skipweave.config.compare import EXACT, IGNORE, CompareSpec, Rule, Tolerance
+
 Status = Literal["identical", "close", "diverged"]
 """A comparison's (and a field's) status."""
 IDENTICAL: Final = "identical"
 CLOSE: Final = "close"
 DIVERGED: Final = "diverged"
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """Floats are close when ``|live - recorded| <= atol + rtol * |recorded|`` (``torch.isclose``'s rule).
-
-    Attributes:
-        atol: absolute tolerance, >= 0.
-        rtol: relative tolerance, >= 0.
-    """
-
-    atol: float = 0.0
-    rtol: float = 0.0
-
-
-EXACT, IGNORE = "exact", "ignore"
-Rule = str | Tolerance
-"""``"exact"``, ``"ignore"`` or a :class:`Tolerance`."""
-
-
-class CompareError(ValueError):
-    """A compare setting is invalid; the message names the key, the value and what is allowed."""
-
-
-def _parse_rule(value: Any, key: str) -> Rule:
-    if isinstance(value, str) and value in (EXACT, IGNORE):
-        return value
-    if isinstance(value, Mapping):
-        unknown = sorted(set(value) - {"atol", "rtol"})
-        if unknown or not value:
-            raise CompareError(f"{key}: {dict(value)!r} is not a tolerance; allowed keys are atol and rtol "
-                               f"(numbers >= 0){', not ' + ', '.join(map(str, unknown)) if unknown else ''}")
-        parts = {}
-        for name in ("atol", "rtol"):
-            raw = value.get(name, 0.0)
-            try:
-                number = float(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else math.nan
-            except OverflowError:
-                number = math.inf
-            if not math.isfinite(number) or number < 0:
-                raise CompareError(f"{key}.{name}: {raw!r} is not allowed; a tolerance is a finite number >= 0")
-            parts[name] = number
-        return Tolerance(**parts)
-    raise CompareError(f"{key}: {value!r} is not allowed; a rule is exact, ignore or {{atol: .., rtol: ..}}")
-
-
-@dataclass(frozen=True)
-class CompareSpec:
-    """What "equal" means for each field of a result.
-
-    Attributes:
-        default: the rule of every field no pattern names.
-        fields: ``(glob, rule)`` pairs (``fnmatch`` syntax over dotted paths: ``meta_info.timing*``,
-            ``batch.*_log_probs``); a rule holds for the path it matches and everything below it.
-    """
-
-    default: Rule = EXACT
-    fields: tuple[tuple[str, Rule], ...] = ()
-
-    @classmethod
-    def parse(cls, raw: Mapping[str, Any] | None, key: str = "compare") -> CompareSpec:
-        """Read ``{default: exact | ignore | {atol, rtol}, fields: {<glob>: <rule>}}`` (a role's ``compare`` key).
-
-        Raises:
-            CompareError: an unknown key, or a rule that is none of the allowed ones (the message names the key).
-        """
-        if raw is None:
-            return cls()
-        if not isinstance(raw, Mapping):
-            raise CompareError(f"{key}: {raw!r} is not allowed; expected a mapping with default and fields")
-        unknown = sorted(set(raw) - {"default", "fields"})
-        if unknown:
-            raise CompareError(f"{key}: unknown key(s) {', '.join(map(str, unknown))}; allowed: default, fields")
-        default = _parse_rule(raw.get("default", EXACT), f"{key}.default")
-        fields_raw = raw.get("fields") or {}
-        if not isinstance(fields_raw, Mapping):
-            raise CompareError(f"{key}.fields: {fields_raw!r} is not allowed; expected a mapping of path -> rule")
-        fields = tuple((str(p), _parse_rule(r, f"{key}.fields.{p}")) for p, r in fields_raw.items())
-        return cls(default, fields)
-
-    def rule_for(self, path: str) -> Rule:
-        """The rule of ``path``: that of the longest of it and its ancestors some pattern matches (the first such
-        pattern, in order), else :attr:`default`."""
-        parts = path.split(".") if path else []
-        for n in range(len(parts), -1, -1):
-            prefix = ".".join(parts[:n])
-            for pattern, rule in self.fields:
-                if fnmatch.fnmatchcase(prefix, pattern):
-                    return rule
-        return self.default
 
 
 @dataclass
@@ -446,5 +357,5 @@ def paths(result: Any) -> Iterator[str]:
     yield from walk.listed or ()
 
 
-__all__ = ["CLOSE", "CompareError", "CompareSpec", "Comparison", "DIVERGED", "Divergence", "EXACT", "IDENTICAL",
+__all__ = ["CLOSE", "CompareSpec", "Comparison", "DIVERGED", "Divergence", "EXACT", "IDENTICAL",
            "IGNORE", "Rule", "Tolerance", "compare", "paths"]

@@ -117,14 +117,18 @@ class AsyncBridge:
                     d.waited = True
                     await off_loop(chooser(), ledger.choose, d)
             t0 = time.perf_counter()
-            try:
-                read = await off_loop(None, replayer.read_entry, d, args, kwargs, work=work)  # reads side by side
-            except ExitBegan:
-                read = EXIT_BEGAN
+            read = None
+            if proxy.verifier is None:
+                try:
+                    read = await off_loop(None, replayer.read_entry, d, args, kwargs, work=work)  # side by side
+                except ExitBegan:
+                    read = EXIT_BEGAN
         except BaseException:  # cancelled while choosing or waiting: its call index goes back, nothing ran
             ledger.give_back(d)
             ledger.unregister(d)
             raise
+        if proxy.verifier is not None:
+            return await proxy.verifier.async_call(wrapped, args, kwargs, d, maybe_sync)
         if read is EXIT_BEGAN or not work.enter():
             return await proxy.stand_aside(wrapped, args, kwargs, d, awaited=True)
         found, value = replayer.serve(d, read, args, kwargs, t0)

@@ -171,7 +171,8 @@ class CallLedger:
         proxy = self.proxy
         role, target, store = proxy.role, proxy.target.name, proxy.store
         step, shard = d.step, d.shard
-        action = Action.CACHE if d.validation else role.action  # a validation call: its own step only
+        # a validation call, and a verified one: its own step only
+        action = Action.CACHE if d.validation or role.action is Action.VERIFY else role.action
         try:
             store.prepare_part(step, target, shard)
             if action is Action.CACHE:  # only this very step can serve: no scan of the store
@@ -186,6 +187,8 @@ class CallLedger:
             d.no_store = True
             return
         d.served = served
+        if role.action is Action.VERIFY:  # compared with the recording, if any; never recorded, never in flight
+            return
         if d.validation and not role.replay_only:  # recorded for a replay-only run, never served here
             mine = (step, shard) in self.claimed or (step, shard) in self.in_flight  # this run is recording it
             if served is not None and not mine:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from skipweave import lifecycle, report
-from skipweave.config.schema import RoleConfig, TargetSpec
+from skipweave.config.schema import Action, RoleConfig, TargetSpec
 from skipweave.policy.expressions import Expression, ExpressionFailed
 from skipweave.policy.gate import BYPASS, Gate, compile_gate
 from skipweave.policy.steps import StepError, StepSource
@@ -41,6 +41,7 @@ from skipweave.weaving.notes import RESULT_NOTES, annotate
 from skipweave.weaving.record import Recorder
 from skipweave.weaving.replay import VIEW_TTL_S, FingerprintMismatch, Replayer, ReplayMissing
 from skipweave.weaving.shards import RANK_VARIABLES, VALIDATION_SHARD, rank_of_process, shard_label
+from skipweave.weaving.verifier import Diverged, Verifier
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ class SkipProxy:
         ledger: its calls' indices and running real calls (:class:`~skipweave.weaving.calls.CallLedger`).
         effects: the role's declared effects and echoes (:class:`~skipweave.weaving.effects.DeclaredEffects`).
         replayer, recorder, async_bridge: the parts that replay, record, and run the awaitable paths.
+        verifier: the part that verifies calls (:class:`~skipweave.weaving.verifier.Verifier`), for a role whose
+            action is ``verify``; else ``None``.
         counts: this target's counters (:func:`skipweave.report.for_target`).
     """
 
@@ -106,13 +109,15 @@ class SkipProxy:
         self._step_warned = False
         self.counts = report.for_target(role.role, target.name)
         self._own_bypass = bypass  # a subclass that replaces self.bypass gets a gate around its predicate
-        self._validation = role.record_validation or role.replay_only  # validation calls go to the store too
+        # validation calls go to the store too (recorded apart, replayed, or compared with their recordings)
+        self._validation = role.record_validation or role.replay_only or role.action is Action.VERIFY
         self._gate: Gate | None = None
         self.ledger = CallLedger(self)
         self.effects = DeclaredEffects(role, params, positions, self.ledger.lock)
         self.replayer = Replayer(self)
         self.recorder = Recorder(self)
         self.async_bridge = AsyncBridge(self)
+        self.verifier = Verifier(self) if role.action is Action.VERIFY else None
 
     @property
     def defaults(self) -> Mapping[str, Any]:
@@ -274,6 +279,8 @@ class SkipProxy:
                     return self.stand_aside(wrapped, args, kwargs, d)
                 d.waited = True  # waits once: if that call recorded nothing, this one runs live, not in a queue
                 ledger.choose(d)
+        if self.verifier is not None:
+            return self.verifier.sync_call(wrapped, args, kwargs, d)
         found, value = replayer.try_replay(d, args, kwargs)
         if found:
             return value
@@ -373,6 +380,6 @@ def _front(proxy: SkipProxy, gate: Gate) -> Callable[..., Any]:
     return front
 
 
-__all__ = ["CORO_FLAGS", "FingerprintMismatch", "RANK_VARIABLES", "ReplayMissing", "SkipProxy", "VALIDATION_SHARD",
-           "VIEW_TTL_S", "annotate", "awaited_by_caller", "proxy_of", "rank_of_process", "shard_label",
-           "wraps_coroutine_function"]
+__all__ = ["CORO_FLAGS", "Diverged", "FingerprintMismatch", "RANK_VARIABLES", "ReplayMissing", "SkipProxy",
+           "VALIDATION_SHARD", "VIEW_TTL_S", "annotate", "awaited_by_caller", "proxy_of", "rank_of_process",
+           "shard_label", "wraps_coroutine_function"]

@@ -1,0 +1,141 @@
+"""What "equal" means when a verify run compares a live result with its recording (``skip.<role>.compare``).
+
+A :class:`CompareSpec` is a rule per path glob and a default for every other field::
+
+    compare:
+      default: exact                      # exact | ignore | {atol: .., rtol: ..}
+      fields:
+        non_tensor_batch.uid: ignore      # verl's random per-run ids
+        meta_info.timing*: ignore
+        batch.rollout_log_probs: {atol: 1.0e-3, rtol: 1.0e-2}
+
+Paths are dotted (dict keys, attribute names, list indices: ``batch.responses``, ``non_tensor_batch.uid.3``); globs
+are ``fnmatch``'s. The comparison itself is :mod:`skipweave.verify.compare`; ``skipweave diff`` builds the same spec
+from its ``--atol/--rtol/--ignore`` options or a profile's ``compare``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from skipweave.config.errors import ConfigError
+
+EXACT, IGNORE = "exact", "ignore"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Floats are close when ``|live - recorded| <= atol + rtol * |recorded|`` (``torch.isclose``'s rule).
+
+    Attributes:
+        atol: absolute tolerance, >= 0.
+        rtol: relative tolerance, >= 0.
+    """
+
+    atol: float = 0.0
+    rtol: float = 0.0
+
+
+Rule = str | Tolerance
+"""``"exact"``, ``"ignore"`` or a :class:`Tolerance`."""
+
+RULES_ALLOWED = "exact, ignore or {atol: <number >= 0>, rtol: <number >= 0>}"
+
+
+def parse_rule(key: str, value: Any) -> Rule:
+    """Read one rule: ``exact``, ``ignore`` or a mapping with ``atol`` and/or ``rtol`` (finite numbers >= 0).
+
+    Raises:
+        ConfigError: any other value (the message names ``key``).
+    """
+    if isinstance(value, str) and value in (EXACT, IGNORE):
+        return value
+    if isinstance(value, Mapping):
+        unknown = sorted(map(str, set(value) - {"atol", "rtol"}))
+        if unknown or not value:
+            raise ConfigError(key, dict(value), f"a tolerance with keys atol and rtol only (numbers >= 0)"
+                                                f"{'; unknown: ' + ', '.join(unknown) if unknown else ''}")
+        parts = {}
+        for name in ("atol", "rtol"):
+            raw = value.get(name, 0.0)
+            try:
+                number = float(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else math.nan
+            except OverflowError:
+                number = math.inf
+            if not math.isfinite(number) or number < 0:
+                raise ConfigError(f"{key}.{name}", raw, "a finite number >= 0")
+            parts[name] = number
+        return Tolerance(**parts)
+    raise ConfigError(key, value, RULES_ALLOWED)
+
+
+def rule_form(rule: Rule) -> Any:
+    """A rule in config form (the inverse of :func:`parse_rule`)."""
+    return rule if isinstance(rule, str) else {"atol": rule.atol, "rtol": rule.rtol}
+
+
+@dataclass(frozen=True)
+class CompareSpec:
+    """What "equal" means for each field of a result.
+
+    Attributes:
+        default: the rule of every field no pattern names.
+        fields: ``(glob, rule)`` pairs (``fnmatch`` syntax over dotted paths: ``meta_info.timing*``,
+            ``batch.*_log_probs``); a rule holds for the path it matches and everything below it.
+    """
+
+    default: Rule = EXACT
+    fields: tuple[tuple[str, Rule], ...] = ()
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | None, key: str = "compare") -> CompareSpec:
+        """Read ``{default: exact | ignore | {atol, rtol}, fields: {<glob>: <rule>}}`` (a role's ``compare`` key).
+
+        Raises:
+            ConfigError: an unknown key, or a rule that is none of the allowed ones (the message names the key).
+        """
+        if raw is None:
+            return cls()
+        if not isinstance(raw, Mapping):
+            raise ConfigError(key, raw, "a mapping {default: <rule>, fields: {<path glob>: <rule>}}")
+        unknown = sorted(map(str, set(raw) - {"default", "fields"}))
+        if unknown:
+            raise ConfigError(f"{key}.{unknown[0]}", raw[unknown[0]], "only the keys default and fields")
+        default = parse_rule(f"{key}.default", EXACT if raw.get("default") is None else raw["default"])
+        fields_raw = raw.get("fields") or {}
+        if not isinstance(fields_raw, Mapping):
+            raise ConfigError(f"{key}.fields", fields_raw, "a mapping {<path glob>: <rule>}")
+        fields = tuple((str(p), parse_rule(f"{key}.fields.{p}", r)) for p, r in fields_raw.items())
+        return cls(default, fields)
+
+    def to_config(self) -> dict[str, Any]:
+        """The canonical mapping (:meth:`parse` reads it back to an equal spec)."""
+        return {"default": rule_form(self.default), "fields": {p: rule_form(r) for p, r in self.fields}}
+
+    def with_fields(self, extra: tuple[tuple[str, Rule], ...]) -> CompareSpec:
+        """This spec with ``extra`` rules tried before its own (the CLI's ``--ignore`` over a profile's)."""
+        return CompareSpec(self.default, extra + self.fields)
+
+    def rule_for(self, path: str) -> Rule:
+        """The rule of ``path``: that of the longest of it and its ancestors some pattern matches (the first such
+        pattern, in order), else :attr:`default`."""
+        parts = path.split(".") if path else []
+        for n in range(len(parts), -1, -1):
+            prefix = ".".join(parts[:n])
+            for pattern, rule in self.fields:
+                if fnmatch.fnmatchcase(prefix, pattern):
+                    return rule
+        return self.default
+
+
+def parse_compare(key: str, value: Any) -> CompareSpec:
+    """The :data:`~skipweave.config.fields.Parser` of ``skip.<role>.compare``."""
+    return CompareSpec.parse(value, key=key)
+
+
+__all__ = ["EXACT", "IGNORE", "RULES_ALLOWED", "CompareSpec", "Rule", "Tolerance", "parse_compare", "parse_rule",
+           "rule_form"]

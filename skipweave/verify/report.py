@@ -1,0 +1,196 @@
+"""The divergence report of a verify run: one JSON line per verified call, and the tally the exit summary gives.
+
+Each line (schema ``skipweave.verify.call/1``) says where the call sits and how it compared::
+
+    {"schema": "skipweave.verify.call/1", "role": "rollout", "target": "gen", "step": 2, "call": 0, "shard": "r0",
+     "validation": false, "status": "diverged", "inputs": "same", "fields": 7, "diverged": 2, "close": 0,
+     "first": {"path": "batch.responses", "kind": "value", "status": "diverged",
+               "detail": {"first_index": [3, 5], "recorded": 17, "live": 4, "match_ratio": 0.91}},
+     "pid": 4711, "unix": 1796300000.0}
+
+``status`` is ``identical``, ``close`` or ``diverged`` (see :mod:`skipweave.verify.compare`), or ``unrecorded``
+when no recording serves the call (it ran live and nothing was compared). ``inputs`` is ``same``, ``differ`` (the
+recording was made for other inputs: its input fingerprint differs) or ``unknown`` (a recording without a
+fingerprint). Lines of every process of a run go to one file, appended whole (one ``write`` of one line).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from skipweave.verify.compare import CLOSE, DIVERGED, IDENTICAL, Comparison
+
+logger = logging.getLogger(__name__)
+
+SCHEMA = "skipweave.verify.call/1"
+UNRECORDED = "unrecorded"
+STATUSES = (IDENTICAL, CLOSE, DIVERGED, UNRECORDED)
+"""Every status a line may carry, in the order summaries list them."""
+
+
+def record(*, role: str, target: str, step: int, call: int, shard: str, validation: bool,
+           comparison: Comparison | None, inputs: str = "unknown") -> dict[str, Any]:
+    """One report line for a verified call (``comparison`` ``None``: no recording served it)."""
+    line: dict[str, Any] = {"schema": SCHEMA, "role": role, "target": target, "step": step, "call": call,
+                            "shard": shard, "validation": validation}
+    if comparison is None:
+        line.update(status=UNRECORDED, inputs=None, fields=0, diverged=0, close=0, first=None)
+    else:
+        line.update(comparison.to_json(), inputs=inputs)
+    line.update(pid=os.getpid(), unix=round(time.time(), 3))
+    return line
+
+
+def describe(line: Mapping[str, Any]) -> str:
+    """One line for people: where the call sits and, when it is not identical, its first differing field and what
+    differs there (token position, recorded and live token, match ratio; or max |Δ|), e.g.
+    ``role rollout target gen step 2 call 0: diverged at batch.responses [3, 5]: recorded 17, live 4
+    (token match 0.910)``."""
+    where = (f"role {line.get('role')} target {line.get('target')} step {line.get('step')} call {line.get('call')}"
+             f"{' (validation)' if line.get('validation') else ''}")
+    status = line.get("status")
+    first = line.get("first")
+    if status == UNRECORDED:
+        return f"{where}: no recording to compare against (ran live)"
+    if not isinstance(first, Mapping):
+        return f"{where}: {status}"
+    detail = first.get("detail") if isinstance(first.get("detail"), Mapping) else {}
+    assert isinstance(detail, Mapping)
+    what = f"{status} at {first.get('path') or '(the result)'}"
+    kind = first.get("kind")
+    if kind != "value":
+        what += f": {kind} differs ({_short(detail)})"
+    elif "first_index" in detail:
+        what += f" {detail['first_index']}"
+        if "recorded" in detail:
+            what += f": recorded {detail['recorded']!r}, live {detail['live']!r}"
+        if isinstance(detail.get("match_ratio"), (int, float)):
+            what += f" (token match {detail['match_ratio']:.3f})"
+    elif "max_abs_diff" in detail:
+        what += f": max |Δ| {detail['max_abs_diff']} at {detail.get('at')}"
+        if isinstance(detail.get("beyond_fraction"), (int, float)):
+            what += f", {detail['beyond_fraction']:.3f} of elements beyond tolerance"
+    elif "recorded" in detail:
+        what += f": recorded {detail['recorded']!r}, live {detail['live']!r}"
+    else:
+        what += f" ({_short(detail)})"
+    if line.get("inputs") == "differ":
+        what += "; its inputs differ from the recording's too"
+    return f"{where}: {what}"
+
+
+def _short(detail: Any, limit: int = 160) -> str:
+    text = json.dumps(detail, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class ReportFile:
+    """Appends report lines to a JSON-lines file (made with its folder at the first line).
+
+    Args:
+        path: the file; lines of several processes may go to one file (each line is one ``write`` in append mode).
+
+    A line that cannot be written is logged once as a WARNING and dropped: a report never fails the host's call.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._warned = False
+
+    def append(self, line: Mapping[str, Any]) -> None:
+        """Append one line (strict JSON; a value JSON cannot hold is written as its text)."""
+        data = (json.dumps(line, default=str, allow_nan=False) + "\n").encode()
+        with self._lock:
+            try:
+                os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    os.write(fd, data)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                if not self._warned:
+                    self._warned = True
+                    logger.warning("skipweave verify: cannot write the report %s (%s); verified calls are still "
+                                   "logged", self.path, exc)
+
+
+def read_lines(path: str) -> Iterator[dict[str, Any]]:
+    """The report lines of ``path`` (lines that are no JSON object of :data:`SCHEMA` are skipped: a line cut by a
+    killed process, or another file).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for text in fh:
+            try:
+                line = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(line, dict) and line.get("schema") == SCHEMA:
+                yield line
+
+
+@dataclass
+class Tally:
+    """Counts of verified calls by status, and the earliest non-identical one (by step, then call).
+
+    Attributes:
+        counts: status -> calls.
+        first: the line of the earliest diverging call (a ``close`` one when none diverged), ``None`` when every
+            compared call was identical.
+    """
+
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATUSES, 0))
+    first: dict[str, Any] | None = None
+
+    def add(self, line: Mapping[str, Any]) -> None:
+        """Count one report line."""
+        status = str(line.get("status"))
+        self.counts[status] = self.counts.get(status, 0) + 1
+        if status not in (DIVERGED, CLOSE):
+            return
+        if self.first is None or _rank(line) < _rank(self.first):
+            self.first = dict(line)
+
+    @property
+    def calls(self) -> int:
+        """Every verified call counted."""
+        return sum(self.counts.values())
+
+    def summary(self) -> str:
+        """``calls=4 identical=3 close=0 diverged=1 unrecorded=0; first divergence: <describe(first)>``."""
+        text = f"calls={self.calls} " + " ".join(f"{s}={self.counts.get(s, 0)}" for s in STATUSES)
+        if self.first is not None:
+            kind = "first divergence" if self.first.get("status") == DIVERGED else "first difference within tolerance"
+            text += f"; {kind}: {describe(self.first)}"
+        elif self.counts.get(IDENTICAL, 0) and self.counts.get(IDENTICAL) == self.calls:
+            text += "; every verified call is identical to its recording"
+        return text
+
+
+def _rank(line: Mapping[str, Any]) -> tuple[int, int, int]:
+    """Diverged before close, then by step and call."""
+    def number(x: Any) -> int:
+        return x if isinstance(x, int) and not isinstance(x, bool) else 1 << 62
+    return (0 if line.get("status") == DIVERGED else 1, number(line.get("step")), number(line.get("call")))
+
+
+def tally(lines: Iterator[Mapping[str, Any]] | list[Mapping[str, Any]]) -> Tally:
+    """The :class:`Tally` of report lines."""
+    out = Tally()
+    for line in lines:
+        out.add(line)
+    return out
+
+
+__all__ = ["ReportFile", "SCHEMA", "STATUSES", "Tally", "UNRECORDED", "describe", "read_lines", "record", "tally"]

@@ -1,0 +1,235 @@
+"""Verify of one call (``action: verify``): run it live, compare its result with the recording that would serve it.
+
+The recording is found as a replay finds it (the serving step is the call's own, as ``cache`` chooses; the entry is
+matched by call index and input fingerprint, :meth:`~skipweave.weaving.replay.Replayer.read_entry`); it is read
+before the live call, whose inputs the host may change. The live result is compared with the recording as a replay
+would hand it over (after the role's echo, e.g. verl's per-run ``uid``) under ``skip.<role>.compare``
+(:mod:`skipweave.verify.compare`); the outcome goes to the run's report file, one JSON line per call
+(:mod:`skipweave.verify.report`), and to the log: a WARNING per diverging call, INFO for the others.
+
+Then ``skip.<role>.serve`` says what the host gets: the ``live`` result, or the ``recorded`` one, served exactly as a
+replay serves it (RNG state, echo, declared effects), so everything downstream stays as in the recording run.
+``on_diverge: error`` raises :class:`Diverged` in the host's call at the first diverging one.
+
+A verify run records nothing: a call with no recording runs live and is reported ``unrecorded``, so verifying on a
+changed engine never mixes its results into the recording it is checked against. Validation calls are compared with
+the validation recordings (shard ``val_<shard>``), never with training ones. At exit each process logs one summary
+line per role: counts by status, the first divergence, and the report's path.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+import types
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from skipweave import lifecycle, report
+from skipweave.config.schema import OnDiverge, Serve
+from skipweave.config.values import default_report_path
+from skipweave.verify.compare import DIVERGED, compare
+from skipweave.verify.report import ReportFile, Tally, describe, record
+from skipweave.weaving.asyncio_bridge import EXIT_BEGAN, ExitBegan, off_loop
+from skipweave.weaving.calls import Call
+from skipweave.weaving.notes import annotate
+from skipweave.weaving.replay import Read
+
+if TYPE_CHECKING:
+    from skipweave.weaving.proxy import SkipProxy
+
+logger = logging.getLogger(__name__)
+
+VERIFY = "verify"
+"""The status a verified call's result notes carry (``meta_info["skipweave"]["status"]`` of a verl batch)."""
+
+
+class Diverged(RuntimeError):
+    """A verified call's live result differs from its recording and ``skip.<role>.on_diverge`` is ``error``.
+
+    The message names the role, target, step, call and the first diverging field (with its position and values);
+    ``line`` is the call's report line (:mod:`skipweave.verify.report`).
+    """
+
+    def __init__(self, message: str, line: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.line = dict(line or {})
+
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses process boundaries (Ray) whole
+        return (type(self), (str(self), self.line))
+
+
+_reports: dict[str, ReportFile] = {}
+_tallies: dict[tuple[str, str], Tally] = {}  # (role, report path) -> this process's verified calls
+_lock = threading.Lock()
+_summary_registered = False
+
+
+def report_file(path: str) -> ReportFile:
+    """The process's one :class:`ReportFile` for ``path``."""
+    with _lock:
+        found = _reports.get(path)
+        if found is None:
+            found = _reports[path] = ReportFile(path)
+        return found
+
+
+def _count(role: str, path: str, line: Mapping[str, Any]) -> None:
+    global _summary_registered
+    with _lock:
+        _tallies.setdefault((role, path), Tally()).add(line)
+        register = not _summary_registered
+        _summary_registered = True
+    if register:
+        lifecycle.at_exit(lifecycle.REPORT, log_summary)
+
+
+def tallies() -> dict[tuple[str, str], Tally]:
+    """This process's verified calls so far: ``(role, report path) -> Tally`` (a copy)."""
+    with _lock:
+        return {k: Tally(dict(v.counts), v.first) for k, v in _tallies.items()}
+
+
+def log_summary() -> None:
+    """Log one line per verify role of this process: counts by status, the first divergence, the report's path.
+    Runs at interpreter exit (a WARNING when some call diverged, else INFO)."""
+    for (role, path), tally in tallies().items():
+        level = logging.WARNING if tally.counts.get(DIVERGED) else logging.INFO
+        report.logger.log(level, "skipweave verify summary role=%s: %s; report: %s", role, tally.summary(), path)
+
+
+class Verifier:
+    """Verifies the calls of one proxy (:class:`SkipProxy`) whose role's action is ``verify``.
+
+    Args:
+        proxy: the proxy (its role, target, store, ledger, replayer and recorder are read at each call).
+    """
+
+    def __init__(self, proxy: SkipProxy) -> None:
+        self.proxy = proxy
+        self.path = proxy.role.report or default_report_path()
+
+    # ------------------------------------------------------------------ the two paths
+    def sync_call(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], d: Call) -> Any:
+        """Verify a plain call: read its recording, run it live, compare, hand back what ``serve`` says.
+
+        Raises:
+            Diverged: it diverged and ``on_diverge`` is ``error``.
+            FingerprintMismatch: ``serve: recorded``, the recording was made for other inputs and
+                ``fingerprint.on_mismatch`` is ``error``.
+        """
+        proxy = self.proxy
+        proxy.ledger.fingerprint(d, args, kwargs)  # before the call: the host may mutate its inputs
+        read = proxy.replayer.read_entry(d, args, kwargs)
+        d.no_store = True  # a verify run records nothing
+        t0 = time.perf_counter()
+        with proxy.recorder.real_call(d):
+            live = wrapped(*args, **kwargs)
+        if type(live) is types.CoroutineType:  # a plain def that hands back its coroutine
+            return self._judged_when_awaited(live, d, read, args, kwargs, t0)
+        expected = self.expected(read, args, kwargs)
+        return self.finish(d, read, live, self.compare(d, read, expected, live), args, kwargs, t0)
+
+    async def async_call(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], d: Call,
+                         maybe_sync: bool) -> Any:
+        """Verify an awaited call (its serving step already chosen): the recording read and the comparison run in
+        worker threads, off the event loop; the echo, the report and what is served, on it."""
+        proxy = self.proxy
+        proxy.ledger.fingerprint(d, args, kwargs)
+        d.work.leave()
+        try:
+            read = await off_loop(None, proxy.replayer.read_entry, d, args, kwargs, work=d.work)
+        except ExitBegan:
+            read = EXIT_BEGAN
+        except BaseException:  # cancelled while reading: its call index goes back, nothing ran
+            proxy.ledger.give_back(d)
+            raise
+        if read is EXIT_BEGAN or not d.work.enter():
+            return await proxy.stand_aside(wrapped, args, kwargs, d, awaited=True)
+        d.no_store = True
+        t0 = time.perf_counter()
+        with proxy.recorder.real_call(d):
+            live = wrapped(*args, **kwargs)  # called from this coroutine's frame
+            if not maybe_sync or inspect.isawaitable(live):
+                live = await live
+        return await self._judge_off_loop(d, read, live, args, kwargs, t0)
+
+    async def _judged_when_awaited(self, awaitable: Awaitable[Any], d: Call, read: Read | None,
+                                   args: tuple[Any, ...], kwargs: Mapping[str, Any], t0: float) -> Any:
+        live = await awaitable
+        if not d.work.enter():
+            return live
+        try:
+            return await self._judge_off_loop(d, read, live, args, kwargs, t0)
+        finally:
+            d.work.leave()
+
+    async def _judge_off_loop(self, d: Call, read: Read | None, live: Any, args: tuple[Any, ...],
+                              kwargs: Mapping[str, Any], t0: float) -> Any:
+        expected = self.expected(read, args, kwargs)
+        d.work.leave()
+        try:
+            line = await off_loop(None, self.compare, d, read, expected, live, work=d.work)
+        except ExitBegan:
+            return live  # the process exits meanwhile: nothing compared, the live result goes back
+        if not d.work.enter():
+            return live
+        return self.finish(d, read, live, line, args, kwargs, t0)
+
+    # ------------------------------------------------------------------ the steps
+    def expected(self, read: Read | None, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        """What a replay would hand the host (the recording after the role's echo); in the host's thread."""
+        if read is None:
+            return None
+        loaded = read[2]
+        try:
+            return self.proxy.on_replay(loaded.result, args, kwargs)
+        except Exception as exc:  # noqa: BLE001 - the echo does not fit: compare the recording as it is
+            logger.debug("skipweave verify: echo of %s failed (%s: %s)", read[1], type(exc).__name__, exc)
+            return loaded.result
+
+    def compare(self, d: Call, read: Read | None, expected: Any, live: Any) -> dict[str, Any]:
+        """The report line of ``d``: ``live`` compared with ``expected`` under the role's ``compare`` (touches no
+        host state: an ``async`` target runs it in a worker thread)."""
+        proxy = self.proxy
+        comparison, inputs = None, "unknown"
+        if read is not None:
+            recorded_fp = read[2].manifest.get("input_fingerprint")
+            if recorded_fp and d.fp:
+                inputs = "same" if recorded_fp == d.fp else "differ"
+            comparison = compare(expected, live, proxy.role.compare)
+        return record(role=proxy.role.role, target=proxy.target.name, step=d.step, call=d.call, shard=d.shard,
+                      validation=d.validation, comparison=comparison, inputs=inputs)
+
+    def finish(self, d: Call, read: Read | None, live: Any, line: dict[str, Any], args: tuple[Any, ...],
+               kwargs: Mapping[str, Any], t0: float) -> Any:
+        """Report ``line``, then hand back what ``serve`` says (in the host's thread).
+
+        Raises:
+            Diverged: the call diverged and ``on_diverge`` is ``error``.
+        """
+        proxy = self.proxy
+        role = proxy.role
+        report_file(self.path).append(line)
+        _count(role.role, self.path, line)
+        text = describe(line)
+        if line["status"] == DIVERGED:
+            if role.on_diverge is OnDiverge.ERROR:
+                raise Diverged(f"skipweave verify: {text} (skip.{role.role}.on_diverge=error; report: {self.path})",
+                               line)
+            logger.warning("skipweave verify: %s", text)
+        else:
+            logger.info("skipweave verify: %s", text)
+        if read is not None and role.serve is Serve.RECORDED:
+            found, value = proxy.replayer.serve(d, read, args, kwargs, t0)
+            if found:
+                return value
+            logger.warning("skipweave verify: role %s target %s step %d call %d: the recording cannot be served "
+                           "here (see above); the live result is", role.role, proxy.target.name, d.step, d.call)
+        annotate(live, VERIFY, d.step, d.served if read is not None else None)
+        return live
+
+
+__all__ = ["Diverged", "VERIFY", "Verifier", "log_summary", "report_file", "tallies"]
