@@ -109,8 +109,7 @@ class CompareSpec:
         fields_raw = raw.get("fields") or {}
         if not isinstance(fields_raw, Mapping):
             raise ConfigError(f"{key}.fields", fields_raw, "a mapping {<path glob>: <rule>}")
-        fields = tuple((str(p), parse_rule(f"{key}.fields.{p}", r)) for p, r in fields_raw.items())
-        return cls(default, fields)
+        return cls(default, tuple(_flat_fields(f"{key}.fields", "", fields_raw)))
 
     def to_config(self) -> dict[str, Any]:
         """The canonical mapping (:meth:`parse` reads it back to an equal spec)."""
@@ -130,6 +129,20 @@ class CompareSpec:
                 if fnmatch.fnmatchcase(prefix, pattern):
                     return rule
         return self.default
+
+
+def _flat_fields(key: str, prefix: str, raw: Mapping[Any, Any]) -> list[tuple[str, Rule]]:
+    """``(path, rule)`` pairs of a ``fields`` mapping; a nested mapping that is no tolerance (keys other than
+    ``atol``/``rtol``) is a deeper path, so ``{batch: {responses: ignore}}`` (what a Hydra override
+    ``skip.rollout.compare.fields.batch.responses=ignore`` makes) reads as ``batch.responses: ignore``."""
+    out: list[tuple[str, Rule]] = []
+    for name, value in raw.items():
+        path = f"{prefix}.{name}" if prefix else str(name)
+        if isinstance(value, Mapping) and value and not set(map(str, value)) <= {"atol", "rtol"}:
+            out.extend(_flat_fields(key, path, value))
+        else:
+            out.append((path, parse_rule(f"{key}.{path}", value)))
+    return out
 
 
 def parse_compare(key: str, value: Any) -> CompareSpec:

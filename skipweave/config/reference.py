@@ -37,8 +37,10 @@ from skipweave.config.schema import (
     BypassConfig,
     BypassKind,
     FingerprintConfig,
+    OnDiverge,
     OnMismatch,
     RoleConfig,
+    Serve,
     ShardKind,
     StepSet,
     StepSourceConfig,
@@ -63,6 +65,8 @@ GUIDE: dict[type[enum.Enum], str] = {
     BypassKind: "steps.md#bypass",
     OnMismatch: "troubleshooting.md#a-fingerprint-mismatch",
     ShardKind: "ray.md#several-writers-of-one-target",
+    Serve: "verify.md#what-the-host-gets",
+    OnDiverge: "verify.md#what-the-host-gets",
 }
 """The guide page that explains each enum with examples."""
 

@@ -310,8 +310,9 @@ class RoleConfig(Declared):
         compare: ``action: verify`` only: what "equal" means per field of a result
             (:class:`~skipweave.config.compare.CompareSpec`, default: every field exact).
         report: ``action: verify`` only: the JSON-lines file that gets one record per verified call (absolute once
-            read; its path is logged at exit). ``None``: ``skipweave-verify-<time>-<pid>.jsonl`` in the folder the
-            run started in, fixed when the config is read, so the Ray workers of the run write to the same file.
+            read; its path is logged at exit). ``None``: ``skipweave-verify.jsonl`` in a Hydra job's output folder,
+            else ``skipweave-verify-<time>-<pid>.jsonl`` in the folder the run started in; fixed when the config is
+            read, so the Ray workers of the run write to the same file.
     """
 
     role: str

@@ -17,6 +17,7 @@ does not catch) carrying a one-paragraph message: Python prints it to stderr and
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -51,7 +52,7 @@ class SkipweaveCallback(Callback):
 
         plan = None
         try:
-            plan = load_skip_config(job_skip_config(config))
+            plan = load_skip_config(reports_in_output_dir(job_skip_config(config)))
             weave_plan(plan)
         except Exception as exc:  # noqa: BLE001 - every failure must stop the run, not become a warning
             logger.debug("skipweave: weave failed", exc_info=True)
@@ -77,6 +78,22 @@ def job_skip_config(config: Any) -> dict[str, Any]:
     if extra is not None:
         own = OmegaConf.to_container(extra, resolve=True) if OmegaConf.is_config(extra) else extra
         source["skip"] = _merge(source.get("skip"), own)
+    return source
+
+
+def reports_in_output_dir(source: dict[str, Any]) -> dict[str, Any]:
+    """Give each verify role that names no ``report`` the file ``skipweave-verify.jsonl`` in the job's output folder
+    (``hydra.runtime.output_dir``, beside ``.hydra/`` and the job's log), where a Hydra user looks for what a run
+    wrote. ``source``: :func:`job_skip_config`'s mapping, changed in place and returned."""
+    from hydra.core.hydra_config import HydraConfig
+
+    skip = source.get("skip")
+    if not isinstance(skip, Mapping) or not HydraConfig.initialized():
+        return source
+    output_dir = HydraConfig.get().runtime.output_dir
+    for name, role in list(skip.items()):
+        if isinstance(role, Mapping) and role.get("action") == "verify" and role.get("report") is None:
+            skip[name] = {**role, "report": os.path.join(output_dir, "skipweave-verify.jsonl")}
     return source
 
 
