@@ -21,6 +21,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "skipweave.cli.ls",
     "skipweave.cli.show",
     "skipweave.cli.verify",
+    "skipweave.cli.diff",
     "skipweave.cli.gc",
     "skipweave.cli.import_verl",
 )

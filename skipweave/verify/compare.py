@@ -82,7 +82,31 @@ class Comparison:
         first = None if self.first is None else dataclasses.asdict(self.first)
         return {"status": self.status, "fields": self.fields, "first": first,
                 "diverged": sum(d.status == DIVERGED for d in self.divergences),
-                "close": sum(d.status == CLOSE for d in self.divergences)}
+                "close": sum(d.status == CLOSE for d in self.divergences),
+                "token_match": self.token_match, "max_abs_diff": _plain(self.max_abs_diff)}
+
+    @property
+    def token_match(self) -> float | None:
+        """The lowest match ratio of the integer fields that differ by value (token ids, masks); ``1.0`` when none
+        does; ``None`` when a field differs in shape, type or keys (no ratio can be told)."""
+        ratios = [d.detail["match_ratio"] for d in self.divergences
+                  if d.kind == "value" and isinstance(d.detail.get("match_ratio"), float | int)]
+        if any(d.kind != "value" for d in self.divergences):
+            return None
+        return float(min(ratios)) if ratios else 1.0
+
+    @property
+    def max_abs_diff(self) -> float:
+        """The largest max ``|Δ|`` of the float fields that differ (``0.0`` when none does; ``inf`` for an inf or
+        NaN mismatch)."""
+        out = 0.0
+        for d in self.divergences:
+            value = d.detail.get("max_abs_diff")
+            if isinstance(value, str):  # "inf"/"nan", strict-JSON form
+                return math.inf
+            if isinstance(value, float | int):
+                out = max(out, float(value))
+        return out
 
 
 def compare(recorded: Any, live: Any, spec: CompareSpec | None = None) -> Comparison:

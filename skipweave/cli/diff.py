@@ -1,0 +1,340 @@
+"""``skipweave diff DUMP_A DUMP_B``: compare two stores entry by entry and say where they first differ.
+
+Entries are aligned by namespace, role, target, step, shard and call (e.g. one job recorded on two engines, or
+before and after a change); each pair is compared as a verify run compares a live call with its recording (A is the
+recording, B the live side; see docs/verify.md). Only parts a run would serve are compared; an entry that cannot be
+read is reported ``unreadable``, an entry on one side only ``only_in_a`` / ``only_in_b``.
+
+What "equal" means: every field exact, unless ``--atol/--rtol`` (every float field) or ``--ignore GLOB`` (repeatable)
+say otherwise, or ``--compare-from PROFILE`` takes ``skip.<role>.compare`` of a profile (name or YAML file); the
+options win over the profile.
+
+Prints a table per target (step, call, status, first diverging field and position, token match, max |Δ|) and the
+first divergence; ``--json`` prints one document (schema ``skipweave.diff/1``); ``--plot FILE.png`` draws the token
+match ratio and the max |Δ| of float fields per step (needs matplotlib: ``pip install 'skipweave[plot]'``).
+
+Exit status: 0 every aligned pair identical or close; 1 some pair diverged, or an entry is only on one side or
+unreadable; 2 a dump dir cannot be read, the options are invalid, or no entry is on both sides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from skipweave.cli.common import EXIT_OK, EXIT_USAGE, emit, emit_json
+
+SCHEMA = "skipweave.diff/1"
+EXIT_DIVERGED = 1
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``diff`` subcommand to ``subparsers``."""
+    parser = subparsers.add_parser(
+        "diff", help="compare two dump dirs entry by entry; exit 1 if they diverge", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("dump_a", metavar="DUMP_A", help="the reference store (the 'recorded' side)")
+    parser.add_argument("dump_b", metavar="DUMP_B", help="the store compared with it (the 'live' side)")
+    parser.add_argument("--namespace", default=None, help="only this namespace")
+    parser.add_argument("--role", default=None, help="only this role")
+    parser.add_argument("--target", action="append", default=None, metavar="NAME",
+                        help="only this target (repeatable)")
+    parser.add_argument("--steps", default=None, metavar="STEPS",
+                        help="only these steps, as skip.<role>.steps writes them (e.g. 1-5, '[1,3,8]')")
+    parser.add_argument("--atol", type=float, default=None, help="absolute tolerance of every float field")
+    parser.add_argument("--rtol", type=float, default=None, help="relative tolerance of every float field")
+    parser.add_argument("--ignore", action="append", default=[], metavar="GLOB",
+                        help="a field path (glob) left out of the comparison, e.g. 'meta_info.timing*' (repeatable)")
+    parser.add_argument("--compare-from", default=None, metavar="PROFILE",
+                        help="take skip.<role>.compare from this profile (a shipped name or a YAML file)")
+    parser.add_argument("--trust", action="append", default=[], metavar="PKG.MOD:CLASS",
+                        help="a class of the host's results decoding may import and rebuild, as "
+                             "skip.<role>.trusted_classes (repeatable; its module must be importable, e.g. through "
+                             "PYTHONPATH)")
+    parser.add_argument("--allow-pickle", action="store_true",
+                        help="decode entries holding pickled data (only for stores you trust)")
+    parser.add_argument("--plot", default=None, metavar="FILE.png",
+                        help="draw token match and max |Δ| per step into this image (needs matplotlib)")
+    parser.add_argument("--json", action="store_true", help=f"print one JSON document (schema {SCHEMA})")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Diff the two dump dirs; return 0, 1 or 2 (see the module docstring)."""
+    from skipweave.config.errors import ConfigError
+
+    from skipweave.config.values import parse_class_refs
+
+    try:
+        specs, trusted = compare_specs(args)
+        trusted += parse_class_refs("--trust", args.trust)
+        steps = _steps(args.steps)
+    except ConfigError as exc:
+        print(f"skipweave diff: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    scans = []
+    for path in (args.dump_a, args.dump_b):
+        scanned = _scan(path, args.allow_pickle)
+        if scanned is None:
+            return EXIT_USAGE
+        scans.append(scanned)
+    rows = list(diff_rows(scans[0], scans[1], specs, namespace=args.namespace, role=args.role,
+                          targets=args.target, steps=steps, trusted=trusted))
+    paired = [r for r in rows if r["status"] not in ("only_in_a", "only_in_b")]
+    doc = document(scans[0].dump_dir, scans[1].dump_dir, rows)
+    if args.plot:
+        try:
+            plot(rows, args.plot)
+        except ImportError:
+            print("skipweave diff: --plot needs matplotlib: pip install 'skipweave[plot]'", file=sys.stderr)
+            return EXIT_USAGE
+        doc["plot"] = args.plot
+    if args.json:
+        emit_json(doc)
+    else:
+        emit(render(doc))
+    if not paired:
+        print(f"skipweave diff: no entry of {scans[0].dump_dir} has a counterpart in {scans[1].dump_dir}"
+              f"{' under the filters given' if rows else ''}; check both paths (each is a dump dir: "
+              "skip.<role>.dump_dir) and --namespace/--role/--target/--steps", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_DIVERGED if doc["totals"]["failing"] else EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+def compare_specs(args: argparse.Namespace) -> tuple[dict[str | None, Any], tuple[str, ...]]:
+    """``(role -> CompareSpec, trusted classes)`` from ``--compare-from`` (its roles' ``compare`` and
+    ``trusted_classes``) and the options; key ``None``: every role the profile does not name.
+
+    Raises:
+        ConfigError: a profile that cannot be composed, or a tolerance that is not a finite number >= 0.
+    """
+    from skipweave.config.compare import IGNORE, CompareSpec, Tolerance, parse_rule
+
+    by_role: dict[str | None, CompareSpec] = {None: CompareSpec()}
+    trusted: tuple[str, ...] = ()
+    if args.compare_from:
+        from skipweave.config import load_skip_config
+        from skipweave.config.profiles import compose_profile
+
+        plan = load_skip_config(compose_profile(args.compare_from))
+        by_role.update({name: role.compare for name, role in plan.roles.items()})
+        trusted = tuple(c for role in plan.roles.values() for c in role.trusted_classes)
+    extra = tuple((glob, IGNORE) for glob in args.ignore)
+    tolerance = None
+    if args.atol is not None or args.rtol is not None:
+        rule = parse_rule("--atol/--rtol", {"atol": args.atol or 0.0, "rtol": args.rtol or 0.0})
+        assert isinstance(rule, Tolerance)
+        tolerance = rule
+    out = {}
+    for name, spec in by_role.items():
+        default = spec.default if tolerance is None or spec.default == IGNORE else tolerance
+        fields = tuple((g, tolerance if tolerance is not None and isinstance(r, Tolerance) else r)
+                       for g, r in spec.fields)
+        out[name] = CompareSpec(default, extra + fields)
+    return out, trusted
+
+
+def _steps(text: str | None) -> Any:
+    from skipweave.config.values import parse_steps
+
+    return None if text is None else parse_steps("--steps", text)
+
+
+def _scan(path: str, allow_pickle: bool) -> Any:
+    from skipweave.store.scan import find_dump_dir_hint, scan
+
+    try:
+        result = scan(path, checksums=False, allow_pickle=allow_pickle)
+    except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+        print(f"skipweave diff: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return None
+    if not result.parts:
+        hint = find_dump_dir_hint(result.dump_dir)
+        more = f"; entries sit below it: try {hint}" if hint else ""
+        print(f"skipweave diff: {result.dump_dir} holds no recording{more}", file=sys.stderr)
+        return None
+    return result
+
+
+# ------------------------------------------------------------------------------------------------ the diff
+def diff_rows(a: Any, b: Any, specs: Any, *, namespace: str | None = None, role: str | None = None,
+              targets: list[str] | None = None, steps: Any = None,
+              trusted: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
+    """One row per aligned entry of the scans ``a`` and ``b`` (:class:`~skipweave.store.scan.DumpScan`), in
+    namespace, role, target, step, shard and call order: ``{namespace, role, target, step, shard, call, status,
+    first, token_match, max_abs_diff, fields, reason}``. ``trusted``: classes decoding may rebuild besides the
+    codec's own (``skip.<role>.trusted_classes``)."""
+    from skipweave.store.scan import Status
+    from skipweave.store.step_store import StepStore
+    from skipweave.verify.compare import compare
+
+    def entries(scan: Any) -> dict[tuple[Any, ...], tuple[Any, Any]]:
+        out = {}
+        for part in scan.parts:
+            if ((namespace is not None and part.namespace != namespace) or (role is not None and part.role != role)
+                    or (targets and part.target not in targets) or (steps is not None and part.step not in steps)):
+                continue
+            for entry in part.entries:
+                out[(part.namespace, part.role, part.target, part.step, part.shard, entry.key.call)] = (part, entry)
+        return out
+
+    left, right = entries(a), entries(b)
+    stores: dict[tuple[int, str, str], Any] = {}
+
+    def load(scan: Any, side: int, part: Any, entry: Any) -> tuple[Any, str | None]:
+        if not part.complete or part.status is not Status.COMPLETE:
+            return None, f"part {part.where} is {part.status.value} ({part.incomplete_reason or entry.reason})"
+        store = stores.get((side, part.namespace, part.role))
+        if store is None:
+            store = stores[(side, part.namespace, part.role)] = StepStore(
+                scan.dump_dir, part.namespace, part.role, allow_pickle=scan.allow_pickle, trusted_classes=trusted)
+        try:
+            return store.load(entry.key).result, None
+        except Exception as exc:  # noqa: BLE001 - a damaged or foreign entry is a row, never a crash
+            return None, f"{type(exc).__name__}: {exc}"
+
+    for key in sorted(set(left) | set(right), key=lambda k: (k[0], k[1], k[2], k[3], k[4], k[5])):
+        row: dict[str, Any] = dict(zip(("namespace", "role", "target", "step", "shard", "call"), key, strict=True))
+        row.update(first=None, token_match=None, max_abs_diff=None, fields=0, reason=None)
+        if key not in right or key not in left:
+            row["status"] = "only_in_a" if key in left else "only_in_b"
+            yield row
+            continue
+        ra, why_a = load(a, 0, *left[key])
+        rb, why_b = load(b, 1, *right[key])
+        if why_a or why_b:
+            reason = (f"A and B: {why_a}" if why_a == why_b else
+                      "; ".join(f"{s}: {w}" for s, w in (("A", why_a), ("B", why_b)) if w))
+            row.update(status="unreadable", reason=reason)
+            yield row
+            continue
+        spec = specs.get(key[1], specs[None])
+        comparison = compare(ra, rb, spec).to_json()
+        del ra, rb
+        row.update(status=comparison["status"], first=comparison["first"], token_match=comparison["token_match"],
+                   max_abs_diff=comparison["max_abs_diff"], fields=comparison["fields"])
+        yield row
+
+
+def document(dump_a: str, dump_b: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``--json`` document: both dump dirs, the rows, totals by status, and the first diverging row."""
+    totals: dict[str, int] = {}
+    for r in rows:
+        totals[r["status"]] = totals.get(r["status"], 0) + 1
+    failing = sum(n for s, n in totals.items() if s not in ("identical", "close"))
+    diverged = [r for r in rows if r["status"] == "diverged"]
+    first = min(diverged, key=lambda r: (r["step"], r["call"])) if diverged else None
+    return {"schema": SCHEMA, "dump_a": dump_a, "dump_b": dump_b, "rows": rows,
+            "totals": {"entries": len(rows), "failing": failing, **totals}, "first_divergence": first}
+
+
+def _where(first: Any) -> str:
+    if not isinstance(first, dict):
+        return ""
+    detail = first.get("detail") or {}
+    if "first_index" in detail:
+        return str(detail["first_index"])
+    if "at" in detail:
+        return str(detail["at"])
+    return first.get("kind", "")
+
+
+def _number(x: Any, fmt: str) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    return format(x, fmt)
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The text form: a table per target, then totals and the first divergence."""
+    from skipweave.cli.format import table
+    from skipweave.verify.report import describe
+
+    lines = [f"diff {doc['dump_a']} (A) against {doc['dump_b']} (B)"]
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in doc["rows"]:
+        groups.setdefault((r["namespace"], r["role"], r["target"]), []).append(r)
+    for (namespace, role, target), rows in groups.items():
+        lines += ["", f"{namespace}/{role} target {target}:"]
+        cells = [["step", "call", "shard", "status", "first diverging field", "at", "token match", "max |Δ|"]]
+        for r in rows:
+            first = r["first"] if isinstance(r["first"], dict) else None
+            field = (first or {}).get("path", "") if r["status"] != "unreadable" else "(see below)"
+            cells.append([str(r["step"]), str(r["call"]), r["shard"], r["status"], field or "", _where(first),
+                          _number(r["token_match"], ".3f"), _number(r["max_abs_diff"], ".3g")])
+        lines += ["  " + line for line in table(cells)]
+    t = doc["totals"]
+    counts = ", ".join(f"{s} {n}" for s, n in t.items() if s not in ("entries", "failing"))
+    lines += ["", f"{t['entries']} entries: {counts}"]
+    first = doc["first_divergence"]
+    if first is not None:
+        lines.append("first divergence: " + describe({**first, "inputs": None}))
+    elif not t["failing"]:
+        lines.append("every aligned entry is identical" + (" or within tolerance" if t.get("close") else ""))
+    reasons = list(dict.fromkeys(r["reason"] for r in doc["rows"] if r["status"] == "unreadable"))
+    for reason in reasons[:3]:
+        lines.append(f"unreadable ({sum(r['reason'] == reason for r in doc['rows'])} entries): {reason}")
+    if len(reasons) > 3:
+        lines.append(f"... and {len(reasons) - 3} other reasons (--json lists every row)")
+    if any("cannot be rebuilt" in r for r in reasons):
+        lines.append("a result of the host's own class is decoded only when trusted: pass --trust PKG.MOD:CLASS (its "
+                     "module importable, e.g. PYTHONPATH=<the host's source>), or --compare-from the profile that "
+                     "lists it in trusted_classes")
+    if doc.get("plot"):
+        lines.append(f"plot: {doc['plot']}")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], path: str) -> None:
+    """Draw, per target, the lowest token match ratio and the largest max |Δ| of each step into ``path``.
+
+    Raises:
+        ImportError: matplotlib is not installed.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series: dict[str, dict[int, tuple[float, float]]] = {}
+    for r in rows:
+        if r["status"] not in ("identical", "close", "diverged"):
+            continue
+        label = f"{r['role']}/{r['target']}" + (" (validation)" if str(r["shard"]).startswith("val_") else "")
+        match = 0.0 if r["token_match"] is None else float(r["token_match"])
+        delta = math.inf if isinstance(r["max_abs_diff"], str) else float(r["max_abs_diff"] or 0.0)
+        old = series.setdefault(label, {}).get(r["step"], (1.0, 0.0))
+        series[label][r["step"]] = (min(old[0], match), max(old[1], delta))
+    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
+    for label, by_step in sorted(series.items()):
+        steps = sorted(by_step)
+        top.plot(steps, [by_step[s][0] for s in steps], marker="o", label=label)
+        deltas = [by_step[s][1] for s in steps]
+        finite = [d if math.isfinite(d) else float("nan") for d in deltas]
+        bottom.plot(steps, finite, marker="o", label=label)
+    top.set_ylabel("token match ratio")
+    top.set_ylim(-0.02, 1.02)
+    top.grid(True, alpha=0.3)
+    if series:
+        top.legend(loc="lower left", fontsize="small")
+    # symlog: an identical step (0) sits on the axis, and deltas from 1e-9 to 1e3 stay readable on one plot
+    bottom.set_yscale("symlog", linthresh=1e-9)
+    bottom.set_ylim(bottom=0)
+    bottom.set_ylabel("max |Δ| of float fields")
+    bottom.xaxis.get_major_locator().set_params(integer=True)
+    bottom.set_xlabel("step")
+    bottom.grid(True, alpha=0.3)
+    top.set_title("skipweave diff: B against A, per step")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+__all__ = ["SCHEMA", "compare_specs", "diff_rows", "document", "plot", "register", "render", "run"]
