@@ -66,7 +66,6 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Diff the two dump dirs; return 0, 1 or 2 (see the module docstring)."""
     from skipweave.config.errors import ConfigError
-
     from skipweave.config.values import parse_class_refs
 
     try:

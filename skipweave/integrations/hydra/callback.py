@@ -88,7 +88,7 @@ def reports_in_output_dir(source: dict[str, Any]) -> dict[str, Any]:
     from hydra.core.hydra_config import HydraConfig
 
     skip = source.get("skip")
-    if not isinstance(skip, Mapping) or not HydraConfig.initialized():
+    if not isinstance(skip, dict) or not HydraConfig.initialized():
         return source
     output_dir = HydraConfig.get().runtime.output_dir
     for name, role in list(skip.items()):
