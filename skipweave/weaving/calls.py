@@ -174,7 +174,8 @@ class CallLedger:
         # a validation call, and a verified one: its own step only
         action = Action.CACHE if d.validation or role.action is Action.VERIFY else role.action
         try:
-            store.prepare_part(step, target, shard)
+            if role.action is not Action.VERIFY:  # a verify run reads the store and changes nothing in it
+                store.prepare_part(step, target, shard)
             if action is Action.CACHE:  # only this very step can serve: no scan of the store
                 recorded = [step] if store.is_complete(step, target, shard) else []
             else:

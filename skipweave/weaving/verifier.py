@@ -28,13 +28,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from skipweave import lifecycle, report
+from skipweave.config.compare import IGNORE
 from skipweave.config.schema import OnDiverge, Serve
 from skipweave.config.values import default_report_path
 from skipweave.verify.compare import DIVERGED, compare
 from skipweave.verify.report import ReportFile, Tally, describe, record
 from skipweave.weaving.asyncio_bridge import EXIT_BEGAN, ExitBegan, off_loop
 from skipweave.weaving.calls import Call
-from skipweave.weaving.notes import annotate
+from skipweave.weaving.notes import RESULT_NOTES, annotate
 from skipweave.weaving.replay import Read
 
 if TYPE_CHECKING:
@@ -110,6 +111,9 @@ class Verifier:
     def __init__(self, proxy: SkipProxy) -> None:
         self.proxy = proxy
         self.path = proxy.role.report or default_report_path()
+        # the result notes (verl's meta_info["skipweave"]) tell each call's own fate, never what the call computed
+        self.spec = proxy.role.compare.with_fields(tuple((f"{attribute}.{key}", IGNORE)
+                                                         for attribute, key in RESULT_NOTES.current()))
 
     # ------------------------------------------------------------------ the two paths
     def sync_call(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], d: Call) -> Any:
@@ -199,7 +203,7 @@ class Verifier:
             recorded_fp = read[2].manifest.get("input_fingerprint")
             if recorded_fp and d.fp:
                 inputs = "same" if recorded_fp == d.fp else "differ"
-            comparison = compare(expected, live, proxy.role.compare)
+            comparison = compare(expected, live, self.spec)
         return record(role=proxy.role.role, target=proxy.target.name, step=d.step, call=d.call, shard=d.shard,
                       validation=d.validation, comparison=comparison, inputs=inputs)
 
