@@ -74,9 +74,9 @@ def describe(line: Mapping[str, Any]) -> str:
         if isinstance(detail.get("match_ratio"), (int, float)):
             what += f" (token match {detail['match_ratio']:.3f})"
     elif "max_abs_diff" in detail:
-        where = (f" at {detail['at']}" if detail.get("at") else
-                 f" (recorded {detail.get('recorded')}, live {detail.get('live')})")
-        what += f": max |Δ| {detail['max_abs_diff']}{where}"
+        at = (f" at {detail['at']}" if detail.get("at") else
+              f" (recorded {detail.get('recorded')}, live {detail.get('live')})")
+        what += f": max |Δ| {detail['max_abs_diff']}{at}"
         if isinstance(detail.get("beyond_fraction"), (int, float)):
             what += f", {detail['beyond_fraction']:.3f} of elements beyond tolerance"
     elif "recorded" in detail:

@@ -1,0 +1,179 @@
+"""``skipweave diff``: two real stores (the same job recorded twice, the second changed from step 2 on) compared
+entry by entry: text, JSON, plot, filters, tolerances, profiles, one-sided and damaged entries, exit statuses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import skipweave
+from tests.cli.test_ls import cli
+
+HOST = '''
+from dataclasses import dataclass
+
+import torch
+
+CHANGE = {}
+
+
+@dataclass
+class Rollout:
+    responses: torch.Tensor
+    log_probs: torch.Tensor
+    meta: dict
+
+
+def generate(step, validate=False):
+    return make(step, validate)
+
+
+def make(step, validate=False):
+    g = torch.Generator().manual_seed(step)
+    responses = torch.randint(0, 100, (8, 16), generator=g)
+    log_probs = torch.randn(8, 16, generator=g)
+    if CHANGE.get("from_step") is not None and step >= CHANGE["from_step"] and not validate:
+        responses[3, 5:] = (responses[3, 5:] + 1) % 100   # sample 3 departs at position 5
+        log_probs = log_probs + 1e-3 * step
+    if CHANGE.get("noise"):
+        log_probs = log_probs + CHANGE["noise"]
+    return {"responses": responses, "log_probs": log_probs, "timing": {"s": float(step) + CHANGE.get("t", 0.0)}}
+
+
+def generate_obj(step):
+    out = make(step)
+    return Rollout(out["responses"], out["log_probs"], {"step": step})
+'''
+
+
+@pytest.fixture
+def stores(host_module: Any, tmp_path: Path) -> tuple[Path, Path, Any]:
+    """Store A: steps 1-4 of ``gen``; store B: the same job changed from step 2 on, its timing different too."""
+    name, _ = host_module(HOST)
+    mod = sys.modules[name]
+    for dump, change in ((tmp_path / "a", {}), (tmp_path / "b", {"from_step": 2, "t": 0.5})):
+        mod.CHANGE.clear()
+        mod.CHANGE.update(change)
+        skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(dump), "targets": {
+            "gen": f"{name}:generate", "obj": f"{name}:generate_obj"}, "step": {"expr": "step"}}}})
+        for step in (1, 2, 3, 4):
+            mod.generate(step=step)
+        mod.generate_obj(1)
+        skipweave.unweave()
+    mod.CHANGE.clear()
+    return tmp_path / "a", tmp_path / "b", mod
+
+
+def test_text_names_each_step_and_the_first_diverging_step_call_field_and_token(
+        stores: tuple[Path, Path, Any], capsys: Any) -> None:
+    a, b, _ = stores
+    status, out, err = cli(capsys, "diff", str(a), str(b), "--target", "gen", "--ignore", "timing")
+    assert status == 1, err
+    rows = [line.split() for line in out.splitlines() if line.startswith("  ") and line.split()[0].isdigit()]
+    assert [(r[0], r[3]) for r in rows] == [("1", "identical"), ("2", "diverged"), ("3", "diverged"),
+                                           ("4", "diverged")]
+    assert rows[1][4:] == ["responses", "[3,", "5]", "0.914", "0.002"]  # 11 of 128 tokens differ; max |Δ| 2e-3
+    assert ("first divergence: role rollout target gen step 2 call 0: diverged at responses [3, 5]: recorded "
+            in out)
+    assert "4 entries: identical 1, diverged 3" in out
+
+
+def test_identical_stores_and_tolerances_exit_0(stores: tuple[Path, Path, Any], capsys: Any) -> None:
+    a, b, _ = stores
+    status, out, _ = cli(capsys, "diff", str(a), str(a))
+    assert status == 0 and "every aligned entry is identical" in out
+    status, out, _ = cli(capsys, "diff", str(a), str(b), "--steps", "1", "--target", "gen")
+    assert status == 1 and "timing.s" in out  # exact by default: the timing differs
+    status, out, _ = cli(capsys, "diff", str(a), str(b), "--steps", "1", "--target", "gen", "--atol", "1")
+    assert status == 0 and "identical 0" not in out and "close 1" in out
+    status, _, _ = cli(capsys, "diff", str(a), str(b), "--steps", "2-4", "--target", "gen", "--atol", "1",
+                       "--ignore", "responses")
+    assert status == 0  # log-prob deltas of 2e-3..4e-3 lie within atol 1
+
+
+def test_json_document(stores: tuple[Path, Path, Any], capsys: Any) -> None:
+    a, b, _ = stores
+    status, out, _ = cli(capsys, "diff", str(a), str(b), "--json", "--ignore", "timing", "--ignore", "meta")
+    doc = json.loads(out)
+    assert status == 1 and doc["schema"] == "skipweave.diff/1"
+    assert doc["dump_a"] == str(a) and doc["dump_b"] == str(b)
+    by = {(r["target"], r["step"]): r for r in doc["rows"]}
+    assert set(by) == {("gen", 1), ("gen", 2), ("gen", 3), ("gen", 4), ("obj", 1)}
+    assert by[("obj", 1)]["status"] == "identical" and by[("gen", 1)]["token_match"] == 1.0
+    row = by[("gen", 3)]
+    assert row["first"]["detail"]["first_index"] == [3, 5]
+    assert row["token_match"] == pytest.approx(1 - 11 / 128)
+    assert row["max_abs_diff"] == pytest.approx(3e-3, rel=1e-3)
+    assert doc["first_divergence"]["step"] == 2
+    assert doc["totals"] == {"entries": 5, "failing": 3, "identical": 2, "diverged": 3}
+
+
+def test_plot_file_is_a_png_with_content(stores: tuple[Path, Path, Any], capsys: Any, tmp_path: Path) -> None:
+    a, b, _ = stores
+    png = tmp_path / "diff.png"
+    status, out, _ = cli(capsys, "diff", str(a), str(b), "--plot", str(png), "--ignore", "timing")
+    assert status == 1 and f"plot: {png}" in out
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_compare_from_a_profile_file(stores: tuple[Path, Path, Any], capsys: Any, tmp_path: Path) -> None:
+    a, b, _ = stores
+    profile = tmp_path / "tolerant.yaml"
+    profile.write_text("skip:\n  rollout:\n    compare:\n      fields:\n        timing: ignore\n"
+                       "        log_probs: {atol: 0.01}\n        responses: ignore\n")
+    status, out, err = cli(capsys, "diff", str(a), str(b), "--compare-from", str(profile), "--target", "gen")
+    assert status == 0, out + err
+    assert "identical 1, close 3" in out
+    status, _, err = cli(capsys, "diff", str(a), str(b), "--compare-from", str(tmp_path / "missing.yaml"))
+    assert status == 2 and "missing.yaml" in err
+
+
+def test_one_sided_and_damaged_entries_fail_and_name_why(stores: tuple[Path, Path, Any], capsys: Any) -> None:
+    a, b, mod = stores
+    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(b), "targets": {
+        "gen": f"{mod.__name__}:generate"}, "step": {"expr": "step"}}}})
+    mod.generate(step=5)
+    skipweave.unweave()
+    tensors = next((b / "default" / "rollout" / "1" / "gen").glob("r0-0000*.safetensors"))
+    data = bytearray(tensors.read_bytes())
+    data[-3] ^= 0xFF
+    tensors.write_bytes(bytes(data))
+    status, out, _ = cli(capsys, "diff", str(a), str(b), "--json", "--target", "gen")
+    doc = json.loads(out)
+    by = {r["step"]: r for r in doc["rows"]}
+    assert status == 1
+    assert by[5]["status"] == "only_in_b"
+    assert by[1]["status"] == "unreadable" and by[1]["reason"].startswith("B: ") and "checksum" in by[1]["reason"]
+
+
+def test_unusable_input_exits_2(stores: tuple[Path, Path, Any], capsys: Any, tmp_path: Path) -> None:
+    a, _, _ = stores
+    status, _, err = cli(capsys, "diff", str(a), str(tmp_path / "nowhere"))
+    assert status == 2 and "nowhere" in err
+    (tmp_path / "empty").mkdir()
+    status, _, err = cli(capsys, "diff", str(a), str(tmp_path / "empty"))
+    assert status == 2 and "holds no recording" in err
+    status, _, err = cli(capsys, "diff", str(a), str(a), "--target", "nothing-like-it")
+    assert status == 2 and "no entry" in err
+    status, _, err = cli(capsys, "diff", str(a), str(a), "--atol", "-1")
+    assert status == 2 and "--atol/--rtol.atol=-1" in err
+    status, _, err = cli(capsys, "diff", str(a), str(a), "--steps", "x")
+    assert status == 2 and "--steps" in err
+
+
+def test_a_host_class_is_decoded_only_when_trusted(stores: tuple[Path, Path, Any], tmp_path: Path) -> None:
+    a, b, mod = stores
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(mod.__file__).parent), str(Path.cwd())])}
+    base = [sys.executable, "-m", "skipweave.cli.main", "diff", str(a), str(b), "--target", "obj"]
+    proc = subprocess.run(base, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1 and "unreadable" in proc.stdout and "--trust" in proc.stdout, proc.stdout
+    proc = subprocess.run(base + ["--trust", f"{mod.__name__}:Rollout"], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0 and "identical" in proc.stdout, proc.stdout + proc.stderr
