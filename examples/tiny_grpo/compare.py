@@ -1,4 +1,4 @@
-"""Run the tiny GRPO job three times and compare: record, replay with the engine, replay-only.
+"""Run the tiny GRPO job four times and compare: record, replay with the engine, replay-only, verify.
 
 Usage::
 
@@ -10,12 +10,18 @@ dir> hydra.run.dir=<out dir>/run{1,2,3}`` and any extra Hydra overrides given on
 1. ``+skip=rollout_cache`` into a fresh dump dir: records every rollout (validation too, apart);
 2. ``+skip=rollout_cache`` again: replays them, the Ray rollout workers still started;
 3. ``+skip=rollout_replay``: replay-only, validation served too, no rollout worker started (the config's
-   ``rollout_engine`` stub gives the trainer a stand-in manager).
+   ``rollout_engine`` stub gives the trainer a stand-in manager);
+4. ``+skip=rollout_verify`` with one changed setting (``--verify-change``, default ``actor.lr=0.02``: only the
+   update changes, so step 1's rollout is as recorded and the rollouts first differ at step 2): every rollout runs
+   live and is compared with its recording; the script prints the first diverging step, call, field and token
+   from the run's report (``run4/skipweave-verify.jsonl``). ``--verify-change ''`` changes nothing: every step is
+   identical.
 
 The script prints a per-step table of rollout wall times and cache statuses, checks that ``loss``,
 ``reward_mean``, ``param_checksum`` and the validation rewards are exactly equal in every run, shows each
 run's wall time and ``rollout_workers`` (from ``metrics.jsonl``), and exits non-zero when they differ, when
-runs 2 and 3 were not all hits, or when run 3 started a worker.
+runs 2 and 3 were not all hits, when run 3 started a worker, or when run 4 does not find the first divergence
+where the change puts it (step 2 for a change of the update, none for no change).
 
 ``--no-skip`` runs the job twice without any profile (two live runs): the metrics must still be identical
 because the trainer is fully seeded.
@@ -60,6 +66,36 @@ def build_command(run_dir: Path, dump_dir: Path | None, overrides: Sequence[str]
     cmd.append(f"hydra.run.dir={hydra_value(run_dir)}")
     cmd += list(overrides)
     return cmd
+
+
+def verify_summary(run_dir: Path, change: str) -> dict[str, Any]:
+    """What the verify run found, from its report (one JSON line per verified call, skipweave.verify.report):
+    counts, the training steps by status, and the first diverging training call described.
+
+    A change of the update (e.g. ``actor.lr``) leaves step 1's rollout as recorded and changes every rollout
+    after it, so the first divergence must be at step 2; no change: every step identical.
+    """
+    from skipweave.verify.report import describe, read_lines, tally
+
+    report = run_dir / "skipweave-verify.jsonl"
+    lines = list(read_lines(str(report))) if report.exists() else []
+    train = [x for x in lines if not x.get("validation")]
+    found = tally(train)
+    steps = sorted({x["step"] for x in train})
+    expected = (2 if len(steps) > 1 else None) if change else None
+    first = found.first if found.first is not None and found.first.get("status") == "diverged" else None
+    return {
+        "report": str(report),
+        "change": change,
+        "counts": tally(lines).counts,
+        "statuses": {str(x["step"]): x["status"] for x in train},
+        "first_step": first["step"] if first else None,
+        "first": describe(first) if first else None,
+        "first_line": first,
+        "expected_first_step": expected,
+        "ok": bool(train) and (first["step"] if first else None) == expected
+        and all(x["status"] == "identical" for x in train if expected is None or x["step"] < expected),
+    }
 
 
 def run_job(name: str, cmd: list[str], log_path: Path, timeout: float | None) -> float:
@@ -196,9 +232,11 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
         "--dump-dir", type=Path, default=None, help="rollout dump dir (default: <out-dir>/dump)"
     )
     parser.add_argument(
-        "--out-dir", type=Path, default=None, help="where run1/, run2/ and run3/ go (default: a temp dir)"
+        "--out-dir", type=Path, default=None, help="where run1/ ... run4/ go (default: a temp dir)"
     )
     parser.add_argument("--no-skip", action="store_true", help="two live runs without +skip=rollout_cache")
+    parser.add_argument("--verify-change", default="actor.lr=0.02", metavar="OVERRIDE",
+                        help="the one setting run 4 (+skip=rollout_verify) changes (default: %(default)s; '' for none)")
     parser.add_argument("--summary-json", type=Path, default=None, help="also write the comparison as JSON")
     parser.add_argument("--timeout", type=float, default=600.0, help="per-run timeout in seconds")
     args, overrides = parser.parse_known_args(argv)
@@ -217,12 +255,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if dump_dir.exists() and any(dump_dir.iterdir()):
             print(f"[compare] warning: dump dir {dump_dir} is not empty; run 1 may replay too", flush=True)
     print(f"[compare] mode={'no-skip' if args.no_skip else 'skip'} out_dir={out_dir} dump_dir={dump_dir}")
-    profiles = ["rollout_cache", "rollout_cache"] + ([] if args.no_skip else ["rollout_replay"])
+    profiles = ["rollout_cache", "rollout_cache"] + ([] if args.no_skip else ["rollout_replay", "rollout_verify"])
     run_dirs = [out_dir / f"run{i}" for i in range(1, len(profiles) + 1)]
     wall: list[float] = []
     try:
         for i, (run_dir, profile) in enumerate(zip(run_dirs, profiles, strict=True), start=1):
-            cmd = build_command(run_dir, dump_dir, overrides, profile)
+            extra = [args.verify_change] if profile == "rollout_verify" and args.verify_change else []
+            cmd = build_command(run_dir, dump_dir, [*overrides, *extra], profile)
             wall.append(run_job(f"run-{i}", cmd, out_dir / f"run{i}.log", args.timeout))
     except RuntimeError as exc:
         print(f"[compare] {exc}", file=sys.stderr, flush=True)
@@ -246,8 +285,19 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{'yes' if replay_only['identical'] and replay_only['val_identical'] else 'NO'}")
         print(f"rollout_workers started: run-1 {summary['run1_rollout_workers']}, run-2 "
               f"{summary['run2_rollout_workers']}, run-3 {workers}")
+        verify = verify_summary(run_dirs[3], args.verify_change)
+        summary["verify"] = verify
+        summary["ok"] = bool(summary["ok"] and verify["ok"])
+        what = f"with {args.verify_change}" if args.verify_change else "with nothing changed"
+        statuses = ", ".join(f"step {k} {v}" for k, v in verify["statuses"].items())
+        print(f"run-4 (+skip=rollout_verify {what}): every rollout ran live and was compared with run-1's: {statuses}")
+        if verify["first"]:
+            print(f"  first divergence: {verify['first']}")
+        elif verify["statuses"]:
+            print("  every step is identical to run-1's recording")
+        print(f"  report: {verify['report']}")
         print(f"wall time: run-1 {wall[0]:.1f}s, run-2 {wall[1]:.1f}s ({wall[1] / wall[0]:.2f}x), run-3 "
-              f"{wall[2]:.1f}s ({wall[2] / wall[0]:.2f}x)")
+              f"{wall[2]:.1f}s ({wall[2] / wall[0]:.2f}x), run-4 {wall[3]:.1f}s ({wall[3] / wall[0]:.2f}x)")
     else:
         print(f"wall time: run-1 {wall[0]:.1f}s, run-2 {wall[1]:.1f}s")
     if dump_dir is not None:
@@ -261,7 +311,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("[compare] FAIL: metrics differ between the two runs", file=sys.stderr)
     if not args.no_skip and not summary["run2_all_hits"]:
         print("[compare] FAIL: run 2 was not served entirely from the rollout cache", file=sys.stderr)
-    if not args.no_skip and not summary["ok"] and summary["run2_all_hits"] and summary["identical"]:
+    if not args.no_skip and not summary.get("verify", {}).get("ok", True):
+        verify = summary["verify"]
+        print(f"[compare] FAIL: run 4 (verify) found the first divergence at step {verify['first_step']}, expected "
+              f"{verify['expected_first_step']}", file=sys.stderr)
+    elif not args.no_skip and not summary["ok"] and summary["run2_all_hits"] and summary["identical"]:
         print("[compare] FAIL: run 3 (replay-only) differs, missed or started rollout workers", file=sys.stderr)
     return 0 if summary["ok"] else 1
 

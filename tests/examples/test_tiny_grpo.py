@@ -1,7 +1,8 @@
 """End-to-end tests of the tiny GRPO example through ``examples/tiny_grpo/compare.py``.
 
 Each test runs the reduced configuration as subprocesses (Ray start-up included): record, replay with the
-engine, replay-only.
+engine, replay-only, verify with a changed update (and, beside them, a replay-only run past the recorded steps and a
+verify run with nothing changed).
 """
 
 from __future__ import annotations
@@ -89,15 +90,20 @@ def test_second_run_replays_every_rollout(tmp_path: Path) -> None:
 
     def start_run_4() -> None:
         shutil.copytree(dump, dump4, symlinks=True)
-        cmd = [sys.executable, str(REPO_ROOT / "examples" / "tiny_grpo" / "train.py"), "+skip=rollout_replay",
-               f"skip.rollout.dump_dir={dump4}", f"hydra.run.dir={tmp_path / 'run4'}",
+        train = [sys.executable, str(REPO_ROOT / "examples" / "tiny_grpo" / "train.py")]
+        cmd = [*train, "+skip=rollout_replay", f"skip.rollout.dump_dir={dump4}", f"hydra.run.dir={tmp_path / 'run4'}",
                *[o for o in REDUCED_OVERRIDES if not o.startswith("trainer.total_steps")], "trainer.total_steps=4"]
+        run4.append(pool.submit(subprocess.run, cmd, capture_output=True, text=True, timeout=180, cwd=REPO_ROOT,
+                                check=False))
+        # A verify run with nothing changed (compare.py's run 4 changes the update): every step identical.
+        cmd = [*train, "+skip=rollout_verify", f"skip.rollout.dump_dir={dump}", f"hydra.run.dir={tmp_path / 'same'}",
+               *REDUCED_OVERRIDES]
         run4.append(pool.submit(subprocess.run, cmd, capture_output=True, text=True, timeout=180, cwd=REPO_ROOT,
                                 check=False))
 
     try:
         summary, output = run_compare(tmp_path, after_run_2=start_run_4)
-        proc = run4[0].result()
+        proc, same = run4[0].result(), run4[1].result()
     finally:
         pool.shutdown(wait=True)
     assert summary["steps"] == 3, output
@@ -119,7 +125,17 @@ def test_second_run_replays_every_rollout(tmp_path: Path) -> None:
     assert replay_only["identical"] and replay_only["val_identical"], output
     assert replay_only["run2_statuses"] == ["hit"] * 3 and replay_only["run2_val_statuses"] == ["hit"], output
     assert summary["run1_rollout_workers"] == [2] and replay_only["run2_rollout_workers"] == [0], output
+    # Run 4 of compare.py, a verify run whose update differs (actor.lr): step 1 identical, step 2 first diverges.
+    verify = summary["verify"]
+    assert verify["statuses"] == {"1": "identical", "2": "diverged", "3": "diverged"}, output
+    assert verify["first_step"] == 2 and verify["first_line"]["first"]["path"] == "batch.responses", output
+    assert "first divergence: role rollout target tiny_grpo step 2 call 0: diverged at batch.responses [" in output
     assert summary["ok"], output
+    assert same.returncode == 0, same.stderr[-3000:]
+    assert "every verified call is identical to its recording" in same.stdout + same.stderr, same.stdout[-3000:]
+    same_lines = [json.loads(x) for x in (tmp_path / "same" / "skipweave-verify.jsonl").read_text().splitlines()]
+    assert [(x["step"], x["validation"], x["status"]) for x in same_lines] == [
+        (1, False, "identical"), (2, False, "identical"), (2, True, "identical"), (3, False, "identical")]
 
     # A step that was never recorded stops a replay-only run with a message naming what is missing.
     text = proc.stdout + proc.stderr

@@ -12,8 +12,9 @@ from typing import Any
 
 
 def plan(phase: str, dump_dir: str, report: str) -> dict[str, Any]:
-    role: dict[str, Any] = {"enable": True, "dump_dir": dump_dir, "targets": {"sampler": "rayapp.verifying:Sampler.generate"},
-                            "step": {"expr": "step"}, "action": "cache" if phase == "record" else "verify"}
+    role: dict[str, Any] = {"enable": True, "dump_dir": dump_dir, "step": {"expr": "step"},
+                            "targets": {"sampler": "rayapp.verifying:Sampler.generate"},
+                            "action": "cache" if phase == "record" else "verify"}
     if phase != "record":
         role.update(report=report, on_diverge="error" if phase == "verify_error" else "warn")
     return {"skip": {"rollout": role}}
