@@ -76,7 +76,8 @@ def describe(line: Mapping[str, Any]) -> str:
     elif "max_abs_diff" in detail:
         at = (f" at {detail['at']}" if detail.get("at") else
               f" (recorded {detail.get('recorded')}, live {detail.get('live')})")
-        what += f": max |Δ| {detail['max_abs_diff']}{at}"
+        delta = detail["max_abs_diff"]
+        what += f": max |Δ| {delta:.3g}{at}" if isinstance(delta, float | int) else f": max |Δ| {delta}{at}"
         if isinstance(detail.get("beyond_fraction"), (int, float)):
             what += f", {detail['beyond_fraction']:.3f} of elements beyond tolerance"
     elif "recorded" in detail:

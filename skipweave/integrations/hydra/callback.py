@@ -92,7 +92,7 @@ def reports_in_output_dir(source: dict[str, Any]) -> dict[str, Any]:
         return source
     output_dir = HydraConfig.get().runtime.output_dir
     for name, role in list(skip.items()):
-        if isinstance(role, Mapping) and role.get("action") == "verify" and role.get("report") is None:
+        if isinstance(role, Mapping) and role.get("action") == "verify" and role.get("report") in (None, "???"):
             skip[name] = {**role, "report": os.path.join(output_dir, "skipweave-verify.jsonl")}
     return source
 
