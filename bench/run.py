@@ -20,6 +20,7 @@ Sections (see docs/performance.md for what each row means):
    ``small``   -- per-sample recording: 1 KB entries recorded (amortized, flush included) and replayed.
    ``compress`` -- bytes on disk, record and replay seconds per ``compress`` setting (verl batch, token ids).
    ``stall``   -- the worst event-loop stall while 32 ``async`` calls record 8 MB each.
+   ``verify``  -- what a verified call adds (the recording's read, the comparison) beside a raw read of the bytes.
 4. ``job``     -- examples/tiny_grpo/compare.py: run-1 and run-2 rollout seconds and whole-run seconds.
 
 Every number is a median over repeats; cases take turns so that a noisy neighbour hits them alike, and
@@ -424,6 +425,45 @@ def section_returns(opts: argparse.Namespace) -> list[Row]:
     return rows
 
 
+VERIFY_CASES = [
+    ("skipweave_load", "read the recording (StepStore.load)", None),
+    ("compare_identical", "compare, nothing changed (the common case)", 1.0),
+    ("compare_diverged", "compare, one token and every log-prob changed", 5.0),
+]
+VERIFY_ADDS_LIMIT = 2.5
+"""A verify call may add (its recording's read and an identical comparison) this many raw reads of the bytes."""
+
+
+def section_verify(opts: argparse.Namespace) -> list[Row]:
+    """What a verified call adds beside a raw read of the same bytes (warm page cache), for a verl-sized batch."""
+    mb = min(opts.sizes)
+    folder = tempfile.mkdtemp(prefix="skipweave-bench-verify-", dir=opts.dir or None)
+    try:
+        data = run_child("bench.verify_cases", ["--mb", str(mb), "--rounds", str(opts.rounds), "--dir", folder],
+                         timeout=3600)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    secs = data["seconds"]
+    group = (f"{_size_label(mb)}: {data['sequences']} seq x 8192 tokens, {data['disk_bytes'] / 1e6:.0f} MB recorded, "
+             f"{data['rounds']} rounds, warm page cache")
+    rows = [row("verify", "raw read into one buffer (same bytes)", secs["raw_read"], "s", group=group,
+                key="verify.raw_read")]
+    for case, name, limit in VERIFY_CASES:
+        r = row("verify", name, secs[case], "s", group=group, key=f"verify.{case}")
+        r["ratio"], r["ratio_to"] = _paired(secs[case], secs["raw_read"]), "raw"
+        if limit is not None:
+            r["target"], r["ok"] = f"<= {limit:g}x raw read", r["ratio"] is not None and r["ratio"] <= limit
+        rows.append(r)
+    added = [x + y for x, y in zip(secs["skipweave_load"], secs["compare_identical"], strict=True)]
+    r = row("verify", "a verified call adds: read + compare (nothing changed)", added, "s", group=group,
+            key="verify.adds")
+    r["ratio"], r["ratio_to"] = _paired(added, secs["raw_read"]), "raw"
+    r["target"] = f"<= {VERIFY_ADDS_LIMIT:g}x raw read"
+    r["ok"] = r["ratio"] is not None and r["ratio"] <= VERIFY_ADDS_LIMIT
+    rows.append(r)
+    return rows
+
+
 def section_small(opts: argparse.Namespace) -> list[Row]:
     """Per-sample recording: many 1 KB entries recorded (amortized, with the final flush) and replayed."""
     base = opts.dir or tempfile.gettempdir()
@@ -503,6 +543,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
     "compress": section_compress,
     "stall": section_stall,
     "startup": section_startup,
+    "verify": section_verify,
     "job": section_job,
 }
 TITLES = {
@@ -512,6 +553,7 @@ TITLES = {
     "small": "2c. many small entries (per-sample recording)",
     "compress": "2d. compression of entries (skip.<role>.compress)",
     "stall": "2e. event-loop stall while async calls record",
+    "verify": "2f. what verifying a call adds (action: verify)",
     "startup": "3. start-up",
     "job": "4. the main job (examples/tiny_grpo/compare.py)",
 }
@@ -653,7 +695,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes and few repeats (a smoke run)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
-    parser.add_argument("--only", default="calls,io,returns,small,compress,stall,startup,job",
+    parser.add_argument("--only", default="calls,io,returns,small,compress,stall,verify,startup,job",
                         help="comma-separated sections to run")
     parser.add_argument("--sizes", default=None, help="batch sizes in MB (default 250,1000; quick 16)")
     parser.add_argument("--caches", default="cold,warm", help="page-cache states for reads: cold, warm")

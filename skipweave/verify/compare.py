@@ -9,8 +9,9 @@ everything below it, unless a longer path has its own. Keys are joined as they a
 is read as a deeper path by the rules, and glob characters in keys (``*?[``) need ``fnmatch``'s ``[*]`` escapes.
 
 The comparison never raises: a pair that cannot be compared (a sparse tensor, an ``==`` that raises) is an
-``error`` divergence. A structure that contains itself is compared once. Float tensors are compared in float64
-(complex128): a pair of float32 tensors of N bytes each takes about 5N bytes more at peak.
+``error`` divergence. A structure that contains itself is compared once. Equal tensors take one pass
+(``torch.equal``); differing float tensors are compared in float32 (float64 and complex fields in their own
+precision): a pair of float32 tensors of N bytes each then takes about 4N bytes more at peak.
 
 What a :class:`Divergence` says, per kind of field:
 
@@ -269,7 +270,14 @@ class _Walk:
                 self.add(path, "shape" if a.shape != b.shape else "dtype", recorded=_describe(a),
                          live=_describe(b))
                 return
-            for i, (x, y) in enumerate(zip(a.reshape(-1), b.reshape(-1), strict=True)):
+            flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+            if self.listed is None and all(type(x) is str for x in flat_a) and all(type(y) is str for y in flat_b) \
+                    and bool((flat_a == flat_b).all()):
+                # verl's uid/prompt columns: equal strings need no walk (20x faster at 1,000 samples); a rule on
+                # one element would only change the count of fields compared, never the outcome
+                self.leaves += flat_a.size
+                return
+            for i, (x, y) in enumerate(zip(flat_a, flat_b, strict=True)):
                 self.visit(_join(path, i), x, y)
             return
         try:
@@ -303,27 +311,33 @@ class _Walk:
         if a.numel() == 0:
             return
         a, b = a.detach().cpu(), b.detach().cpu()
+        if torch.equal(a, b):  # the common case of a verify run, one pass (NaNs never equal: they go the long way)
+            return
         if not (a.is_floating_point() or a.is_complex()):
             ne = a != b
-            if not bool(ne.any()):
-                return
             first = [int(i) for i in ne.nonzero()[0]] if ne.dim() else []
             self.add(path, "value", first_index=first, recorded=_plain(a[tuple(first)].item()),
                      live=_plain(b[tuple(first)].item()), match_ratio=1.0 - float(ne.float().mean()))
             return
-        wide = torch.complex128 if a.is_complex() else torch.float64
+        # float64 and complex128 fields in their own precision, narrower floats in float32, which holds every
+        # float16/bfloat16 value exactly (and float32 costs half the passes' memory of float64)
+        wide = a.dtype if a.dtype in (torch.float64, torch.complex128) else (
+            torch.complex128 if a.is_complex() else torch.float32)
         fa, fb = a.to(wide), b.to(wide)
-        equal = (fa == fb) | (fa.isnan() & fb.isnan())  # inf == inf; NaN where NaN
-        if bool(equal.all()):
+        diff = (fa - fb).abs()
+        diff.masked_fill_(fa == fb, 0.0)  # inf == inf (inf - inf is NaN)
+        nan = diff.isnan()
+        if bool(nan.any()):  # NaN on one side only is infinitely far (never within a tolerance); on both, equal
+            both = fa.isnan() & fb.isnan()
+            diff.masked_fill_(nan, math.inf).masked_fill_(both, 0.0)
+        if not bool(diff.any()):
             return
-        finite = fa.isfinite() & fb.isfinite()
-        # a mismatch that involves inf or NaN is infinitely far: never within a tolerance
-        diff = torch.where(equal, 0.0, torch.where(finite, (fa - fb).abs(), math.inf)).to(torch.float64)
-        scale = torch.where(fa.isfinite(), fa.abs(), 0.0).to(torch.float64)
+        scale = fa.abs()
+        scale.masked_fill_(~scale.isfinite(), 0.0)
         atol, rtol = (rule.atol, rule.rtol) if isinstance(rule, Tolerance) else (0.0, 0.0)
-        beyond = ~(diff <= atol + rtol * scale)
+        beyond = diff > atol + rtol * scale if rtol else diff > atol
         at = [int(i) for i in torch.unravel_index(diff.argmax(), diff.shape)] if diff.dim() else []
-        rel = diff / scale.clamp_min(torch.finfo(torch.float64).tiny)
+        rel = diff / scale.clamp_min(torch.finfo(diff.dtype).tiny)
         self.add(path, "value", DIVERGED if bool(beyond.any()) else CLOSE, max_abs_diff=_plain(float(diff.max())),
                  max_rel_diff=_plain(float(rel.max())), at=at, beyond_fraction=float(beyond.double().mean()))
 

@@ -27,7 +27,8 @@ def test_quick_run_writes_the_documented_table(quick_run: Any) -> None:
     stdout, stderr = quick_run.output()
     assert quick_run.proc.returncode == 0, stdout[-2000:] + stderr[-3000:]
     for title in ("1. cost per call", "2. record and replay", "2b. time-to-return", "2c. many small entries",
-                  "2d. compression", "2e. event-loop stall", "3. start-up", "4. the main job", "targets"):
+                  "2d. compression", "2e. event-loop stall", "2f. what verifying a call adds", "3. start-up",
+                  "4. the main job", "targets"):
         assert title in stdout
     check_table(json.loads((quick_run.folder / "out.json").read_text(encoding="utf-8")))
 
@@ -35,7 +36,7 @@ def test_quick_run_writes_the_documented_table(quick_run: Any) -> None:
 def check_table(data: dict[str, Any]) -> None:
     """The structure of the JSON table."""
     assert data["schema"] == 1
-    assert data["sections"] == ["calls", "io", "returns", "small", "compress", "stall", "startup",
+    assert data["sections"] == ["calls", "io", "returns", "small", "compress", "stall", "verify", "startup",
                                 "job"]
     assert {"cpus", "python", "torch", "loadavg_start", "loadavg_end"} <= set(data["machine"])
     rows = data["rows"]
@@ -82,6 +83,12 @@ def check_table(data: dict[str, Any]) -> None:
         for setting in ("none", "zstd:1", "zstd:3"):
             r = by_key[f"compress.{payload}.{setting}.load"]
             assert r["median"] > 0 and r["disk_mb"] > 0 and r["shrink"] >= (1.5 if setting != "none" else 1.0), r
+
+    # 2f. what a verified call adds, beside a raw read of the same bytes
+    for key in ("verify.raw_read", "verify.skipweave_load", "verify.compare_identical", "verify.compare_diverged",
+                "verify.adds"):
+        assert by_key[key]["unit"] == "s" and by_key[key]["median"] > 0, by_key[key]
+    assert by_key["verify.adds"]["ratio_to"] == "raw" and by_key["verify.adds"]["ok"] in (True, False)
 
     # 3. start-up: import, weave of 20 targets, and the three Hydra variants
     for key in ("startup.import", "startup.first_weave", "startup.weave20", "startup.unweave20",
