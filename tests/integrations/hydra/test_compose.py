@@ -22,7 +22,7 @@ from skipweave.integrations.hydra.callback import SkipweaveCallback, job_skip_co
 from skipweave.integrations.launcher import BOOTSTRAP_DIR, _script_dir, child_env
 from skipweave.integrations.launcher.bootstrap import PLAN_ENV, read_plan, top_module
 
-PROFILES = {"rollout_cache", "rollout_repeat", "rollout_replay", "async_rollout_cache", "off"}
+PROFILES = {"rollout_cache", "rollout_repeat", "rollout_replay", "rollout_verify", "async_rollout_cache", "off"}
 
 
 def test_shipped_profiles_and_their_dataclass_schema_twins() -> None:
@@ -39,10 +39,12 @@ def test_every_profile_composes_to_a_valid_plan_with_optional_host_targets(profi
         return
     (role,) = plan.enabled_roles
     assert role.role == ("async_rollout" if profile.startswith("async") else "rollout")
-    assert role.action is (Action.REPEAT if profile == "rollout_repeat" else Action.CACHE)
+    assert role.action is {"rollout_repeat": Action.REPEAT, "rollout_verify": Action.VERIFY}.get(profile, Action.CACHE)
     assert role.steps == StepSet(None)  # every step eligible unless `steps` says otherwise
     assert role.replay_only is (profile == "rollout_replay")
     assert role.record_validation  # the recording profiles keep validation for a replay-only run
+    if profile == "rollout_verify":  # the run's own timings and notes are never compared
+        assert role.compare.rule_for("meta_info.timing_s") == "ignore" and role.report is not None
     assert role.targets and all(t.optional and t.path.startswith("verl.") for t in role.targets)
 
 

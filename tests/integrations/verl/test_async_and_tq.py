@@ -8,6 +8,7 @@ The async rollouter's Ray worker and the V1 trainer's TransferQueue service are 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import skipweave  # noqa: E402
 from skipweave import report  # noqa: E402
 from skipweave.config import load_skip_config  # noqa: E402
 from skipweave.integrations.hydra.callback import job_skip_config  # noqa: E402
+from skipweave.store.scan import scan  # noqa: E402
 from tests.integrations.verl.apps.agent_loop_app import compose  # noqa: E402
 from tests.integrations.verl.helpers import FakeAsyncWorker, FakeTQ, FakeTQAgentLoop, trajectory_digest  # noqa: E402
 
@@ -159,8 +161,10 @@ def test_v1_trainer_records_each_sample_then_injects_on_replay(
     assert [(c["step"], c["validate"]) for c in first["calls"]] == [(1, False), (1, True), (2, False), (2, True)]
     step_dir = tmp_path / "exp_proj.GBS4_N2_in4_out3" / "rollout"
     assert sorted(p.name for p in step_dir.iterdir()) == ["1", "2"]
-    manifests = sorted(q.name for q in (step_dir / "1" / "verl_tq").glob("*.manifest.json"))
-    assert manifests == [f"r0-{i:04d}.manifest.json" for i in range(psync)]  # one call per sample of the step
+    # one entry per sample of the step (committed one by one, or as one group when the writer had both queued)
+    (part,) = [p for p in scan(str(tmp_path)).parts if (p.step, p.target) == (1, "verl_tq")]
+    assert [(e.key.shard, e.key.call) for e in part.entries] == [("r0", i) for i in range(psync)], \
+        os.listdir(step_dir / "1" / "verl_tq")
 
     torch.manual_seed(1)  # a replay generating anything would now differ
     second = _run_v1(tmp_path, monkeypatch, psync)
