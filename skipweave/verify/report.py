@@ -9,7 +9,8 @@ Each line (schema ``skipweave.verify.call/1``) says where the call sits and how 
      "pid": 4711, "unix": 1796300000.0}
 
 ``status`` is ``identical``, ``close`` or ``diverged`` (see :mod:`skipweave.verify.compare`), or ``unrecorded``
-when no recording serves the call (it ran live and nothing was compared). ``inputs`` is ``same``, ``differ`` (the
+when no recording serves the call (it ran live and nothing was compared; ``reason`` says why when a recording was
+found but could not be used, e.g. a corrupt entry). ``inputs`` is ``same``, ``differ`` (the
 recording was made for other inputs: its input fingerprint differs) or ``unknown`` (a recording without a
 fingerprint). Lines of every process of a run go to one file, appended whole (one ``write`` of one line).
 """
@@ -36,12 +37,14 @@ STATUSES = (IDENTICAL, CLOSE, DIVERGED, UNRECORDED)
 
 
 def record(*, role: str, target: str, step: int, call: int, shard: str, validation: bool,
-           comparison: Comparison | None, inputs: str = "unknown") -> dict[str, Any]:
-    """One report line for a verified call (``comparison`` ``None``: no recording served it)."""
+           comparison: Comparison | None, inputs: str = "unknown", reason: str = "") -> dict[str, Any]:
+    """One report line for a verified call (``comparison`` ``None``: no recording served it; ``reason``: why the
+    recording found could not be used, e.g. a corrupt entry)."""
     line: dict[str, Any] = {"schema": SCHEMA, "role": role, "target": target, "step": step, "call": call,
                             "shard": shard, "validation": validation}
     if comparison is None:
-        line.update(status=UNRECORDED, inputs=None, fields=0, diverged=0, close=0, first=None)
+        line.update(status=UNRECORDED, inputs=None, fields=0, diverged=0, close=0, first=None,
+                    **({"reason": reason} if reason else {}))
     else:
         line.update(comparison.to_json(), inputs=inputs)
     line.update(pid=os.getpid(), unix=round(time.time(), 3))
@@ -58,7 +61,9 @@ def describe(line: Mapping[str, Any]) -> str:
     status = line.get("status")
     first = line.get("first")
     if status == UNRECORDED:
-        return f"{where}: no recording to compare against (ran live)"
+        why = line.get("reason")
+        return f"{where}: " + (f"its recording cannot be used ({why}); ran live" if why else
+                               "no recording to compare against (ran live)")
     if not isinstance(first, Mapping):
         return f"{where}: {status}"
     detail = first.get("detail") if isinstance(first.get("detail"), Mapping) else {}

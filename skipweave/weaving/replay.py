@@ -222,8 +222,14 @@ class Replayer:
         return view
 
     def unusable(self, d: Call, key: Any, reason: str) -> None:
-        """An entry that cannot be served: set it aside (one WARNING from the store) and re-record it live."""
+        """An entry that cannot be served: set it aside (one WARNING from the store) and re-record it live. A verify
+        run leaves it where it is (it changes nothing in the store) and runs the call live."""
         d.unserved = reason
+        if self.proxy.verifier is not None:
+            logger.warning("skipweave: entry %s cannot be compared with (%s); left in place, the call runs live",
+                           key, reason)
+            d.served, d.no_store = None, True
+            return
         try:
             self.proxy.store.discard(key, reason=reason)
             d.replace = True

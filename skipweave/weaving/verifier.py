@@ -205,7 +205,7 @@ class Verifier:
                 inputs = "same" if recorded_fp == d.fp else "differ"
             comparison = compare(expected, live, self.spec)
         return record(role=proxy.role.role, target=proxy.target.name, step=d.step, call=d.call, shard=d.shard,
-                      validation=d.validation, comparison=comparison, inputs=inputs)
+                      validation=d.validation, comparison=comparison, inputs=inputs, reason=d.unserved)
 
     def finish(self, d: Call, read: Read | None, live: Any, line: dict[str, Any], args: tuple[Any, ...],
                kwargs: Mapping[str, Any], t0: float) -> Any:

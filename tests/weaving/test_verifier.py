@@ -20,6 +20,7 @@ import torch
 
 import skipweave
 from skipweave.config.errors import ConfigError
+from skipweave.verify.report import describe
 from skipweave.weaving import verifier
 
 HOST = '''
@@ -362,3 +363,23 @@ def test_the_default_report_is_one_absolute_file_per_run_fixed_when_the_config_i
     assert Path(path).name.startswith("skipweave-verify-") and path.endswith(".jsonl")
     assert parse_skip(config.to_config()["skip"]) == config  # what a Ray worker reads back: the same file
     assert parse_skip({"rollout": {"enable": True, "targets": {"g": "a.b:C.d"}}}).roles["rollout"].report is None
+
+
+def test_a_corrupt_recording_is_left_in_place_and_the_call_is_reported_with_the_reason(
+        mod: Any, tmp_path: Path) -> None:
+    dump, report = tmp_path / "dump", tmp_path / "report.jsonl"
+    _record(mod, dump, report, steps=(1, 2))
+    (tensors,) = (dump / "default" / "rollout" / "2" / "gen").glob("r0-0000*.safetensors")
+    data = bytearray(tensors.read_bytes())
+    data[-3] ^= 0xFF
+    tensors.write_bytes(bytes(data))
+    before = _files(dump)
+    skipweave.weave(_plan(mod, dump, report))
+    engine = mod.Engine()
+    outs = [engine.generate(_prompts(mod, s)) for s in (1, 2)]
+    skipweave.unweave()
+    assert [o.meta_info["skipweave"]["status"] for o in outs] == ["verify", "verify"]
+    line = _lines(report)[1]
+    assert (line["step"], line["status"]) == (2, "unrecorded") and "checksum" in line["reason"], line
+    assert _files(dump) == before  # not set aside: a verify run changes nothing in the store
+    assert "its recording cannot be used" in describe(line)
