@@ -216,6 +216,34 @@ class DeclaredEffects:
             out[effect.text] = live
         return out
 
+    def list_lengths(self, d: Call) -> dict[str, int]:
+        """The lengths of the declared effects that are lists now (expression -> length), for
+        :meth:`drop_appended`; expressions that fail are left out."""
+        out: dict[str, int] = {}
+        for effect in self.effects:
+            try:
+                value = effect.evaluate(d.instance, (), {}, None)
+            except ExpressionFailed:
+                continue
+            if isinstance(value, list):
+                out[effect.text] = len(value)
+        return out
+
+    def drop_appended(self, d: Call, lengths: Mapping[str, int]) -> None:
+        """Cut the declared lists back to ``lengths`` (:meth:`list_lengths` before a live call), in place: what the
+        live call appended goes before a recording is served in its place (a verify run with ``serve: recorded``),
+        so the recording's items are appended once, as a replay appends them."""
+        for effect in self.effects:
+            n = lengths.get(effect.text)
+            if n is None:
+                continue
+            try:
+                value = effect.evaluate(d.instance, (), {}, None)
+            except ExpressionFailed:
+                continue
+            if isinstance(value, list) and len(value) >= n:
+                del value[n:]
+
     def _append_recorded(self, effect: Expression, live: list[Any], item: Mapping[str, Any],
                          served: int | None) -> None:
         """Append an entry's recorded items to the live list, in place (the host's references and the list's type

@@ -128,13 +128,22 @@ class Verifier:
         proxy.ledger.fingerprint(d, args, kwargs)  # before the call: the host may mutate its inputs
         read = proxy.replayer.read_entry(d, args, kwargs)
         d.no_store = True  # a verify run records nothing
+        lengths = self._list_lengths(d, read)
         t0 = time.perf_counter()
         with proxy.recorder.real_call(d):
             live = wrapped(*args, **kwargs)
         if type(live) is types.CoroutineType:  # a plain def that hands back its coroutine
-            return self._judged_when_awaited(live, d, read, args, kwargs, t0)
+            return self._judged_when_awaited(live, d, read, args, kwargs, t0, lengths)
         expected = self.expected(read, args, kwargs)
-        return self.finish(d, read, live, self.compare(d, read, expected, live), args, kwargs, t0)
+        return self.finish(d, read, live, self.compare(d, read, expected, live), args, kwargs, t0, lengths)
+
+    def _list_lengths(self, d: Call, read: Read | None) -> dict[str, int] | None:
+        """With ``serve: recorded``, the declared list effects' lengths before the live call (see
+        :meth:`~skipweave.weaving.effects.DeclaredEffects.drop_appended`)."""
+        effects = self.proxy.effects
+        if read is None or self.proxy.role.serve is not Serve.RECORDED or not effects.effects:
+            return None
+        return effects.list_lengths(d)
 
     async def async_call(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], d: Call,
                          maybe_sync: bool) -> Any:
@@ -153,25 +162,27 @@ class Verifier:
         if read is EXIT_BEGAN or not d.work.enter():
             return await proxy.stand_aside(wrapped, args, kwargs, d, awaited=True)
         d.no_store = True
+        lengths = self._list_lengths(d, read)
         t0 = time.perf_counter()
         with proxy.recorder.real_call(d):
             live = wrapped(*args, **kwargs)  # called from this coroutine's frame
             if not maybe_sync or inspect.isawaitable(live):
                 live = await live
-        return await self._judge_off_loop(d, read, live, args, kwargs, t0)
+        return await self._judge_off_loop(d, read, live, args, kwargs, t0, lengths)
 
     async def _judged_when_awaited(self, awaitable: Awaitable[Any], d: Call, read: Read | None,
-                                   args: tuple[Any, ...], kwargs: Mapping[str, Any], t0: float) -> Any:
+                                   args: tuple[Any, ...], kwargs: Mapping[str, Any], t0: float,
+                                   lengths: dict[str, int] | None) -> Any:
         live = await awaitable
         if not d.work.enter():
             return live
         try:
-            return await self._judge_off_loop(d, read, live, args, kwargs, t0)
+            return await self._judge_off_loop(d, read, live, args, kwargs, t0, lengths)
         finally:
             d.work.leave()
 
     async def _judge_off_loop(self, d: Call, read: Read | None, live: Any, args: tuple[Any, ...],
-                              kwargs: Mapping[str, Any], t0: float) -> Any:
+                              kwargs: Mapping[str, Any], t0: float, lengths: dict[str, int] | None) -> Any:
         expected = self.expected(read, args, kwargs)
         d.work.leave()
         try:
@@ -180,7 +191,7 @@ class Verifier:
             return live  # the process exits meanwhile: nothing compared, the live result goes back
         if not d.work.enter():
             return live
-        return self.finish(d, read, live, line, args, kwargs, t0)
+        return self.finish(d, read, live, line, args, kwargs, t0, lengths)
 
     # ------------------------------------------------------------------ the steps
     def expected(self, read: Read | None, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
@@ -208,8 +219,9 @@ class Verifier:
                       validation=d.validation, comparison=comparison, inputs=inputs, reason=d.unserved)
 
     def finish(self, d: Call, read: Read | None, live: Any, line: dict[str, Any], args: tuple[Any, ...],
-               kwargs: Mapping[str, Any], t0: float) -> Any:
-        """Report ``line``, then hand back what ``serve`` says (in the host's thread).
+               kwargs: Mapping[str, Any], t0: float, lengths: dict[str, int] | None = None) -> Any:
+        """Report ``line``, then hand back what ``serve`` says (in the host's thread); ``lengths``: the declared
+        lists' lengths before the live call, cut back to before the recording is served.
 
         Raises:
             Diverged: the call diverged and ``on_diverge`` is ``error``.
@@ -227,6 +239,8 @@ class Verifier:
         else:
             logger.info("skipweave verify: %s", text)
         if read is not None and role.serve is Serve.RECORDED:
+            if lengths:
+                proxy.effects.drop_appended(d, lengths)
             found, value = proxy.replayer.serve(d, read, args, kwargs, t0)
             if found:
                 return value

@@ -383,3 +383,44 @@ def test_a_corrupt_recording_is_left_in_place_and_the_call_is_reported_with_the_
     assert (line["step"], line["status"]) == (2, "unrecorded") and "checksum" in line["reason"], line
     assert _files(dump) == before  # not set aside: a verify run changes nothing in the store
     assert "its recording cannot be used" in describe(line)
+
+
+def test_serve_recorded_leaves_declared_effects_as_a_replay_does_not_doubled(mod: Any, tmp_path: Path) -> None:
+    dump, report = tmp_path / "dump", tmp_path / "report.jsonl"
+    name = mod.__name__
+    mod.Engine.log = None
+
+    def plan(action: str, **role: Any) -> dict[str, Any]:
+        p = _plan(mod, dump, report, action=action, effects=["self.log", "self.seen"], **role)
+        p["skip"]["rollout"]["targets"] = {"logged": f"{name}:Logged.generate"}
+        return p
+
+    exec(textwrap.dedent("""
+        class Logged(Engine):
+            def __init__(self):
+                self.log, self.seen = [], 0
+
+            def generate(self, prompts):
+                out = self.make(prompts)
+                self.log.append(("step", prompts.meta_info["global_steps"], len(CALLS)))
+                self.seen += 1
+                return out
+    """), mod.__dict__)
+    skipweave.weave(plan("cache"))
+    recorded = mod.Logged()
+    for step in (1, 2):
+        recorded.generate(_prompts(mod, step))
+    skipweave.unweave()
+
+    skipweave.weave(plan("verify", serve="recorded"))
+    verified = mod.Logged()
+    for step in (1, 2):
+        verified.generate(_prompts(mod, step))
+    assert verified.log == recorded.log and verified.seen == 2  # the recorded items once, not the live ones too
+    assert [x["status"] for x in _lines(report)] == ["identical", "identical"]
+    skipweave.unweave()
+
+    skipweave.weave(plan("verify"))  # serve: live keeps what the live call did
+    live = mod.Logged()
+    live.generate(_prompts(mod, 1))
+    assert len(live.log) == 1 and live.log[0][2] != recorded.log[0][2]
