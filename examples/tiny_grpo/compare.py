@@ -283,9 +283,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"/{replay_only['steps']} hit, validation {replay_only['run2_val_statuses'].count('hit')}/"
               f"{len(replay_only['run2_val_statuses'])} hit, metrics and validation rewards identical to run-1: "
               f"{'yes' if replay_only['identical'] and replay_only['val_identical'] else 'NO'}")
-        print(f"rollout_workers started: run-1 {summary['run1_rollout_workers']}, run-2 "
-              f"{summary['run2_rollout_workers']}, run-3 {workers}")
         verify = verify_summary(run_dirs[3], args.verify_change)
+        train4, val4 = read_metrics(run_dirs[3] / "metrics.jsonl")
+        verify["rollout_workers"] = sorted({r.get("rollout_workers") for r in train4 + val4}, key=str)
+        print(f"rollout_workers started: run-1 {summary['run1_rollout_workers']}, run-2 "
+              f"{summary['run2_rollout_workers']}, run-3 {workers}, run-4 {verify['rollout_workers']}")
         summary["verify"] = verify
         summary["ok"] = bool(summary["ok"] and verify["ok"])
         what = f"with {args.verify_change}" if args.verify_change else "with nothing changed"
