@@ -120,15 +120,49 @@ class CompareSpec:
         return CompareSpec(self.default, extra + self.fields)
 
     def rule_for(self, path: str) -> Rule:
-        """The rule of ``path``: that of the longest of it and its ancestors some pattern matches (the first such
-        pattern, in order), else :attr:`default`."""
+        """The rule of ``path``: :meth:`explicit_rule`, else :attr:`default`."""
+        explicit = self.explicit_rule(path)
+        return self.default if explicit is None else explicit
+
+    def explicit_rule(self, path: str) -> Rule | None:
+        """The rule a pattern gives ``path``: that of the longest of it and its ancestors some pattern matches; at
+        one length a plain path beats a glob (``batch.responses: exact`` over ``"*": ignore``), else the first in
+        order. ``None`` when no pattern names it or an ancestor; the result itself (``""``) is never named."""
         parts = path.split(".") if path else []
-        for n in range(len(parts), -1, -1):
+        for n in range(len(parts), 0, -1):
             prefix = ".".join(parts[:n])
+            found: Rule | None = None
             for pattern, rule in self.fields:
-                if fnmatch.fnmatchcase(prefix, pattern):
+                if pattern == prefix:
                     return rule
-        return self.default
+                if found is None and _is_glob(pattern) and fnmatch.fnmatchcase(prefix, pattern):
+                    found = rule
+            if found is not None:
+                return found
+        return None
+
+    def names_below(self, path: str) -> bool:
+        """Whether a rule other than ``ignore`` may name a field below ``path``: a pattern whose literal part (up to
+        its first glob character) lies under ``path``, or ``path`` under it. The fields an ignored container (or a
+        ``default: ignore`` spec) still compares lie there: ``{"*": ignore, "batch.responses": exact}``."""
+        prefix = f"{path}." if path else ""
+        for pattern, rule in self.fields:
+            if rule == IGNORE:
+                continue
+            literal = pattern[: _glob_at(pattern)]
+            if literal.startswith(prefix) if len(literal) >= len(prefix) else prefix.startswith(literal) \
+                    and _glob_at(pattern) < len(pattern):
+                return True
+        return False
+
+
+def _glob_at(pattern: str) -> int:
+    """The index of the first glob character of ``pattern`` (its length when it has none)."""
+    return min((i for i in (pattern.find(c) for c in "*?[") if i >= 0), default=len(pattern))
+
+
+def _is_glob(pattern: str) -> bool:
+    return _glob_at(pattern) < len(pattern)
 
 
 def _flat_fields(key: str, prefix: str, raw: Mapping[Any, Any]) -> list[tuple[str, Rule]]:

@@ -5,6 +5,7 @@ key is parsed).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from skipweave.config.errors import ConfigError
 from skipweave.config.fields import given, no_such_key, parse_fields, sub_mapping
 from skipweave.config.schema import NESTED_ROLE_KEYS, ROLE_KEYS, Action, OnDiverge, RoleConfig, Serve, SkipConfig
+from skipweave.config.values import default_report_path
 from skipweave.store.fs import name_problem
 
 _ROLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$", re.ASCII)
@@ -56,6 +58,8 @@ def _checked(role: RoleConfig, key: str, *, explicit_targets: bool) -> RoleConfi
     if role.action is Action.VERIFY and role.replay_only:
         raise ConfigError(f"{key}.replay_only", True, "false with action verify (a verify run calls every "
                           "eligible call live to compare it with its recording)")
+    if role.action is Action.VERIFY and role.report is None:  # `report: null` as unset: one file for the run
+        role = dataclasses.replace(role, report=default_report_path())
     if role.action is not Action.VERIFY:
         for name, default in (("serve", Serve.LIVE), ("on_diverge", OnDiverge.WARN)):
             if getattr(role, name) is not default:

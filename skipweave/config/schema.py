@@ -23,7 +23,6 @@ from skipweave.config.fields import Declared, key, keys_of, mapping_parser
 from skipweave.config.targets import StubSpec, TargetSpec, parse_targets, targets_form
 from skipweave.config.values import (
     StepSet,
-    default_report_path,
     enum_parser,
     optional_count,
     optional_steps,
@@ -344,8 +343,7 @@ class RoleConfig(Declared):
     serve: Serve = key(Serve.LIVE, parse=enum_parser(Serve))
     on_diverge: OnDiverge = key(OnDiverge.WARN, parse=enum_parser(OnDiverge))
     compare: CompareSpec = key(parse=parse_compare, default_factory=CompareSpec, raw_default=None)
-    report: str | None = key(None, parse=parse_report_path, raw_default=lambda data: (
-        default_report_path() if str(data.get("action")) in ("verify", "Action.VERIFY") else None))
+    report: str | None = key(None, parse=parse_report_path)
 
     @property
     def compress_level(self) -> int | None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -43,7 +44,7 @@ def record(*, role: str, target: str, step: int, call: int, shard: str, validati
     line: dict[str, Any] = {"schema": SCHEMA, "role": role, "target": target, "step": step, "call": call,
                             "shard": shard, "validation": validation}
     if comparison is None:
-        line.update(status=UNRECORDED, inputs=None, fields=0, diverged=0, close=0, first=None,
+        line.update(status=UNRECORDED, inputs="unknown", fields=0, diverged=0, close=0, first=None,
                     **({"reason": reason} if reason else {}))
     else:
         line.update(comparison.to_json(), inputs=inputs)
@@ -79,8 +80,8 @@ def describe(line: Mapping[str, Any]) -> str:
         if isinstance(detail.get("match_ratio"), (int, float)):
             what += f" (token match {detail['match_ratio']:.3f})"
     elif "max_abs_diff" in detail:
-        at = (f" at {detail['at']}" if detail.get("at") else
-              f" (recorded {detail.get('recorded')}, live {detail.get('live')})")
+        at = (f" at {detail['at']}" if detail.get("at") else "" if "at" in detail else
+              f" (recorded {detail.get('recorded')}, live {detail.get('live')})")  # a 0-d tensor's "at" is []
         delta = detail["max_abs_diff"]
         what += f": max |Δ| {delta:.3g}{at}" if isinstance(delta, float | int) else f": max |Δ| {delta}{at}"
         if isinstance(detail.get("beyond_fraction"), (int, float)):
@@ -119,8 +120,11 @@ class ReportFile:
         with self._lock:
             try:
                 os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                # O_NONBLOCK: a FIFO nobody reads fails here instead of blocking the host's call for good
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
                 try:
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        raise OSError(f"{self.path} is not a regular file")
                     os.write(fd, data)
                 finally:
                     os.close(fd)
@@ -183,6 +187,8 @@ class Tally:
             text += f"; {kind}: {describe(self.first)}"
         elif self.counts.get(IDENTICAL, 0) and self.counts.get(IDENTICAL) == self.calls:
             text += "; every verified call is identical to its recording"
+        elif self.calls and self.counts.get(UNRECORDED) == self.calls:
+            text += "; nothing was compared: no call had a recording (check the dump dir and namespace)"
         return text
 
 

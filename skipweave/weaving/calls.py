@@ -126,6 +126,12 @@ class CallLedger:
         with self.lock:
             self.claimed.setdefault((step, shard), set()).add(slot)
 
+    def unclaim(self, step: int, shard: str, slot: int) -> None:
+        """Entry ``slot`` of ``step`` may serve this process again (a verified call that read it raised: the call
+        that takes its index next compares with it)."""
+        with self.lock:
+            self.claimed.get((step, shard), set()).discard(slot)
+
     def claimed_at(self, step: int, shard: str) -> Collection[int]:
         """The slots claimed at ``step``: the live set, not a copy (one per hit, of up to a step's calls); only
         asked for membership, which is safe while another thread adds to it."""

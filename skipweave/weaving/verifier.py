@@ -19,12 +19,13 @@ line per role: counts by status, the first divergence, and the report's path.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import threading
 import time
 import types
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from skipweave import lifecycle, report
@@ -32,7 +33,7 @@ from skipweave.config.compare import IGNORE
 from skipweave.config.schema import OnDiverge, Serve
 from skipweave.config.values import default_report_path
 from skipweave.verify.compare import DIVERGED, compare
-from skipweave.verify.report import ReportFile, Tally, describe, record
+from skipweave.verify.report import UNRECORDED, ReportFile, Tally, describe, record
 from skipweave.weaving.asyncio_bridge import EXIT_BEGAN, ExitBegan, off_loop
 from skipweave.weaving.calls import Call
 from skipweave.weaving.notes import RESULT_NOTES, annotate
@@ -95,9 +96,9 @@ def tallies() -> dict[tuple[str, str], Tally]:
 
 def log_summary() -> None:
     """Log one line per verify role of this process: counts by status, the first divergence, the report's path.
-    Runs at interpreter exit (a WARNING when some call diverged, else INFO)."""
+    Runs at interpreter exit (a WARNING when some call diverged or had nothing to be compared with, else INFO)."""
     for (role, path), tally in tallies().items():
-        level = logging.WARNING if tally.counts.get(DIVERGED) else logging.INFO
+        level = logging.WARNING if tally.counts.get(DIVERGED) or tally.counts.get(UNRECORDED) else logging.INFO
         report.logger.log(level, "skipweave verify summary role=%s: %s; report: %s", role, tally.summary(), path)
 
 
@@ -111,6 +112,7 @@ class Verifier:
     def __init__(self, proxy: SkipProxy) -> None:
         self.proxy = proxy
         self.path = proxy.role.report or default_report_path()
+        self.warned_unrecorded = False
         # the result notes (verl's meta_info["skipweave"]) tell each call's own fate, never what the call computed
         self.spec = proxy.role.compare.with_fields(tuple((f"{attribute}.{key}", IGNORE)
                                                          for attribute, key in RESULT_NOTES.current()))
@@ -130,7 +132,7 @@ class Verifier:
         d.no_store = True  # a verify run records nothing
         lengths = self._list_lengths(d, read)
         t0 = time.perf_counter()
-        with proxy.recorder.real_call(d):
+        with self._gives_back(d), proxy.recorder.real_call(d):
             live = wrapped(*args, **kwargs)
         if type(live) is types.CoroutineType:  # a plain def that hands back its coroutine
             return self._judged_when_awaited(live, d, read, args, kwargs, t0, lengths)
@@ -164,16 +166,33 @@ class Verifier:
         d.no_store = True
         lengths = self._list_lengths(d, read)
         t0 = time.perf_counter()
-        with proxy.recorder.real_call(d):
+        with self._gives_back(d), proxy.recorder.real_call(d):
             live = wrapped(*args, **kwargs)  # called from this coroutine's frame
             if not maybe_sync or inspect.isawaitable(live):
                 live = await live
         return await self._judge_off_loop(d, read, live, args, kwargs, t0, lengths)
 
+    @contextlib.contextmanager
+    def _gives_back(self, d: Call) -> Iterator[None]:
+        """Around the live call: if it raises, the entry it was to be compared with is free again, as its call index
+        is (the retry of the step takes both)."""
+        try:
+            yield
+        except BaseException:
+            if d.slot is not None:
+                self.proxy.ledger.unclaim(d.step, d.shard, d.slot)
+            raise
+
     async def _judged_when_awaited(self, awaitable: Awaitable[Any], d: Call, read: Read | None,
                                    args: tuple[Any, ...], kwargs: Mapping[str, Any], t0: float,
                                    lengths: dict[str, int] | None) -> Any:
-        live = await awaitable
+        try:
+            live = await awaitable
+        except BaseException:
+            self.proxy.ledger.give_back(d)
+            if d.slot is not None:
+                self.proxy.ledger.unclaim(d.step, d.shard, d.slot)
+            raise
         if not d.work.enter():
             return live
         try:
@@ -231,7 +250,13 @@ class Verifier:
         report_file(self.path).append(line)
         _count(role.role, self.path, line)
         text = describe(line)
-        if line["status"] == DIVERGED:
+        if line["status"] == UNRECORDED and not self.warned_unrecorded:
+            self.warned_unrecorded = True  # a mistyped dump dir or namespace must not pass as a quiet run
+            logger.warning("skipweave verify: %s; dump dir %s, namespace %s: a verify run compares with what a "
+                           "recording run (e.g. +skip=rollout_cache) left there; check skip.%s.dump_dir and "
+                           "namespace (later such calls at INFO)", text, proxy.store.dump_dir, proxy.store.namespace,
+                           role.role)
+        elif line["status"] == DIVERGED:
             if role.on_diverge is OnDiverge.ERROR:
                 raise Diverged(f"skipweave verify: {text} (skip.{role.role}.on_diverge=error; report: {self.path})",
                                line)
@@ -245,7 +270,8 @@ class Verifier:
             if found:
                 return value
             logger.warning("skipweave verify: role %s target %s step %d call %d: the recording cannot be served "
-                           "here (see above); the live result is", role.role, proxy.target.name, d.step, d.call)
+                           "here (see above); the live result is handed back", role.role, proxy.target.name, d.step,
+                           d.call)
         annotate(live, VERIFY, d.step, d.served if read is not None else None)
         return live
 

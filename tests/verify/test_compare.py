@@ -160,7 +160,11 @@ def test_a_verl_dataproto_is_compared_by_batch_non_tensor_batch_and_meta_info() 
      "diverged"),
     (torch.tensor([1 + 1j]), torch.tensor([1 + 2j]), "diverged", "diverged"),
     (np.array([1 + 1j]), np.array([1 + 2j]), "diverged", "diverged"),
-    (2**60, 2**60 + 1, "diverged", "close"),  # exact integers: a float would call them equal
+    (2**60, 2**60 + 1, "diverged", "diverged"),  # integers are exact, tolerance or not (a float would call them
+    # equal), as int tensors are
+    (float("inf"), float("inf"), "identical", "identical"),  # inf - inf is NaN: equal values are never subtracted
+    (np.float32("inf"), np.float32("inf"), "identical", "identical"),
+    (10**400, 10**400 + 10**330, "diverged", "diverged"),  # a difference past a float's range: max |Δ| inf
     (10**400, 10**400 + 1, "diverged", "diverged"),  # rtol * 10**400 overflows: never taken for close
     (np.float32("nan"), np.float32("nan"), "identical", "identical"),
 ])
@@ -199,3 +203,43 @@ def test_a_tensordict_batch_size_is_compared() -> None:
     rec = TensorDict({"x": torch.zeros(2)}, batch_size=[2])
     out = compare(rec, TensorDict({"x": torch.zeros(2)}, batch_size=[]))
     assert out.status == "diverged" and out.first is not None and out.first.kind == "shape"
+
+
+def test_default_ignore_compares_only_the_fields_the_patterns_name() -> None:
+    rec = {"batch": {"responses": torch.tensor([[1, 2], [3, 4]]), "log_probs": torch.zeros(2)}, "meta": {"t": 1.0}}
+    live = {"batch": {"responses": torch.tensor([[1, 2], [3, 5]]), "log_probs": torch.ones(2)}, "meta": {"t": 2.0}}
+    only = CompareSpec.parse({"default": "ignore", "fields": {"batch.responses": "exact"}})
+    out = compare(rec, live, only)
+    assert (out.status, out.fields, out.first.path if out.first else None) == ("diverged", 1, "batch.responses")
+    assert compare(rec, {**live, "batch": {"log_probs": torch.ones(2)}}, only).first.kind == "keys"  # type: ignore[union-attr]
+    star = CompareSpec.parse({"fields": {"*": "ignore", "batch.responses": "exact"}})  # a plain path beats a glob
+    assert compare(rec, live, star).first.path == "batch.responses"  # type: ignore[union-attr]
+    assert compare(rec, live, CompareSpec.parse({"fields": {"": "ignore"}})).status == "diverged"  # "" names no field
+    # a user's plain path beats a profile's glob at the same length
+    timing = CompareSpec.parse({"fields": {"meta.t*": "ignore", "meta.t": "exact"}})
+    assert compare(rec, {**rec, "meta": {"t": 2.0}}, timing).status == "diverged"
+
+
+def test_objects_without_an_eq_are_compared_by_their_state_never_their_address() -> None:
+    class Private:
+        def __init__(self, x: int) -> None:
+            self._x = x
+
+    class Slotted:
+        __slots__ = ("x",)
+
+        def __init__(self, x: int) -> None:
+            self.x = x
+
+    class Empty:
+        pass
+
+    class Sized(dict):  # type: ignore[type-arg]
+        batch_size = 3
+
+    assert compare(Private(1), Private(1)).status == "identical"
+    assert compare(Private(1), Private(2)).first.path == "_x"  # type: ignore[union-attr]
+    assert compare(Slotted(1), Slotted(1)).status == "identical"
+    assert compare(Slotted(1), Slotted(2)).first.path == "x"  # type: ignore[union-attr]
+    assert compare(Empty(), Empty()).status == "identical"
+    assert compare(Sized(a=1), Sized(a=2)).first.path == "a"  # type: ignore[union-attr]
