@@ -14,7 +14,12 @@ first divergence; ``--json`` prints one document (schema ``skipweave.diff/1``); 
 match ratio and the max |Δ| of float fields per step (needs matplotlib: ``pip install 'skipweave[plot]'``).
 
 Exit status: 0 every aligned pair identical or close; 1 some pair diverged, or an entry is only on one side or
-unreadable; 2 a dump dir cannot be read, the options are invalid, or no entry is on both sides.
+unreadable; 2 a dump dir cannot be read, the options are invalid (a ``--plot`` file that cannot be written
+included), or no entry is on both sides.
+
+Entries of calls that ran concurrently (an async agent loop: their call indices are the order they ended in) are
+paired by their input fingerprints, as a verify run matches them; a pair whose call indices differ says so
+(``call_b``).
 """
 
 from __future__ import annotations
@@ -75,6 +80,11 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"skipweave diff: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.plot:
+        problem = plot_problem(args.plot)
+        if problem:
+            print(f"skipweave diff: --plot {args.plot}: {problem}", file=sys.stderr)
+            return EXIT_USAGE
     scans = []
     for path in (args.dump_a, args.dump_b):
         scanned = _scan(path, args.allow_pickle)
@@ -88,20 +98,48 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         try:
             plot(rows, args.plot)
-        except ImportError:
-            print("skipweave diff: --plot needs matplotlib: pip install 'skipweave[plot]'", file=sys.stderr)
-            return EXIT_USAGE
-        doc["plot"] = args.plot
+        except Exception as exc:  # noqa: BLE001 - the table still goes out; the status says the plot failed
+            print(f"skipweave diff: --plot {args.plot} could not be written: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+            plotted = False
+        else:
+            doc["plot"] = args.plot
+            plotted = True
     if args.json:
         emit_json(doc)
     else:
         emit(render(doc))
+    filtered = any(x is not None for x in (args.namespace, args.role, args.target, args.steps))
     if not paired:
         print(f"skipweave diff: no entry of {scans[0].dump_dir} has a counterpart in {scans[1].dump_dir}"
-              f"{' under the filters given' if rows else ''}; check both paths (each is a dump dir: "
+              f"{' under the filters given' if filtered else ''}; check both paths (each is a dump dir: "
               "skip.<role>.dump_dir) and --namespace/--role/--target/--steps", file=sys.stderr)
         return EXIT_USAGE
+    if args.plot and not plotted:
+        return EXIT_USAGE
     return EXIT_DIVERGED if doc["totals"]["failing"] else EXIT_OK
+
+
+PLOT_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg")
+
+
+def plot_problem(path: str) -> str | None:
+    """Why ``--plot PATH`` cannot be written (checked before the diff runs), or ``None``."""
+    import os
+
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return "needs matplotlib: pip install 'skipweave[plot]'"
+    if os.path.isdir(path):
+        return "is a folder; name an image file, e.g. diff.png"
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
+    if ext not in PLOT_FORMATS:
+        return f"name an image file ending in {', '.join('.' + f for f in PLOT_FORMATS)}"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        return f"its folder {folder} does not exist or is not writable"
+    return None
 
 
 # ------------------------------------------------------------------------------------------------ inputs
@@ -139,9 +177,24 @@ def compare_specs(args: argparse.Namespace) -> tuple[dict[str | None, Any], tupl
 
 
 def _steps(text: str | None) -> Any:
+    """``--steps`` as ``skip.<role>.steps`` reads it; a list is written as YAML (``[1,3,8]``).
+
+    Raises:
+        ConfigError: not a step set.
+    """
+    import yaml
+
     from skipweave.config.values import parse_steps
 
-    return None if text is None else parse_steps("--steps", text)
+    if text is None:
+        return None
+    value: Any = text
+    if text.strip().startswith("["):
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text  # parse_steps names what is allowed
+    return parse_steps("--steps", value)
 
 
 def _scan(path: str, allow_pickle: bool) -> Any:
@@ -172,17 +225,12 @@ def diff_rows(a: Any, b: Any, specs: Any, *, namespace: str | None = None, role:
     from skipweave.store.step_store import StepStore
     from skipweave.verify.compare import compare
 
-    def entries(scan: Any) -> dict[tuple[Any, ...], tuple[Any, Any]]:
-        out = {}
-        for part in scan.parts:
-            if ((namespace is not None and part.namespace != namespace) or (role is not None and part.role != role)
-                    or (targets and part.target not in targets) or (steps is not None and part.step not in steps)):
-                continue
-            for entry in part.entries:
-                out[(part.namespace, part.role, part.target, part.step, part.shard, entry.key.call)] = (part, entry)
-        return out
+    def parts(scan: Any) -> dict[tuple[Any, ...], Any]:
+        return {(p.namespace, p.role, p.target, p.step, p.shard): p for p in scan.parts
+                if not ((namespace is not None and p.namespace != namespace) or (role is not None and p.role != role)
+                        or (targets and p.target not in targets) or (steps is not None and p.step not in steps))}
 
-    left, right = entries(a), entries(b)
+    parts_a, parts_b = parts(a), parts(b)
     stores: dict[tuple[int, str, str], Any] = {}
 
     def load(scan: Any, side: int, part: Any, entry: Any) -> tuple[Any, str | None]:
@@ -197,27 +245,56 @@ def diff_rows(a: Any, b: Any, specs: Any, *, namespace: str | None = None, role:
         except Exception as exc:  # noqa: BLE001 - a damaged or foreign entry is a row, never a crash
             return None, f"{type(exc).__name__}: {exc}"
 
-    for key in sorted(set(left) | set(right), key=lambda k: (k[0], k[1], k[2], k[3], k[4], k[5])):
-        row: dict[str, Any] = dict(zip(("namespace", "role", "target", "step", "shard", "call"), key, strict=True))
-        row.update(first=None, token_match=None, max_abs_diff=None, fields=0, reason=None)
-        if key not in right or key not in left:
-            row["status"] = "only_in_a" if key in left else "only_in_b"
-            yield row
-            continue
-        ra, why_a = load(a, 0, *left[key])
-        rb, why_b = load(b, 1, *right[key])
+    def diff_pair(where: tuple[Any, ...], pa: Any, ea: Any, pb: Any, eb: Any) -> dict[str, Any]:
+        row: dict[str, Any] = dict(zip(("namespace", "role", "target", "step", "shard"), where, strict=True))
+        row.update(call=(ea or eb).key.call, first=None, token_match=None, max_abs_diff=None, fields=0, reason=None)
+        if ea is not None and eb is not None and eb.key.call != ea.key.call:
+            row["call_b"] = eb.key.call  # concurrent calls, paired by their inputs
+        if ea is None or eb is None:
+            row["status"] = "only_in_a" if eb is None else "only_in_b"
+            return row
+        ra, why_a = load(a, 0, pa, ea)
+        rb, why_b = load(b, 1, pb, eb)
         if why_a or why_b:
             reason = (f"A and B: {why_a}" if why_a == why_b else
                       "; ".join(f"{s}: {w}" for s, w in (("A", why_a), ("B", why_b)) if w))
             row.update(status="unreadable", reason=reason)
-            yield row
-            continue
-        spec = specs.get(key[1], specs[None])
-        comparison = compare(ra, rb, spec).to_json()
+            return row
+        comparison = compare(ra, rb, specs.get(where[1], specs[None])).to_json()
         del ra, rb
         row.update(status=comparison["status"], first=comparison["first"], token_match=comparison["token_match"],
                    max_abs_diff=comparison["max_abs_diff"], fields=comparison["fields"])
-        yield row
+        return row
+
+    for where in sorted(set(parts_a) | set(parts_b)):
+        pa, pb = parts_a.get(where), parts_b.get(where)
+        for ea, eb in pairs(pa.entries if pa else [], pb.entries if pb else []):
+            yield diff_pair(where, pa, ea, pb, eb)
+
+
+def pairs(left: list[Any], right: list[Any]) -> list[tuple[Any, Any]]:
+    """The entries of one part on both sides, paired: by call index, or, when either side's calls ran concurrently
+    (their call indices are the order they ended in) and every entry has an input fingerprint, by fingerprint (in
+    call order among equal ones), as a verify run matches them. ``(entry, None)`` / ``(None, entry)``: one side only.
+    """
+    def fp(e: Any) -> str:
+        value = (e.manifest or {}).get("input_fingerprint")
+        return value if isinstance(value, str) else ""
+
+    every = [*left, *right]
+    if any((e.manifest or {}).get("concurrent") is True for e in every) and every and all(fp(e) for e in every):
+        by_fp: dict[str, list[Any]] = {}
+        for e in right:
+            by_fp.setdefault(fp(e), []).append(e)
+        out: list[tuple[Any, Any]] = []
+        for e in left:
+            same = by_fp.get(fp(e))
+            out.append((e, same.pop(0) if same else None))
+        out += [(None, e) for rest in by_fp.values() for e in rest]
+        return out
+    by_call = {e.key.call: e for e in right}
+    out = [(e, by_call.pop(e.key.call, None)) for e in left]
+    return out + [(None, e) for e in by_call.values()]
 
 
 def document(dump_a: str, dump_b: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -275,7 +352,7 @@ def render(doc: dict[str, Any]) -> str:
     first = doc["first_divergence"]
     if first is not None:
         lines.append("first divergence: " + describe({**first, "inputs": None}))
-    elif not t["failing"]:
+    elif t["entries"] and not t["failing"]:
         lines.append("every aligned entry is identical" + (" or within tolerance" if t.get("close") else ""))
     reasons = list(dict.fromkeys(r["reason"] for r in doc["rows"] if r["status"] == "unreadable"))
     for reason in reasons[:3]:

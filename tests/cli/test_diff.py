@@ -177,3 +177,47 @@ def test_a_host_class_is_decoded_only_when_trusted(stores: tuple[Path, Path, Any
     proc = subprocess.run(base + ["--trust", f"{mod.__name__}:Rollout"], capture_output=True, text=True, env=env,
                           timeout=120)
     assert proc.returncode == 0 and "identical" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_steps_as_a_list_and_a_plot_that_cannot_be_written(stores: tuple[Path, Path, Any], capsys: Any,
+                                                            tmp_path: Path) -> None:
+    a, b, _ = stores
+    status, out, _ = cli(capsys, "diff", str(a), str(b), "--steps", "[1,3]", "--target", "gen", "--json")
+    assert status == 1 and [r["step"] for r in json.loads(out)["rows"]] == [1, 3]
+    for plot, why in ((tmp_path / "nowhere" / "p.png", "does not exist"), (tmp_path, "is a folder"),
+                      (tmp_path / "p.txt", "image file")):
+        status, out, err = cli(capsys, "diff", str(a), str(b), "--plot", str(plot))
+        assert status == 2 and why in err and not out, (plot, err)  # refused before the diff runs
+
+
+ASYNC_HOST = '''
+import asyncio
+
+import torch
+
+async def generate(step, prompt):
+    await asyncio.sleep(0.01)
+    return {"tokens": torch.arange(4) + 10 * prompt + step}
+'''
+
+
+def test_concurrent_calls_are_paired_by_their_inputs_not_their_end_order(
+        host_module: Any, tmp_path: Path, capsys: Any) -> None:
+    import asyncio
+
+    name, _ = host_module(ASYNC_HOST)
+    mod = sys.modules[name]
+    # the agent loop starts the same prompts in another order in the second run: call indices follow that order
+    for dump, order in ((tmp_path / "a", (0, 1, 2)), (tmp_path / "b", (2, 0, 1))):
+        skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(dump), "calls_per_step": 3,
+                                              "targets": {"gen": f"{name}:generate"}, "step": {"expr": "step"}}}})
+
+        async def step() -> None:
+            await asyncio.gather(*(mod.generate(1, p) for p in order))  # noqa: B023 - run before the next loop
+
+        asyncio.run(step())
+        skipweave.unweave()
+    status, out, _ = cli(capsys, "diff", str(tmp_path / "a"), str(tmp_path / "b"), "--json")
+    rows = json.loads(out)["rows"]
+    assert status == 0 and [r["status"] for r in rows] == ["identical"] * 3, out
+    assert sum("call_b" in r for r in rows) == 3  # every pair crosses call indices

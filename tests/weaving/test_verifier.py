@@ -424,3 +424,44 @@ def test_serve_recorded_leaves_declared_effects_as_a_replay_does_not_doubled(mod
     live = mod.Logged()
     live.generate(_prompts(mod, 1))
     assert len(live.log) == 1 and live.log[0][2] != recorded.log[0][2]
+
+
+def test_a_retry_after_the_host_raised_is_compared_and_served_from_the_same_recording(
+        mod: Any, tmp_path: Path) -> None:
+    dump, report = tmp_path / "dump", tmp_path / "report.jsonl"
+    recorded = _record(mod, dump, report, steps=(1, 2))
+    skipweave.weave(_plan(mod, dump, report, serve="recorded"))
+    engine = mod.Engine()
+    engine.generate(_prompts(mod, 1))
+    real = mod.Engine.make
+    mod.Engine.make = lambda self, prompts: (_ for _ in ()).throw(RuntimeError("engine hiccup"))
+    try:
+        with pytest.raises(RuntimeError, match="engine hiccup"):
+            engine.generate(_prompts(mod, 2))
+    finally:
+        mod.Engine.make = real
+    mod.CHANGE["token"] = 2
+    served = engine.generate(_prompts(mod, 2))  # the retry takes call 0 and its recording back
+    assert torch.equal(served.batch["responses"], recorded[1].batch["responses"])
+    assert [(x["step"], x["call"], x["status"]) for x in _lines(report)] == [(1, 0, "identical"), (2, 0, "diverged")]
+
+
+def test_a_run_with_nothing_to_compare_says_so_loudly_and_report_null_is_one_file(
+        mod: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    dump = tmp_path / "dump"
+    _record(mod, dump, tmp_path / "r.jsonl", steps=(1,))
+    monkeypatch.chdir(tmp_path)
+    plan = _plan(mod, tmp_path / "typo", tmp_path / "r.jsonl")
+    plan["skip"]["rollout"]["report"] = None  # as `skip.rollout.report=null`: the run's one default file
+    skipweave.weave(plan)
+    (role,) = skipweave.woven_plan().roles.values()  # type: ignore[union-attr]
+    assert role.report is not None and Path(role.report).parent == tmp_path
+    with caplog.at_level("INFO", logger="skipweave"):
+        engine = mod.Engine()
+        engine.generate(_prompts(mod, 1))
+        engine.generate(_prompts(mod, 2))
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "verify" in r.getMessage()]
+    assert len(warnings) == 1 and "no recording to compare against" in warnings[0] and "typo" in warnings[0]
+    tally = verifier.tallies()[("rollout", role.report)]
+    assert tally.summary().endswith("nothing was compared: no call had a recording (check the dump dir and "
+                                    "namespace)")
