@@ -17,14 +17,15 @@ Exit status: 0 every aligned pair identical or close; 1 some pair diverged, or a
 unreadable; 2 a dump dir cannot be read, the options are invalid (a ``--plot`` file that cannot be written
 included), or no entry is on both sides.
 
-Entries of calls that ran concurrently (an async agent loop: their call indices are the order they ended in) are
-paired by their input fingerprints, as a verify run matches them; a pair whose call indices differ says so
-(``call_b``).
+Entries are paired as a verify run matches a call to a recording: by input fingerprint first, else by call index
+when A's part has one writer whose calls never overlapped; a pair whose call indices differ says so (``call_b``;
+``A/B`` in the table's call column).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 from collections.abc import Iterator
@@ -161,7 +162,7 @@ def compare_specs(args: argparse.Namespace) -> tuple[dict[str | None, Any], tupl
         plan = load_skip_config(compose_profile(args.compare_from))
         by_role.update({name: role.compare for name, role in plan.roles.items()})
         trusted = tuple(c for role in plan.roles.values() for c in role.trusted_classes)
-    extra = tuple((glob, IGNORE) for glob in args.ignore)
+    extra = tuple(args.ignore)
     tolerance = None
     if args.atol is not None or args.rtol is not None:
         rule = parse_rule("--atol/--rtol", {"atol": args.atol or 0.0, "rtol": args.rtol or 0.0})
@@ -172,7 +173,7 @@ def compare_specs(args: argparse.Namespace) -> tuple[dict[str | None, Any], tupl
         default = spec.default if tolerance is None or spec.default == IGNORE else tolerance
         fields = tuple((g, tolerance if tolerance is not None and isinstance(r, Tolerance) else r)
                        for g, r in spec.fields)
-        out[name] = CompareSpec(default, extra + fields)
+        out[name] = CompareSpec(default, fields, spec.always_ignore + extra)
     return out, trusted
 
 
@@ -272,29 +273,35 @@ def diff_rows(a: Any, b: Any, specs: Any, *, namespace: str | None = None, role:
             yield diff_pair(where, pa, ea, pb, eb)
 
 
-def pairs(left: list[Any], right: list[Any]) -> list[tuple[Any, Any]]:
-    """The entries of one part on both sides, paired: by call index, or, when either side's calls ran concurrently
-    (their call indices are the order they ended in) and every entry has an input fingerprint, by fingerprint (in
-    call order among equal ones), as a verify run matches them. ``(entry, None)`` / ``(None, entry)``: one side only.
-    """
-    def fp(e: Any) -> str:
-        value = (e.manifest or {}).get("input_fingerprint")
-        return value if isinstance(value, str) else ""
+DIFF_WRITER = ("skipweave-diff", "", -1)
+"""Who the matching takes ``diff`` for: no writer of any store (every entry is another, ended run's)."""
 
-    every = [*left, *right]
-    if any((e.manifest or {}).get("concurrent") is True for e in every) and every and all(fp(e) for e in every):
-        by_fp: dict[str, list[Any]] = {}
-        for e in right:
-            by_fp.setdefault(fp(e), []).append(e)
-        out: list[tuple[Any, Any]] = []
-        for e in left:
-            same = by_fp.get(fp(e))
-            out.append((e, same.pop(0) if same else None))
-        out += [(None, e) for rest in by_fp.values() for e in rest]
-        return out
-    by_call = {e.key.call: e for e in right}
-    out = [(e, by_call.pop(e.key.call, None)) for e in left]
-    return out + [(None, e) for e in by_call.values()]
+
+def pairs(left: list[Any], right: list[Any]) -> list[tuple[Any, Any]]:
+    """The entries of one part on both sides, paired as a verify run matches a call of B to A's recordings
+    (:func:`skipweave.policy.matching.match_call`): the entry of A recorded for the same inputs first (lowest call
+    index), else, when A's part has one writer whose calls never overlapped, the entry at B's call index.
+    ``(entry, None)`` / ``(None, entry)``: one side only. Ordered by A's call index, B's unpaired ones last."""
+    from skipweave.policy.matching import match_call, view_of
+    from skipweave.store.identity import Writer, recorded_of
+
+    me = Writer(*DIFF_WRITER)
+    view = view_of([recorded_of(e.manifest or {}, e.key.call) for e in left], me=me, started=math.inf)
+    by_call = {e.key.call: e for e in left}
+    claimed: set[int] = set()
+    paired: dict[int, Any] = {}
+    alone: list[tuple[Any, Any]] = []
+    for eb in right:
+        raw = (eb.manifest or {}).get("input_fingerprint")
+        fp: str = raw if isinstance(raw, str) else ""
+        match = match_call(view, eb.key.call, functools.partial(str, fp), claimed, same_step=True, me=me,
+                           started=math.inf)
+        if match.call is not None and match.call in by_call:
+            claimed.add(match.call)
+            paired[match.call] = eb
+        else:
+            alone.append((None, eb))
+    return [(ea, paired.get(ea.key.call)) for ea in left] + alone
 
 
 def document(dump_a: str, dump_b: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -339,11 +346,13 @@ def render(doc: dict[str, Any]) -> str:
         groups.setdefault((r["namespace"], r["role"], r["target"]), []).append(r)
     for (namespace, role, target), rows in groups.items():
         lines += ["", f"{namespace}/{role} target {target}:"]
-        cells = [["step", "call", "shard", "status", "first diverging field", "at", "token match", "max |Δ|"]]
+        cells = [["step", "call (A/B)" if any("call_b" in r for r in rows) else "call", "shard", "status",
+                  "first diverging field", "at", "token match", "max |Δ|"]]
         for r in rows:
             first = r["first"] if isinstance(r["first"], dict) else None
             field = (first or {}).get("path", "") if r["status"] != "unreadable" else "(see below)"
-            cells.append([str(r["step"]), str(r["call"]), r["shard"], r["status"], field or "", _where(first),
+            call = f"{r['call']}/{r['call_b']}" if "call_b" in r else str(r["call"])  # paired by inputs across
+            cells.append([str(r["step"]), call, r["shard"], r["status"], field or "", _where(first),
                           _number(r["token_match"], ".3f"), _number(r["max_abs_diff"], ".3g")])
         lines += ["  " + line for line in table(cells)]
     t = doc["totals"]

@@ -9,9 +9,10 @@ A :class:`CompareSpec` is a rule per path glob and a default for every other fie
         meta_info.timing*: ignore
         batch.rollout_log_probs: {atol: 1.0e-3, rtol: 1.0e-2}
 
-Paths are dotted (dict keys, attribute names, list indices: ``batch.responses``, ``non_tensor_batch.uid.3``); globs
-are ``fnmatch``'s. The comparison itself is :mod:`skipweave.verify.compare`; ``skipweave diff`` builds the same spec
-from its ``--atol/--rtol/--ignore`` options or a profile's ``compare``.
+Paths are dotted (dict keys, attribute names, list indices: ``batch.responses``, ``non_tensor_batch.uid.3``); a
+pattern's segments may hold ``fnmatch`` globs, each within one segment (``*`` never crosses a dot). The comparison
+itself is :mod:`skipweave.verify.compare`; ``skipweave diff`` builds the same spec from its ``--atol/--rtol/--ignore``
+options or a profile's ``compare``.
 """
 
 from __future__ import annotations
@@ -82,18 +83,25 @@ def rule_form(rule: Rule) -> Any:
 class CompareSpec:
     """What "equal" means for each field of a result.
 
+    A pattern is a dotted path whose segments may hold ``fnmatch`` globs, each within one segment (``*`` never
+    crosses a dot): ``meta_info.timing*``, ``batch.*_log_probs``, ``*`` (every top-level field). A pattern names the
+    fields it matches and everything below them. The rule of a field is that of the deepest pattern naming it;
+    at one depth a plain path beats a glob, else the first in order; no pattern: :attr:`default`.
+
     Attributes:
         default: the rule of every field no pattern names.
-        fields: ``(glob, rule)`` pairs (``fnmatch`` syntax over dotted paths: ``meta_info.timing*``,
-            ``batch.*_log_probs``); a rule holds for the path it matches and everything below it.
+        fields: ``(pattern, rule)`` pairs, in order.
+        always_ignore: patterns ignored whatever else names them (``skipweave diff --ignore``, skipweave's own
+            result notes); not part of the config form.
     """
 
     default: Rule = EXACT
     fields: tuple[tuple[str, Rule], ...] = ()
+    always_ignore: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | None, key: str = "compare") -> CompareSpec:
-        """Read ``{default: exact | ignore | {atol, rtol}, fields: {<glob>: <rule>}}`` (a role's ``compare`` key).
+        """Read ``{default: exact | ignore | {atol, rtol}, fields: {<pattern>: <rule>}}`` (a role's ``compare``).
 
         Raises:
             ConfigError: an unknown key, or a rule that is none of the allowed ones (the message names the key).
@@ -101,23 +109,23 @@ class CompareSpec:
         if raw is None:
             return cls()
         if not isinstance(raw, Mapping):
-            raise ConfigError(key, raw, "a mapping {default: <rule>, fields: {<path glob>: <rule>}}")
+            raise ConfigError(key, raw, "a mapping {default: <rule>, fields: {<path pattern>: <rule>}}")
         unknown = sorted(map(str, set(raw) - {"default", "fields"}))
         if unknown:
             raise ConfigError(f"{key}.{unknown[0]}", raw[unknown[0]], "only the keys default and fields")
         default = parse_rule(f"{key}.default", EXACT if raw.get("default") is None else raw["default"])
         fields_raw = raw.get("fields") or {}
         if not isinstance(fields_raw, Mapping):
-            raise ConfigError(f"{key}.fields", fields_raw, "a mapping {<path glob>: <rule>}")
+            raise ConfigError(f"{key}.fields", fields_raw, "a mapping {<path pattern>: <rule>}")
         return cls(default, tuple(_flat_fields(f"{key}.fields", "", fields_raw)))
 
     def to_config(self) -> dict[str, Any]:
-        """The canonical mapping (:meth:`parse` reads it back to an equal spec)."""
+        """The canonical mapping (:meth:`parse` reads it back to an equal spec, :attr:`always_ignore` aside)."""
         return {"default": rule_form(self.default), "fields": {p: rule_form(r) for p, r in self.fields}}
 
-    def with_fields(self, extra: tuple[tuple[str, Rule], ...]) -> CompareSpec:
-        """This spec with ``extra`` rules tried before its own (the CLI's ``--ignore`` over a profile's)."""
-        return CompareSpec(self.default, extra + self.fields)
+    def ignoring(self, patterns: tuple[str, ...]) -> CompareSpec:
+        """This spec with ``patterns`` ignored whatever its own rules say."""
+        return CompareSpec(self.default, self.fields, self.always_ignore + patterns)
 
     def rule_for(self, path: str) -> Rule:
         """The rule of ``path``: :meth:`explicit_rule`, else :attr:`default`."""
@@ -125,44 +133,40 @@ class CompareSpec:
         return self.default if explicit is None else explicit
 
     def explicit_rule(self, path: str) -> Rule | None:
-        """The rule a pattern gives ``path``: that of the longest of it and its ancestors some pattern matches; at
-        one length a plain path beats a glob (``batch.responses: exact`` over ``"*": ignore``), else the first in
-        order. ``None`` when no pattern names it or an ancestor; the result itself (``""``) is never named."""
+        """The rule a pattern gives ``path`` (see the class docstring), ``None`` when none names it or an ancestor.
+        The result itself (``""``) is never named."""
         parts = path.split(".") if path else []
-        for n in range(len(parts), 0, -1):
-            prefix = ".".join(parts[:n])
-            found: Rule | None = None
-            for pattern, rule in self.fields:
-                if pattern == prefix:
-                    return rule
-                if found is None and _is_glob(pattern) and fnmatch.fnmatchcase(prefix, pattern):
-                    found = rule
-            if found is not None:
-                return found
-        return None
+        if any(_names(pattern.split("."), parts) for pattern in self.always_ignore):
+            return IGNORE
+        best: tuple[int, int, int] | None = None  # (depth, plain, -order): the largest wins
+        rule: Rule | None = None
+        for order, (pattern, r) in enumerate(self.fields):
+            segments = pattern.split(".")
+            if _names(segments, parts):
+                rank = (len(segments), 0 if _is_glob(pattern) else 1, -order)
+                if best is None or rank > best:
+                    best, rule = rank, r
+        return rule
 
     def names_below(self, path: str) -> bool:
-        """Whether a rule other than ``ignore`` may name a field below ``path``: a pattern whose literal part (up to
-        its first glob character) lies under ``path``, or ``path`` under it. The fields an ignored container (or a
-        ``default: ignore`` spec) still compares lie there: ``{"*": ignore, "batch.responses": exact}``."""
-        prefix = f"{path}." if path else ""
-        for pattern, rule in self.fields:
-            if rule == IGNORE:
-                continue
-            literal = pattern[: _glob_at(pattern)]
-            if literal.startswith(prefix) if len(literal) >= len(prefix) else prefix.startswith(literal) \
-                    and _glob_at(pattern) < len(pattern):
-                return True
-        return False
+        """Whether a rule other than ``ignore`` names a field strictly below ``path`` (the fields an ignored container
+        still holds for comparison: ``{"*": ignore, "batch.responses": exact}``)."""
+        parts = path.split(".") if path else []
+        if any(_names(p.split("."), parts) for p in self.always_ignore):
+            return False
+        return any(rule != IGNORE and len(segments) > len(parts)
+                   and all(fnmatch.fnmatchcase(part, seg) for seg, part in zip(segments, parts, strict=False))
+                   for pattern, rule in self.fields for segments in [pattern.split(".")])
 
 
-def _glob_at(pattern: str) -> int:
-    """The index of the first glob character of ``pattern`` (its length when it has none)."""
-    return min((i for i in (pattern.find(c) for c in "*?[") if i >= 0), default=len(pattern))
+def _names(segments: list[str], parts: list[str]) -> bool:
+    """Whether the pattern ``segments`` names the path ``parts`` or one of its ancestors (segment by segment)."""
+    return 0 < len(segments) <= len(parts) and all(
+        fnmatch.fnmatchcase(part, seg) for seg, part in zip(segments, parts, strict=False))
 
 
 def _is_glob(pattern: str) -> bool:
-    return _glob_at(pattern) < len(pattern)
+    return any(c in pattern for c in "*?[")
 
 
 def _flat_fields(key: str, prefix: str, raw: Mapping[Any, Any]) -> list[tuple[str, Rule]]:

@@ -28,6 +28,7 @@ A float field whose elements all lie within its tolerance but are not all equal 
 
 from __future__ import annotations
 
+import cmath
 import dataclasses
 import enum
 import math
@@ -185,6 +186,8 @@ class _Walk:
         import numpy as np
         import torch
 
+        if rule == IGNORE and not (_is_container(a) or _is_container(b)):
+            return  # an ignored leaf, met on the way to the fields a rule names below an ignored container
         if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
             self._tensors(path, a, b, rule)
         elif isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
@@ -192,8 +195,6 @@ class _Walk:
         elif type(a) is not type(b) and not (_is_number(a) and _is_number(b)):
             self.leaves += 1
             self.add(path, "type", recorded=_type_name(a), live=_type_name(b))
-        elif rule == IGNORE and not _is_container(a):  # a leaf the default leaves out, on the way to named ones
-            return
         elif isinstance(a, Mapping):
             self._batch_size(path, a, b)
             self._mapping(path, a, b)
@@ -220,8 +221,8 @@ class _Walk:
     def _batch_size(self, path: str, a: Any, b: Any) -> None:
         """A TensorDict's batch size is part of it, beside its keys."""
         size_a, size_b = getattr(a, "batch_size", None), getattr(b, "batch_size", None)
-        if size_a is None and size_b is None:
-            return
+        if (size_a is None and size_b is None) or callable(size_a) or callable(size_b):
+            return  # no batch size, or a method of that name (not TensorDict's attribute)
         shape_a, shape_b = _shape(size_a), _shape(size_b)
         if shape_a != shape_b:
             self.leaves += 1
@@ -259,7 +260,8 @@ class _Walk:
             if delta == 0:
                 return
             status: Status = DIVERGED
-            if isinstance(rule, Tolerance) and not integers and not _is_nan(delta):  # integers are exact
+            # integers are exact; an inf or NaN on either side is never within a tolerance (rtol * inf is inf)
+            if isinstance(rule, Tolerance) and not integers and _finite(a) and _finite(b):
                 try:
                     status = CLOSE if delta <= rule.atol + rule.rtol * abs(a) else DIVERGED
                 except (OverflowError, TypeError):
@@ -356,6 +358,8 @@ class _Walk:
         scale.masked_fill_(~scale.isfinite(), 0.0)
         atol, rtol = (rule.atol, rule.rtol) if isinstance(rule, Tolerance) else (0.0, 0.0)
         beyond = diff > atol + rtol * scale if rtol else diff > atol
+        if rtol:  # rtol * |recorded| may overflow to inf near the dtype's largest value: inf is never within it
+            beyond |= diff.isinf()
         at = [int(i) for i in torch.unravel_index(diff.argmax(), diff.shape)] if diff.dim() else []
         rel = diff / scale.clamp_min(torch.finfo(diff.dtype).tiny)
         self.add(path, "value", DIVERGED if bool(beyond.any()) else CLOSE, max_abs_diff=_plain(float(diff.max())),
@@ -365,6 +369,13 @@ class _Walk:
 def _is_number(x: Any) -> bool:
     """A Python or numpy number (``numbers.Number``: numpy's ``np.number`` registers), bools and numpy bools not."""
     return isinstance(x, numbers.Number) and not isinstance(x, bool) and type(x).__name__ != "bool_"
+
+
+def _finite(x: Any) -> bool:
+    try:
+        return bool(cmath.isfinite(complex(x)))
+    except (OverflowError, TypeError, ValueError):  # an integer past a float's range
+        return isinstance(x, numbers.Integral)
 
 
 def _equal(a: Any, b: Any) -> bool:
@@ -407,6 +418,8 @@ def _plain(x: Any) -> Any:
     has no NaN or Infinity)."""
     if hasattr(x, "item") and type(x).__module__ == "numpy":
         x = x.item()
+    if isinstance(x, int) and not isinstance(x, bool) and x.bit_length() > 1000:
+        return f"<{x.bit_length()}-bit integer>"  # JSON (and str) refuse integers of 4,300 digits and more
     if isinstance(x, bool) or x is None or isinstance(x, (int, str)):
         return x
     if isinstance(x, float):
@@ -415,25 +428,16 @@ def _plain(x: Any) -> Any:
 
 
 def _state(obj: Any) -> dict[str, Any]:
-    """What an object without an ``==`` of its own is compared by: its public attributes, else every attribute
-    (``__dict__`` and ``__slots__``); an object with none at all is equal to any other of its type."""
-    public = _public(obj)
-    if public:
-        return public
-    out = dict(getattr(obj, "__dict__", {}) or {})
+    """What an object without an ``==`` of its own is compared by: its public attributes (``__dict__`` and
+    ``__slots__``), else every attribute; an object with none at all is equal to any other of its type."""
+    every = dict(getattr(obj, "__dict__", None) or {})
     for cls in type(obj).__mro__:
         slots = cls.__dict__.get("__slots__", ())
         for name in [slots] if isinstance(slots, str) else slots:
             if name not in ("__dict__", "__weakref__") and hasattr(obj, name):
-                out[name] = getattr(obj, name)
-    return out
-
-
-def _public(obj: Any) -> dict[str, Any]:
-    try:
-        return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
-    except TypeError:  # no __dict__
-        return {}
+                every[name] = getattr(obj, name)
+    public = {k: v for k, v in every.items() if not k.startswith("_")}
+    return public or every
 
 
 def _describe(a: Any) -> str:

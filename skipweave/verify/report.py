@@ -83,7 +83,7 @@ def describe(line: Mapping[str, Any]) -> str:
         at = (f" at {detail['at']}" if detail.get("at") else "" if "at" in detail else
               f" (recorded {detail.get('recorded')}, live {detail.get('live')})")  # a 0-d tensor's "at" is []
         delta = detail["max_abs_diff"]
-        what += f": max |Δ| {delta:.3g}{at}" if isinstance(delta, float | int) else f": max |Δ| {delta}{at}"
+        what += f": max |Δ| {delta:.3g}{at}" if isinstance(delta, float) else f": max |Δ| {delta}{at}"
         if isinstance(detail.get("beyond_fraction"), (int, float)):
             what += f", {detail['beyond_fraction']:.3f} of elements beyond tolerance"
     elif "recorded" in detail:
@@ -116,9 +116,9 @@ class ReportFile:
 
     def append(self, line: Mapping[str, Any]) -> None:
         """Append one line (strict JSON; a value JSON cannot hold is written as its text)."""
-        data = (json.dumps(line, default=str, allow_nan=False) + "\n").encode()
         with self._lock:
             try:
+                data = (json.dumps(line, default=str, allow_nan=False) + "\n").encode()
                 os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
                 # O_NONBLOCK: a FIFO nobody reads fails here instead of blocking the host's call for good
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
@@ -128,7 +128,7 @@ class ReportFile:
                     os.write(fd, data)
                 finally:
                     os.close(fd)
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # ValueError: a value JSON cannot hold
                 if not self._warned:
                     self._warned = True
                     logger.warning("skipweave verify: cannot write the report %s (%s); verified calls are still "

@@ -29,10 +29,9 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from skipweave import lifecycle, report
-from skipweave.config.compare import IGNORE
 from skipweave.config.schema import OnDiverge, Serve
 from skipweave.config.values import default_report_path
-from skipweave.verify.compare import DIVERGED, compare
+from skipweave.verify.compare import DIVERGED, IDENTICAL, compare
 from skipweave.verify.report import UNRECORDED, ReportFile, Tally, describe, record
 from skipweave.weaving.asyncio_bridge import EXIT_BEGAN, ExitBegan, off_loop
 from skipweave.weaving.calls import Call
@@ -112,10 +111,10 @@ class Verifier:
     def __init__(self, proxy: SkipProxy) -> None:
         self.proxy = proxy
         self.path = proxy.role.report or default_report_path()
-        self.warned_unrecorded = False
+        self.warned_unrecorded = self.warned_empty = False
         # the result notes (verl's meta_info["skipweave"]) tell each call's own fate, never what the call computed
-        self.spec = proxy.role.compare.with_fields(tuple((f"{attribute}.{key}", IGNORE)
-                                                         for attribute, key in RESULT_NOTES.current()))
+        self.spec = proxy.role.compare.ignoring(tuple(f"{attribute}.{key}"
+                                                      for attribute, key in RESULT_NOTES.current()))
 
     # ------------------------------------------------------------------ the two paths
     def sync_call(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], d: Call) -> Any:
@@ -250,6 +249,10 @@ class Verifier:
         report_file(self.path).append(line)
         _count(role.role, self.path, line)
         text = describe(line)
+        if line["status"] == IDENTICAL and not line["fields"] and not self.warned_empty:
+            self.warned_empty = True  # a typo in the one field a `default: ignore` spec names compares nothing
+            logger.warning("skipweave verify: %s, but no field of the result was compared: skip.%s.compare ignores "
+                           "them all; check the paths it names", text, role.role)
         if line["status"] == UNRECORDED and not self.warned_unrecorded:
             self.warned_unrecorded = True  # a mistyped dump dir or namespace must not pass as a quiet run
             logger.warning("skipweave verify: %s; dump dir %s, namespace %s: a verify run compares with what a "
@@ -258,6 +261,10 @@ class Verifier:
                            role.role)
         elif line["status"] == DIVERGED:
             if role.on_diverge is OnDiverge.ERROR:
+                # as a call that raised: its index and its recording go to the retry, which is compared again
+                proxy.ledger.give_back(d)
+                if d.slot is not None:
+                    proxy.ledger.unclaim(d.step, d.shard, d.slot)
                 raise Diverged(f"skipweave verify: {text} (skip.{role.role}.on_diverge=error; report: {self.path})",
                                line)
             logger.warning("skipweave verify: %s", text)

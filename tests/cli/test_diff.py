@@ -221,3 +221,17 @@ def test_concurrent_calls_are_paired_by_their_inputs_not_their_end_order(
     rows = json.loads(out)["rows"]
     assert status == 0 and [r["status"] for r in rows] == ["identical"] * 3, out
     assert sum("call_b" in r for r in rows) == 3  # every pair crosses call indices
+
+
+def test_entries_are_paired_as_a_verify_run_matches_them(host_module: Any, tmp_path: Path, capsys: Any) -> None:
+    name, _ = host_module(ASYNC_HOST.replace("async def", "def").replace("    await asyncio.sleep(0.01)\n", ""))
+    mod = sys.modules[name]
+    # sequential calls of one step in another order: paired by their inputs, not their call indices
+    for dump, order in ((tmp_path / "a", (0, 1, 2)), (tmp_path / "b", (1, 2, 0))):
+        skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(dump), "calls_per_step": 3,
+                                              "targets": {"gen": f"{name}:generate"}, "step": {"expr": "step"}}}})
+        for p in order:
+            mod.generate(1, p)
+        skipweave.unweave()
+    status, out, _ = cli(capsys, "diff", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert status == 0 and "call (A/B)" in out and "0/2" in out, out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -243,3 +244,58 @@ def test_objects_without_an_eq_are_compared_by_their_state_never_their_address()
     assert compare(Slotted(1), Slotted(2)).first.path == "x"  # type: ignore[union-attr]
     assert compare(Empty(), Empty()).status == "identical"
     assert compare(Sized(a=1), Sized(a=2)).first.path == "a"  # type: ignore[union-attr]
+
+
+def test_an_ignored_field_is_never_compared_whatever_other_patterns_name() -> None:
+    t = torch.tensor
+    rec = {"a": t([1]), "b": t([1.0]), "meta": {"timing_s": 1.0, "keys": [1, 2]}, "batch": {"x_log_probs": t([0.0]),
+                                                                                            "mask": t([1])}}
+    live = {"a": t([2]), "b": t([1.5]), "meta": {"timing_s": "late", "keys": [1]}, "batch": {"x_log_probs": t([0.5]),
+                                                                                            "mask": t([0])}}
+    # a plain path beats a glob at one depth, and its ignore holds below it ("*" does not cross a dot)
+    out = compare(rec, live, CompareSpec.parse({"fields": {"a": "ignore", "meta": "ignore", "batch": "ignore",
+                                                           "*": {"atol": 1}}}))
+    assert (out.status, [d.path for d in out.divergences]) == ("close", ["b"]), out.divergences
+    # default ignore + a tolerance glob: only the fields it names are compared, with their tolerance
+    only = compare(rec, live, CompareSpec.parse({"default": "ignore", "fields": {"batch.*_log_probs": {"atol": 1}}}))
+    assert (only.status, only.fields, [d.path for d in only.divergences]) == ("close", 1, ["batch.x_log_probs"])
+    # a profile's ignore glob and a user's glob elsewhere: nothing under the ignored field is reported
+    both = compare(rec, live, CompareSpec.parse({"fields": {"meta.timing*": "ignore", "meta.keys": "ignore",
+                                                            "*.*_log_probs": {"atol": 1}, "a": "ignore",
+                                                            "b": "ignore", "batch.mask": "ignore"}}))
+    assert both.status == "close" and [d.path for d in both.divergences] == ["batch.x_log_probs"]
+    # first glob in order at one depth: "*" ignores b before "b*" could give it a tolerance
+    assert compare(rec, live, CompareSpec.parse({"fields": {"*": "ignore", "b*": {"atol": 1}}})).status == "identical"
+
+
+def test_inf_is_never_within_a_tolerance_and_huge_integers_stay_reportable() -> None:
+    import json
+
+    from skipweave.verify.report import describe, record
+
+    spec = CompareSpec(default=Tolerance(atol=0.0, rtol=1e-3))
+    assert compare({"x": math.inf}, {"x": 1.0}, spec).status == "diverged"
+    assert compare({"x": -math.inf}, {"x": 0.0}, spec).status == "diverged"
+    big = torch.tensor([3e38], dtype=torch.float32)
+    assert compare(big, torch.tensor([math.inf]), CompareSpec(default=Tolerance(rtol=2.0))).status == "diverged"
+    for rec, live in ((10**400, 0), (10**5000, 10**5000 + 1)):
+        out = compare({"x": rec}, {"x": live})
+        line = record(role="r", target="t", step=1, call=0, shard="r0", validation=False, comparison=out)
+        json.dumps(line, allow_nan=False)
+        assert "diverged at x" in describe(line)
+
+
+def test_public_slots_beside_a_dict_and_a_batch_size_method() -> None:
+    class Base:
+        __slots__ = ("tokens",)
+
+    class Rollout(Base):
+        def __init__(self, tokens: list[int]) -> None:
+            self.tokens, self.name = tokens, "r"
+
+    class Sized(dict):  # type: ignore[type-arg]
+        def batch_size(self) -> int:
+            return 3
+
+    assert compare(Rollout([1, 2]), Rollout([1, 3])).first.path == "tokens.1"  # type: ignore[union-attr]
+    assert compare(Sized(a=1), Sized(a=1)).status == "identical"

@@ -465,3 +465,22 @@ def test_a_run_with_nothing_to_compare_says_so_loudly_and_report_null_is_one_fil
     tally = verifier.tallies()[("rollout", role.report)]
     assert tally.summary().endswith("nothing was compared: no call had a recording (check the dump dir and "
                                     "namespace)")
+
+
+def test_a_retry_after_diverged_is_compared_again_and_a_spec_that_compares_nothing_is_a_warning(
+        mod: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    dump, report = tmp_path / "dump", tmp_path / "report.jsonl"
+    _record(mod, dump, report, steps=(1,))
+    mod.CHANGE["token"] = 1
+    skipweave.weave(_plan(mod, dump, report, on_diverge="error"))
+    engine = mod.Engine()
+    for _ in range(2):  # a host (or Ray) retrying the call: compared with the same recording, raises again
+        with pytest.raises(skipweave.Diverged, match="step 1 call 0"):
+            engine.generate(_prompts(mod, 1))
+    skipweave.unweave()
+    typo = {"default": "ignore", "fields": {"batch.respones": "exact"}}
+    skipweave.weave(_plan(mod, dump, report, compare=typo))
+    with caplog.at_level("WARNING", logger="skipweave"):
+        engine.generate(_prompts(mod, 1))
+    assert _lines(report)[-1]["status"] == "identical" and _lines(report)[-1]["fields"] == 0
+    assert any("no field of the result was compared" in r.getMessage() for r in caplog.records)
