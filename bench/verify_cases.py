@@ -15,7 +15,6 @@ wrote, typically right after it or from a warm cache):
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import shutil
@@ -23,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.common import emit
+from bench.common import sized_main
 from bench.io_cases import _load, _record, _store, raw_buffers, raw_read, raw_write
 from bench.payload import make_batch, sequences_for
 
@@ -72,14 +71,5 @@ def run(mb: float, rounds: int, folder: str) -> dict[str, Any]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mb", type=float, required=True, help="batch size in MB of tensors")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--dir", required=True, help="a scratch folder (deleted afterwards)")
-    args = parser.parse_args()
-    emit(run(args.mb, args.rounds, args.dir))
-
-
 if __name__ == "__main__":
-    main()
+    sized_main(__doc__, run, mb=250.0)

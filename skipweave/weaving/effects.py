@@ -139,15 +139,21 @@ class DeclaredEffects:
         compares with to tell a call that only appended. ``None`` when none is a list. One pointer copy per list
         (holding its items keeps their ids theirs); an expression that fails is left to :meth:`after_call`,
         which reports it."""
-        out: dict[str, tuple[list[Any], list[Any]]] = {}
+        # list's own copy: a subclass's overrides not called
+        return {text: (value, list.copy(value)) for text, value in self.live_lists(d).items()} or None
+
+    def live_lists(self, d: Call) -> dict[str, list[Any]]:
+        """The declared effects that are lists now, by expression (one that fails is left out: the caller that
+        records reports it)."""
+        out: dict[str, list[Any]] = {}
         for effect in self.effects:
             try:
                 value = effect.evaluate(d.instance, (), {}, None)
             except ExpressionFailed:
                 continue
             if isinstance(value, list):
-                out[effect.text] = (value, list.copy(value))  # list's own copy: a subclass's overrides not called
-        return out or None
+                out[effect.text] = value
+        return out
 
     def after_call(self, d: Call) -> dict[str, Any]:
         """The values of the declared side effects now, after the real call (containers as plain copies); a list
@@ -216,32 +222,17 @@ class DeclaredEffects:
             out[effect.text] = live
         return out
 
-    def list_lengths(self, d: Call) -> dict[str, int]:
-        """The lengths of the declared effects that are lists now (expression -> length), for
-        :meth:`drop_appended`; expressions that fail are left out."""
-        out: dict[str, int] = {}
-        for effect in self.effects:
-            try:
-                value = effect.evaluate(d.instance, (), {}, None)
-            except ExpressionFailed:
-                continue
-            if isinstance(value, list):
-                out[effect.text] = len(value)
-        return out
+    def list_lengths(self, d: Call) -> list[tuple[list[Any], int]]:
+        """The declared effects that are lists now with their lengths, for :meth:`drop_appended`."""
+        return [(value, len(value)) for value in self.live_lists(d).values()]
 
-    def drop_appended(self, d: Call, lengths: Mapping[str, int]) -> None:
-        """Cut the declared lists back to ``lengths`` (:meth:`list_lengths` before a live call), in place: what the
-        live call appended goes before a recording is served in its place (a verify run with ``serve: recorded``),
-        so the recording's items are appended once, as a replay appends them."""
-        for effect in self.effects:
-            n = lengths.get(effect.text)
-            if n is None:
-                continue
-            try:
-                value = effect.evaluate(d.instance, (), {}, None)
-            except ExpressionFailed:
-                continue
-            if isinstance(value, list) and len(value) >= n:
+    @staticmethod
+    def drop_appended(lengths: list[tuple[list[Any], int]]) -> None:
+        """Cut the lists of :meth:`list_lengths` (taken before a live call) back to their lengths then, in place:
+        what the live call appended goes before a recording is served in its place (a verify run with ``serve:
+        recorded``), so the recording's items are appended once, as a replay appends them."""
+        for value, n in lengths:
+            if len(value) >= n:
                 del value[n:]
 
     def _append_recorded(self, effect: Expression, live: list[Any], item: Mapping[str, Any],

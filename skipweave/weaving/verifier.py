@@ -138,7 +138,7 @@ class Verifier:
         expected = self.expected(read, args, kwargs)
         return self.finish(d, read, live, self.compare(d, read, expected, live), args, kwargs, t0, lengths)
 
-    def _list_lengths(self, d: Call, read: Read | None) -> dict[str, int] | None:
+    def _list_lengths(self, d: Call, read: Read | None) -> list[tuple[list[Any], int]] | None:
         """With ``serve: recorded``, the declared list effects' lengths before the live call (see
         :meth:`~skipweave.weaving.effects.DeclaredEffects.drop_appended`)."""
         effects = self.proxy.effects
@@ -184,7 +184,7 @@ class Verifier:
 
     async def _judged_when_awaited(self, awaitable: Awaitable[Any], d: Call, read: Read | None,
                                    args: tuple[Any, ...], kwargs: Mapping[str, Any], t0: float,
-                                   lengths: dict[str, int] | None) -> Any:
+                                   lengths: list[tuple[list[Any], int]] | None) -> Any:
         try:
             live = await awaitable
         except BaseException:
@@ -200,7 +200,7 @@ class Verifier:
             d.work.leave()
 
     async def _judge_off_loop(self, d: Call, read: Read | None, live: Any, args: tuple[Any, ...],
-                              kwargs: Mapping[str, Any], t0: float, lengths: dict[str, int] | None) -> Any:
+                              kwargs: Mapping[str, Any], t0: float, lengths: list[tuple[list[Any], int]] | None) -> Any:
         expected = self.expected(read, args, kwargs)
         d.work.leave()
         try:
@@ -237,7 +237,7 @@ class Verifier:
                       validation=d.validation, comparison=comparison, inputs=inputs, reason=d.unserved)
 
     def finish(self, d: Call, read: Read | None, live: Any, line: dict[str, Any], args: tuple[Any, ...],
-               kwargs: Mapping[str, Any], t0: float, lengths: dict[str, int] | None = None) -> Any:
+               kwargs: Mapping[str, Any], t0: float, lengths: list[tuple[list[Any], int]] | None = None) -> Any:
         """Report ``line``, then hand back what ``serve`` says (in the host's thread); ``lengths``: the declared
         lists' lengths before the live call, cut back to before the recording is served.
 
@@ -272,7 +272,7 @@ class Verifier:
             logger.info("skipweave verify: %s", text)
         if read is not None and role.serve is Serve.RECORDED:
             if lengths:
-                proxy.effects.drop_appended(d, lengths)
+                proxy.effects.drop_appended(lengths)
             found, value = proxy.replayer.serve(d, read, args, kwargs, t0)
             if found:
                 return value
