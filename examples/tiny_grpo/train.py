@@ -12,9 +12,9 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))  # makes the `tinygrpo` package importable
 
 import hydra  # noqa: E402
-import ray  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
+from tinygrpo import cluster  # noqa: E402
 from tinygrpo.trainer import GRPOTrainer, seed_everything  # noqa: E402
 
 
@@ -26,11 +26,11 @@ def worker_pythonpath() -> str:
 
 @hydra.main(config_path=".", config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
-    """Start Ray, train, shut Ray down."""
+    """Train (Ray is started by the first worker group built, see ``tinygrpo.cluster``), then shut Ray down."""
     output_dir = Path(HydraConfig.get().runtime.output_dir)
     seed_everything(int(cfg.seed), int(cfg.trainer.torch_threads))
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(
+    cluster.configure(
         num_cpus=int(cfg.ray.num_cpus),
         include_dashboard=False,
         logging_level=logging.WARNING,
@@ -43,7 +43,7 @@ def main(cfg: DictConfig) -> None:
         finally:
             trainer.close()
     finally:
-        ray.shutdown()
+        cluster.shutdown()
 
 
 if __name__ == "__main__":

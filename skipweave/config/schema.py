@@ -240,10 +240,14 @@ class FingerprintConfig(Declared):
         on_mismatch: ``warn`` (serve and log), ``regenerate`` (call through, re-record) or ``error``.
         ignore: dotted paths left out of the fingerprint: first part an argument index, a keyword
             name or ``*``; e.g. ``*.non_tensor_batch.uid`` (verl's per-run random ids).
+        include: dotted paths (as ``ignore``'s) of the only parts hashed; empty (default): every part. For a phase
+            that reads a few fields of a batch the phases before it add to, e.g. reference log-probs, which read
+            ``*.batch.input_ids`` and ``*.batch.attention_mask`` but not the rewards unioned into the batch.
     """
 
     on_mismatch: OnMismatch = key(OnMismatch.WARN, parse=enum_parser(OnMismatch))
     ignore: tuple[str, ...] = key(("*.non_tensor_batch.uid", "*.meta_info.timing"), parse=parse_paths)
+    include: tuple[str, ...] = key((), parse=parse_paths)
 
 
 DEFAULT_COMPRESS = "none"
@@ -312,6 +316,10 @@ class RoleConfig(Declared):
             read; its path is logged at exit). ``None``: ``skipweave-verify.jsonl`` in a Hydra job's output folder,
             else ``skipweave-verify-<time>-<pid>.jsonl`` in the folder the run started in; fixed when the config is
             read, so the Ray workers of the run write to the same file.
+        depends_on_update: the role's results are computed from weights the run itself trains (old log-probs,
+            critic values): a replay is the live result only while every update before it is bit-identical to
+            the recording run's (same loss, optimizer, data and seeds). When a target of such a role is patched
+            (any action but ``verify``), a WARNING says so (docs/phases.md). The profiles of such roles set it.
     """
 
     role: str
@@ -344,6 +352,7 @@ class RoleConfig(Declared):
     on_diverge: OnDiverge = key(OnDiverge.WARN, parse=enum_parser(OnDiverge))
     compare: CompareSpec = key(parse=parse_compare, default_factory=CompareSpec, raw_default=None)
     report: str | None = key(None, parse=parse_report_path)
+    depends_on_update: bool = key(False, parse=parse_bool)
 
     @property
     def compress_level(self) -> int | None:

@@ -23,6 +23,7 @@ from skipweave.config.errors import ConfigError
 from skipweave.config.schema import Action, ShardKind
 from skipweave.policy.actions import choose_step
 from skipweave.weaving.fingerprint import fingerprint
+from skipweave.weaving.notes import RESULT_NOTES
 from skipweave.weaving.shards import VALIDATION_SHARD, shard_label, shared_shard_advice
 
 if TYPE_CHECKING:
@@ -98,6 +99,7 @@ class CallLedger:
         self.in_flight: dict[tuple[int, str], list[Call]] = {}
         self.validation_calls = 0
         self.shared_warned = False
+        self._fp_ignore: tuple[str, ...] | None = None
 
     # ------------------------------------------------------------------ call indices
     def take_index(self, step: int, shard: str) -> int:
@@ -146,7 +148,7 @@ class CallLedger:
         role = proxy.role
         fp = None
         if role.shard is ShardKind.FINGERPRINT:
-            fp = fingerprint(args, kwargs, ignore=role.fingerprint.ignore)
+            fp = self.digest(args, kwargs)
             shard = "f" + fp[:16]
         else:
             try:
@@ -260,13 +262,28 @@ class CallLedger:
         """The input fingerprint of ``d`` (computed once); ``""`` when the inputs cannot be fingerprinted."""
         if d.fp is None:
             try:
-                d.fp = fingerprint(args, kwargs, ignore=self.proxy.role.fingerprint.ignore)
+                d.fp = self.digest(args, kwargs)
             except Exception as exc:  # e.g. inputs nested too deep: never fail the training call
                 logger.warning("skipweave: role %s target %s: inputs cannot be fingerprinted (%s: %s); "
                                "the entry is recorded without a fingerprint", self.proxy.role.role,
                                self.proxy.target.name, type(exc).__name__, exc)
                 d.fp = ""
         return d.fp
+
+    def digest(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+        """The input fingerprint of a call under the role's ``fingerprint.ignore`` and ``include``, with skipweave's
+        own result notes on any argument (``*.meta_info.skipweave``) ignored too: a phase whose input is an earlier
+        phase's result (rewards of a rollout) sees the same inputs whether that result was replayed or recorded
+        live, and only the note would tell them apart.
+
+        Raises:
+            ValueError, RecursionError: the inputs cannot be fingerprinted.
+        """
+        ignore = self._fp_ignore
+        if ignore is None:
+            notes = tuple(f"*.{attribute}.{key}" for attribute, key in RESULT_NOTES.current())
+            ignore = self._fp_ignore = tuple(dict.fromkeys((*self.proxy.role.fingerprint.ignore, *notes)))
+        return fingerprint(args, kwargs, ignore=ignore, include=self.proxy.role.fingerprint.include or None)
 
     def warn_shared(self, d: Call, what: str) -> None:
         """Once per proxy: several writers share this shard, so calls are matched by their inputs only."""

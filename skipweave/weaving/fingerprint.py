@@ -45,6 +45,18 @@ _ADDRESS_RE = re.compile(r" at 0x[0-9a-fA-F]+")
 _Pattern = tuple[str, ...]
 
 
+@dataclasses.dataclass(frozen=True)
+class _Sel:
+    """Which parts below a path are hashed: ``ignore`` patterns still alive there, and ``keep`` the ``include``
+    patterns still alive (``None``: everything below is included)."""
+
+    ignore: tuple[_Pattern, ...] = ()
+    keep: tuple[_Pattern, ...] | None = None
+
+
+_ALL = _Sel()
+
+
 class _Unsupported(Exception):
     """Raised in strict mode for values the codec could not encode without pickle."""
 
@@ -71,7 +83,7 @@ class _Hasher:
             self.h.update(buf)
 
     # -- dispatch -------------------------------------------------------------------------------------------
-    def feed(self, obj: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool) -> None:
+    def feed(self, obj: Any, path: tuple[str, ...], pats: _Sel, strict: bool) -> None:
         """Hash ``obj``; ``pats`` are the ignore patterns whose prefix matches ``path`` so far."""
         if obj is None:
             self.put(b"N")
@@ -124,7 +136,7 @@ class _Hasher:
                 raise _Unsupported
             self._opaque(obj)
 
-    def _guard(self, obj: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool, fn: Any,
+    def _guard(self, obj: Any, path: tuple[str, ...], pats: _Sel, strict: bool, fn: Any,
                oid: int | None = None) -> None:
         """``fn(obj, ...)`` unless the object (``oid``, default ``id(obj)``) is already being hashed."""
         if oid is None:
@@ -138,7 +150,7 @@ class _Hasher:
         finally:
             self.stack.discard(oid)
 
-    def child(self, comp: str, value: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool) -> bool:
+    def child(self, comp: str, value: Any, path: tuple[str, ...], pats: _Sel, strict: bool) -> bool:
         """Hash ``value`` at ``path + (comp,)`` unless ignored; return False if it was ignored."""
         sub = _advance(pats, len(path), comp)
         if sub is None:
@@ -166,7 +178,7 @@ class _Hasher:
         raw = x.reshape(-1).view(torch.uint8).numpy()
         self.put_buffer(b"B", raw, raw.nbytes)
 
-    def _ndarray(self, arr: np.ndarray, path: tuple[str, ...], pats: list[_Pattern], strict: bool) -> None:
+    def _ndarray(self, arr: np.ndarray, path: tuple[str, ...], pats: _Sel, strict: bool) -> None:
         self.put_str(b"a", arr.dtype.str)
         self.put_str(b"S", ",".join(str(d) for d in arr.shape))
         if arr.dtype.hasobject:
@@ -176,7 +188,7 @@ class _Hasher:
                 return
             self.put(b"(")
             for el in arr.flat:
-                self.feed(el, path, [], strict)
+                self.feed(el, path, _ALL, strict)
             self.put(b")")
             return
         if arr.dtype.fields is not None:
@@ -201,7 +213,7 @@ class _Hasher:
             self.put_str(b"R", r)
 
     # -- containers ------------------------------------------------------------------------------------
-    def _container(self, obj: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool) -> None:
+    def _container(self, obj: Any, path: tuple[str, ...], pats: _Sel, strict: bool) -> None:
         if isinstance(obj, dict):
             self.put_str(b"{", class_ref(type(obj)))
             entries = []
@@ -229,21 +241,21 @@ class _Hasher:
                     self.put_str(b"#", comp)
             self.put(b"]")
 
-    def _dataclass(self, obj: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool) -> None:
+    def _dataclass(self, obj: Any, path: tuple[str, ...], pats: _Sel, strict: bool) -> None:
         self.put_str(b"D", class_ref(type(obj)))
         for f in dataclasses.fields(obj):
             if self.child(f.name, getattr(obj, f.name), path, pats, strict):
                 self.put_str(b"#", f.name)
         self.put(b"d")
 
-    def _host(self, host: FingerprintParts, path: tuple[str, ...], pats: list[_Pattern], strict: bool) -> None:
+    def _host(self, host: FingerprintParts, path: tuple[str, ...], pats: _Sel, strict: bool) -> None:
         self.put_str(host.opening, host.header)
         for name, value in host.parts:
             if self.child(name, value, path, pats, strict):
                 self.put_str(b"#", name)
         self.put(host.closing)
 
-    def _object(self, obj: Any, path: tuple[str, ...], pats: list[_Pattern], strict: bool) -> None:
+    def _object(self, obj: Any, path: tuple[str, ...], pats: _Sel, strict: bool) -> None:
         self.put_str(b"J", class_ref(type(obj)))
         attrs = vars(obj)
         for name in sorted(a for a in attrs if isinstance(a, str)):
@@ -277,24 +289,49 @@ def _comp(key: Any) -> str:
 
 def _digest_of(obj: Any) -> bytes:
     h = _Hasher(xxhash.xxh3_128())
-    h.feed(obj, (), [], False)
+    h.feed(obj, (), _ALL, False)
     return bytes(h.h.digest())
 
 
-def _advance(pats: list[_Pattern], depth: int, comp: str) -> list[_Pattern] | None:
-    """Patterns still alive after stepping into ``comp`` at ``depth``; None if one matches completely."""
-    if not pats:
-        return pats
-    alive = []
-    for p in pats:
+def _advance(sel: _Sel, depth: int, comp: str) -> _Sel | None:
+    """What is hashed below ``comp`` at ``depth``; None if it is left out (an ignore pattern matches it completely,
+    or include patterns exist and none leads into it)."""
+    if not sel.ignore and sel.keep is None:
+        return sel
+    ignore = []
+    for p in sel.ignore:
         if p[depth] == "*" or p[depth] == comp:
             if len(p) == depth + 1:
                 return None
-            alive.append(p)
-    return alive
+            ignore.append(p)
+    keep: tuple[_Pattern, ...] | None = None
+    if sel.keep is not None:
+        alive: list[_Pattern] = []
+        for p in sel.keep:
+            if p[depth] == "*" or p[depth] == comp:
+                if len(p) == depth + 1:
+                    alive = []
+                    break  # included whole
+                alive.append(p)
+        else:
+            if not alive:
+                return None
+        keep = tuple(alive) or None
+    return _Sel(tuple(ignore), keep)
 
 
-def fingerprint(args: tuple[Any, ...], kwargs: Mapping[str, Any], *, ignore: Sequence[str] = ()) -> str:
+def _patterns(paths: Sequence[str], what: str) -> tuple[_Pattern, ...]:
+    pats = []
+    for p in paths:
+        parts = tuple(p.split("."))
+        if not p or any(not c for c in parts):
+            raise ValueError(f"invalid {what} path {p!r}: expected dotted components like '0.meta_info.timing'")
+        pats.append(parts)
+    return tuple(pats)
+
+
+def fingerprint(args: tuple[Any, ...], kwargs: Mapping[str, Any], *, ignore: Sequence[str] = (),
+                include: Sequence[str] | None = None) -> str:
     """Return a stable hex digest (xxh3-128, 32 hex characters) of a call's inputs.
 
     The digest does not depend on the process (hash seed, memory addresses), on dict insertion order, on
@@ -310,19 +347,18 @@ def fingerprint(args: tuple[Any, ...], kwargs: Mapping[str, Any], *, ignore: Seq
             ``"*.meta_info.global_steps"``, ``"prompts.non_tensor_batch.uid"``. An ignored part contributes
             nothing (an ignored dict entry hashes as if the key were absent). Elements of object arrays
             and set members cannot be addressed. Components cannot contain dots.
+        include: dotted paths (written as ``ignore``'s) of the only parts to hash, or None for all: a part is
+            hashed when an include path names it or a part around it, and no ignore path names it or a part
+            around it. For a phase that reads a few fields of a batch other phases add to (a reference
+            log-prob reads the tokens, not the rewards unioned into the batch before it).
 
     Returns:
         The lowercase hex digest.
 
     Raises:
-        ValueError: an ignore path is empty or has an empty component.
+        ValueError: an ignore or include path is empty or has an empty component.
     """
-    pats: list[_Pattern] = []
-    for p in ignore:
-        parts = tuple(p.split("."))
-        if not p or any(not c for c in parts):
-            raise ValueError(f"invalid ignore path {p!r}: expected dotted components like '0.meta_info.timing'")
-        pats.append(parts)
+    pats = _Sel(_patterns(ignore, "ignore"), None if include is None else _patterns(include, "include"))
     h = _Hasher(xxhash.xxh3_128())
     h.put(b"call-v1")
     for i, a in enumerate(args):

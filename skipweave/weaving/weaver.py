@@ -25,7 +25,7 @@ import wrapt
 
 from skipweave import lifecycle, report
 from skipweave.config.errors import ConfigError
-from skipweave.config.schema import RoleConfig, ShardKind, SkipConfig, TargetSpec
+from skipweave.config.schema import Action, RoleConfig, ShardKind, SkipConfig, TargetSpec
 from skipweave.policy.bypass import make_bypass
 from skipweave.store import runs
 from skipweave.store.fs import dump_dir_problem
@@ -72,6 +72,7 @@ class _State:
     patches: list[Patch] = field(default_factory=list)
     stores: dict[tuple[str, str, str], StepStore] = field(default_factory=dict)
     generation: int = 0
+    warned: set[str] = field(default_factory=set)  # roles whose depends_on_update WARNING was logged
 
 
 class Weaver:
@@ -289,8 +290,22 @@ class Weaver:
         store = self._store(patch.role)  # for a driver whose workers alone weave it: no never-woven warning
         if os.path.isdir(store.dump_dir):  # (weaving makes no dump dir; a call's own marks say it was woven too)
             runs.mark(store.dump_dir, store.namespace, store.role, run_id(), patch.target.name, runs.WOVEN)
+        if patch.role.depends_on_update and patch.role.action is not Action.VERIFY:
+            self._warn_depends_on_update(patch.role)
         logger.debug("skipweave: patched %s (%s) for role %s", patch.target.path,
                      "async" if is_async else "sync", patch.role.role)
+
+    def _warn_depends_on_update(self, role: RoleConfig) -> None:
+        """Once per role and weave, when its first target is patched (a role none of whose targets exists in this
+        trainer says nothing): its results come from the weights the run trains (old log-probs, critic values)."""
+        if role.role in self._state.warned:
+            return
+        self._state.warned.add(role.role)
+        logger.warning(
+            "skipweave: role %s replays results computed from weights this run trains: a replay is what the live "
+            "call would return only while every update before it is bit-identical to the recording run's; after a "
+            "change to the loss, optimizer, data or seeds set skip.%s.enable=false (docs/phases.md#old-log-probs-"
+            "and-critic-values)", role.role, role.role)
 
     def unweave(self) -> None:
         """Remove every skipweave patch of this process, restoring exactly the originals.

@@ -165,6 +165,33 @@ def test_ignore_into_dataclass_and_object_attributes() -> None:
 def test_invalid_ignore_path() -> None:
     with pytest.raises(ValueError):
         fingerprint((1,), {}, ignore=["0..x"])
+    with pytest.raises(ValueError, match="include"):
+        fingerprint((1,), {}, include=["0."])
+
+
+def test_include_paths_hash_only_the_parts_they_name() -> None:
+    a, b = make_proto(step=1), make_proto(step=2)
+    b.batch["rm_scores"] = torch.ones(4)  # what a reward phase unioned into the batch
+    b.non_tensor_batch["acc"] = np.array([1, 0, 1, 0])
+    tokens = ["*.batch.input_ids"]
+    assert fingerprint((a,), {}) != fingerprint((b,), {})
+    assert fingerprint((a,), {}, include=tokens) == fingerprint((b,), {}, include=tokens)
+    assert fingerprint((), {"batch": a}, include=tokens) == fingerprint((), {"batch": b}, include=tokens)
+    # a named part whole (everything below it), beside another: a change in either is seen
+    whole = ["0.batch", "0.meta_info.global_steps"]
+    assert fingerprint((a,), {}, include=whole) != fingerprint((b,), {}, include=whole)
+    c = make_proto(step=1)
+    c.non_tensor_batch["uid"] = np.array(["x", "y", "z", "w"], dtype=object)
+    assert fingerprint((a,), {}, include=whole) == fingerprint((c,), {}, include=whole)
+    # an ignore path still leaves out a part inside an included one
+    assert fingerprint((a,), {}, include=["0.batch"], ignore=["*.batch.rm_scores"]) == fingerprint(
+        (make_proto(step=7),), {}, include=["0.batch"], ignore=["*.batch.rm_scores"])
+    # a change in an included field is seen; an argument no path names is left out
+    b.batch["input_ids"][0, 0] += 1
+    assert fingerprint((a,), {}, include=tokens) != fingerprint((b,), {}, include=tokens)
+    assert fingerprint((a, 1), {}, include=["0"]) == fingerprint((a, 2), {}, include=["0"])
+    # include paths that name every part: the digest of no include at all
+    assert fingerprint((a,), {"k": 1}, include=["0", "k"]) == fingerprint((a,), {"k": 1})
 
 
 def test_tensordict_batch() -> None:

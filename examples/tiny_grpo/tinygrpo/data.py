@@ -68,6 +68,18 @@ class Batch:
         bounds = np.linspace(0, len(self), chunks + 1).round().astype(int)
         return [self.select(list(range(lo, hi))) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
 
+    def union(self, other: Batch) -> Batch:
+        """Add ``other``'s fields (same rows) to this batch, in place, and return it (like ``DataProto.union``).
+
+        Raises:
+            ValueError: ``other`` has another number of rows.
+        """
+        if len(other) != len(self):
+            raise ValueError(f"cannot union a batch of {len(other)} rows into one of {len(self)}")
+        self.batch.update(other.batch)
+        self.non_tensor_batch.update(other.non_tensor_batch)
+        return self
+
     @staticmethod
     def concat(parts: Sequence[Batch]) -> Batch:
         """Concatenate row-wise; ``meta_info`` is taken from the first part."""

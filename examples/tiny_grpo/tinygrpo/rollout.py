@@ -17,6 +17,7 @@ import ray
 import torch
 from torch import nn
 
+from tinygrpo import cluster
 from tinygrpo.data import EOS_ID, PAD_ID, Batch
 from tinygrpo.model import TinyCausalLM
 
@@ -144,6 +145,7 @@ class RolloutManager:
             raise ValueError("num_workers must be >= 1")
         self.policy = policy
         self.config = config
+        cluster.ensure_started()
         total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
         remote_cls = ray.remote(num_cpus=min(1.0, total_cpus / config.num_workers))(RolloutWorker)
         self.workers: list[Any] = [  # Ray actor handles of RolloutWorker

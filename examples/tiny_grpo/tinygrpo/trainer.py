@@ -1,4 +1,10 @@
-"""The GRPO training loop (driver side): rollout -> rule reward -> group advantages -> clipped PG."""
+"""The GRPO training loop (driver side), shaped like verl's ``RayPPOTrainer.fit``.
+
+A step: rollout (Ray workers) -> reward (rule + a judge model) -> reference log-probs (Ray workers) -> critic values
+(optional) -> advantages -> clipped policy gradient with a KL term to the reference -> critic update. Each expensive
+phase is a driver-side method taking and returning a ``Batch`` (``_compute_reward``, ``_compute_ref_log_prob``,
+``_compute_values``, the step in ``self.global_steps``), as verl's are, so that skipweave can replay any of them.
+"""
 
 from __future__ import annotations
 
@@ -17,11 +23,19 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from tinygrpo import judge as judge_module
+from tinygrpo import ref as ref_module
 from tinygrpo import rollout as rollout_module
+from tinygrpo.critic import ValueModel
 from tinygrpo.data import VOCAB_SIZE, Batch, PromptDataset
+from tinygrpo.judge import Judge
 from tinygrpo.model import TinyCausalLM, param_checksum, response_log_probs
+from tinygrpo.ref import RefWorkerGroup
 from tinygrpo.reward import grpo_advantages, rule_reward
 from tinygrpo.rollout import RolloutConfig, RolloutManager
+
+PHASES = ("rollout", "reward", "ref", "values")
+"""The phases of a step that ``metrics.jsonl`` reports as live or replayed, in the order a step runs them."""
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -34,6 +48,12 @@ def seed_everything(seed: int, torch_threads: int) -> None:
     torch.manual_seed(seed)
     torch.set_num_threads(torch_threads)
     torch.use_deterministic_algorithms(True)
+
+
+def phase_status(result: Batch) -> str:
+    """How skipweave settled the call that returned ``result`` (its note in ``meta_info``): ``hit`` (replayed),
+    ``miss`` (ran live and recorded), ``bypass`` (ran live), ...; ``off`` when no skipweave role wove the phase."""
+    return str(result.meta_info.get("skipweave", {}).get("status", "off"))
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -84,6 +104,15 @@ class GRPOTrainer:
             seed=int(cfg.seed),
         )
         self.rollout = RolloutManager(self.policy, self.model_kwargs, self.rollout_config)
+        # The reference policy is the initial policy, frozen (same weights seed), in its own Ray workers.
+        self.ref = RefWorkerGroup(self.model_kwargs, int(cfg.ref.num_workers), int(cfg.rollout.worker_threads))
+        self.judge = Judge(self.model_kwargs, int(cfg.reward.judge_seed), float(cfg.reward.judge_latency))
+        self.critic: ValueModel | None = None
+        self.critic_optimizer: torch.optim.Optimizer | None = None
+        if bool(cfg.critic.enable):
+            self.critic = ValueModel(self.model_kwargs, int(cfg.critic.seed)).eval()
+            self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=float(cfg.critic.lr))
+        self.global_steps = 0
         self._loop = asyncio.new_event_loop()
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -91,14 +120,64 @@ class GRPOTrainer:
         return self._loop.run_until_complete(coro)
 
     def _write(self, record: dict[str, Any]) -> None:
-        """Append one JSON line to ``metrics.jsonl`` (with ``rollout_workers``: the actors this run started)."""
-        record = {**record, "rollout_workers": rollout_module.WORKERS_STARTED}
+        """Append one JSON line to ``metrics.jsonl`` (with the rollout and reference actors and judges this run
+        started)."""
+        record = {**record, "rollout_workers": rollout_module.WORKERS_STARTED,
+                  "ref_workers": ref_module.WORKERS_STARTED, "judges": judge_module.JUDGES_STARTED}
         with self.metrics_path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(record) + "\n")
 
+    # ------------------------------------------------------------------ the phases (verl's driver-side methods)
+    def _compute_reward(self, batch: Batch) -> Batch:
+        """Rewards of a rollout batch: ``rewards`` = rule score + ``reward.judge_weight`` x judge score, all (N,)
+        float32 (``rule_scores``, ``judge_scores`` beside them). Validation batches (``meta_info["validate"]``)
+        are scored the same way."""
+        rule = rule_reward(batch)
+        judged = self.judge.score(batch, self.response_length)
+        rewards = rule + float(self.cfg.reward.judge_weight) * judged
+        return Batch(batch={"rewards": rewards, "rule_scores": rule, "judge_scores": judged},
+                     meta_info={"global_steps": self.global_steps})
+
+    def _compute_ref_log_prob(self, batch: Batch) -> Batch:
+        """Reference log-probs ``ref_log_probs`` (N, response_length) of a rollout batch, from the ref workers."""
+        log_probs = self.ref.compute_ref_log_prob(batch, self.response_length)
+        return Batch(batch={"ref_log_probs": log_probs}, meta_info={"global_steps": self.global_steps})
+
+    @torch.no_grad()
+    def _compute_values(self, batch: Batch) -> Batch:
+        """Critic values ``values`` (N, response_length) of a rollout batch (``critic.enable`` only).
+
+        Raises:
+            RuntimeError: the job has no critic.
+        """
+        if self.critic is None:
+            raise RuntimeError("_compute_values needs critic.enable=true")
+        values = self.critic(batch.batch["input_ids"], batch.batch["attention_mask"], self.response_length)
+        return Batch(batch={"values": values}, meta_info={"global_steps": self.global_steps})
+
+    # ------------------------------------------------------------------ the update
+    def update_critic(self, data: Batch, rewards: torch.Tensor) -> float:
+        """Regress the critic's values at every response position on the sequence reward (shuffled mini-batches,
+        consumes the global RNG); returns the mean value loss."""
+        assert self.critic is not None and self.critic_optimizer is not None
+        self.critic.train()
+        losses: list[float] = []
+        for idx in torch.randperm(len(data)).chunk(int(self.cfg.actor.ppo_mini_batches)):
+            values = self.critic(data.batch["input_ids"][idx], data.batch["attention_mask"][idx],
+                                 self.response_length)
+            loss = masked_mean((values - rewards[idx].unsqueeze(-1)) ** 2, data.batch["response_mask"][idx])
+            self.critic_optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.critic_optimizer.step()
+            losses.append(float(loss.detach()))
+        self.critic.eval()
+        return float(np.mean(losses))
+
     def update_policy(self, data: Batch, advantages: torch.Tensor) -> dict[str, float]:
-        """PPO-clipped policy-gradient update over shuffled mini-batches (consumes the global RNG)."""
+        """PPO-clipped policy-gradient update over shuffled mini-batches, plus ``actor.kl_coef`` x the low-variance
+        KL estimate to the reference policy (verl's ``low_var_kl``); consumes the global RNG."""
         actor = self.cfg.actor
+        kl_coef = float(actor.kl_coef)
         clip = float(actor.clip_ratio)
         num_mini = int(actor.ppo_mini_batches)
         self.policy.train()
@@ -106,7 +185,9 @@ class GRPOTrainer:
         attention_mask = data.batch["attention_mask"]
         response_mask = data.batch["response_mask"]
         old_log_probs = data.batch["old_log_probs"]
+        ref_log_probs = data.batch["ref_log_probs"]
         losses: list[float] = []
+        kls: list[float] = []
         clipfracs: list[float] = []
         grad_norms: list[float] = []
         for _ in range(int(actor.ppo_epochs)):
@@ -118,23 +199,29 @@ class GRPOTrainer:
                 ratio = torch.exp(log_probs - old_log_probs[idx])
                 adv = advantages[idx].unsqueeze(-1)
                 pg_losses = torch.maximum(-adv * ratio, -adv * ratio.clamp(1.0 - clip, 1.0 + clip))
-                loss = masked_mean(pg_losses, mask)
+                log_ratio_ref = (ref_log_probs[idx] - log_probs).clamp(-20.0, 20.0)
+                kl = masked_mean((log_ratio_ref.exp() - log_ratio_ref - 1.0).clamp(-10.0, 10.0), mask)
+                loss = masked_mean(pg_losses, mask) + kl_coef * kl
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), float(actor.grad_clip))
                 self.optimizer.step()
                 losses.append(float(loss.detach()))
+                kls.append(float(kl.detach()))
                 clipfracs.append(float(masked_mean(((ratio - 1.0).abs() > clip).float(), mask)))
                 grad_norms.append(float(grad_norm))
         self.policy.eval()
         return {
             "loss": float(np.mean(losses)),
+            "kl": float(np.mean(kls)),
             "pg_clipfrac": float(np.mean(clipfracs)),
             "grad_norm": float(np.mean(grad_norms)),
         }
 
     def validate(self, step: int) -> dict[str, Any]:
-        """Run the validation prompts through the same ``generate_sequences`` with ``validate=True``."""
+        """Run the validation prompts through the same ``generate_sequences`` and ``_compute_reward`` with
+        ``meta_info["validate"]`` set (skipweave's roles let such calls run live, or serve them in replay-only
+        runs from what a recording run kept apart)."""
         prompts = self.dataset.val_batch(int(self.cfg.data.val_size))
         prompts.meta_info = {
             "global_steps": step,
@@ -143,17 +230,86 @@ class GRPOTrainer:
         }
         start = time.perf_counter()
         out = self._run(self.rollout.generate_sequences(prompts))
+        scored = self._compute_reward(out)
         seconds = time.perf_counter() - start
-        rewards = rule_reward(out)
         record = {
             "step": step,
             "val": True,
-            "val_reward_mean": float(rewards.mean()),
+            "val_reward_mean": float(scored.batch["rewards"].mean()),
+            "val_rule_mean": float(scored.batch["rule_scores"].mean()),
             "val_seconds": seconds,
-            "skip": out.meta_info.get("skipweave", {}).get("status", "off"),
+            "skip": phase_status(out),
+            "phases": {"rollout": phase_status(out), "reward": phase_status(scored)},
         }
         self._write(record)
         log.info("step %d validation: reward_mean=%.4f (%.2fs)", step, record["val_reward_mean"], seconds)
+        return record
+
+    def train_step(self, step: int) -> dict[str, Any]:
+        """One training step; returns its ``metrics.jsonl`` record (per-phase seconds and skipweave statuses)."""
+        self.global_steps = step
+        step_start = time.perf_counter()
+        prompts = self.dataset.train_batch(step)
+        prompts.meta_info = {"global_steps": step, "validate": False, "do_sample": True}
+        seconds: dict[str, float] = {}
+        status: dict[str, str] = {}
+
+        start = time.perf_counter()
+        batch = self._run(self.rollout.generate_sequences(prompts))
+        seconds["rollout"], status["rollout"] = time.perf_counter() - start, phase_status(batch)
+
+        start = time.perf_counter()
+        scored = self._compute_reward(batch)
+        batch.union(scored)
+        seconds["reward"], status["reward"] = time.perf_counter() - start, phase_status(scored)
+
+        start = time.perf_counter()
+        ref = self._compute_ref_log_prob(batch)
+        batch.union(ref)
+        seconds["ref"], status["ref"] = time.perf_counter() - start, phase_status(ref)
+
+        rewards = batch.batch["rewards"]
+        if self.critic is not None:
+            start = time.perf_counter()
+            values = self._compute_values(batch)
+            batch.union(values)
+            seconds["values"], status["values"] = time.perf_counter() - start, phase_status(values)
+            advantages = rewards - batch.batch["values"][:, 0]  # a learned baseline instead of the group's
+        else:
+            advantages = grpo_advantages(rewards, batch.non_tensor_batch["uid"], float(self.cfg.actor.adv_eps))
+
+        start = time.perf_counter()
+        stats = self.update_policy(batch, advantages)
+        critic_loss = self.update_critic(batch, rewards) if self.critic is not None else None
+        seconds["update"] = time.perf_counter() - start
+        step_seconds = time.perf_counter() - step_start
+
+        record: dict[str, Any] = {
+            "step": step,
+            "val": False,
+            "loss": stats["loss"],
+            "kl": stats["kl"],
+            "reward_mean": float(rewards.mean()),
+            "reward_max": float(rewards.max()),
+            "rule_mean": float(batch.batch["rule_scores"].mean()),
+            "judge_mean": float(batch.batch["judge_scores"].mean()),
+            "response_length_mean": float(batch.batch["response_mask"].sum(-1).float().mean()),
+            "pg_clipfrac": stats["pg_clipfrac"],
+            "grad_norm": stats["grad_norm"],
+            "param_checksum": param_checksum(self.policy),
+            "rollout_seconds": seconds["rollout"],
+            "update_seconds": seconds["update"],
+            "step_seconds": step_seconds,
+            "phase_seconds": seconds,
+            "phases": status,
+            # A phase ran live unless skipweave replayed it (status hit).
+            "live_phases": [p for p in PHASES if p in status and status[p] != "hit"],
+            "skip": status["rollout"],
+        }
+        if self.critic is not None:
+            record["critic_loss"] = critic_loss
+            record["value_mean"] = float(batch.batch["values"].mean())
+            record["critic_checksum"] = param_checksum(self.critic)
         return record
 
     def fit(self) -> dict[str, Any]:
@@ -163,7 +319,7 @@ class GRPOTrainer:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path.write_text("", encoding="utf-8")
         log.info("training for %d steps, metrics -> %s", total_steps, self.metrics_path)
-        totals = {"rollout": 0.0, "update": 0.0, "step": 0.0}
+        totals: dict[str, float] = {}
         skips: list[str] = []
         records: list[dict[str, Any]] = []
         fit_start = time.perf_counter()
@@ -171,54 +327,19 @@ class GRPOTrainer:
             range(1, total_steps + 1), desc="tiny-grpo", unit="step", file=sys.stderr, dynamic_ncols=True
         )
         for step in bar:
-            step_start = time.perf_counter()
-            prompts = self.dataset.train_batch(step)
-            prompts.meta_info = {"global_steps": step, "validate": False, "do_sample": True}
-
-            rollout_start = time.perf_counter()
-            out = self._run(self.rollout.generate_sequences(prompts))
-            rollout_seconds = time.perf_counter() - rollout_start
-            skip = out.meta_info.get("skipweave", {}).get("status", "off")
-
-            update_start = time.perf_counter()
-            rewards = rule_reward(out)
-            advantages = grpo_advantages(rewards, out.non_tensor_batch["uid"], float(self.cfg.actor.adv_eps))
-            stats = self.update_policy(out, advantages)
-            update_seconds = time.perf_counter() - update_start
-            step_seconds = time.perf_counter() - step_start
-
-            record = {
-                "step": step,
-                "val": False,
-                "loss": stats["loss"],
-                "reward_mean": float(rewards.mean()),
-                "reward_max": float(rewards.max()),
-                "response_length_mean": float(out.batch["response_mask"].sum(-1).float().mean()),
-                "pg_clipfrac": stats["pg_clipfrac"],
-                "grad_norm": stats["grad_norm"],
-                "param_checksum": param_checksum(self.policy),
-                "rollout_seconds": rollout_seconds,
-                "update_seconds": update_seconds,
-                "step_seconds": step_seconds,
-                "skip": skip,
-            }
+            record = self.train_step(step)
             self._write(record)
             records.append(record)
-            skips.append(skip)
-            totals["rollout"] += rollout_seconds
-            totals["update"] += update_seconds
-            totals["step"] += step_seconds
-            bar.set_postfix(
-                reward=f"{record['reward_mean']:.3f}", rollout=f"{rollout_seconds:.2f}s", skip=skip
-            )
+            skips.append(record["skip"])
+            for phase, spent in record["phase_seconds"].items():
+                totals[phase] = totals.get(phase, 0.0) + spent
+            totals["step"] = totals.get("step", 0.0) + record["step_seconds"]
+            bar.set_postfix(reward=f"{record['reward_mean']:.3f}", live=",".join(record["live_phases"]) or "-")
             log.info(
-                "step %d: loss=%.5f reward_mean=%.4f rollout=%.2fs update=%.2fs skip=%s",
-                step,
-                record["loss"],
-                record["reward_mean"],
-                rollout_seconds,
-                update_seconds,
-                skip,
+                "step %d: loss=%.5f reward_mean=%.4f kl=%.5f %s live=%s",
+                step, record["loss"], record["reward_mean"], record["kl"],
+                " ".join(f"{p}={t:.2f}s" for p, t in record["phase_seconds"].items()),
+                ",".join(record["live_phases"]) or "-",
             )
             if val_every > 0 and step % val_every == 0:
                 self.validate(step)
@@ -227,16 +348,16 @@ class GRPOTrainer:
             "steps": total_steps,
             "first_reward_mean": records[0]["reward_mean"] if records else None,
             "last_reward_mean": records[-1]["reward_mean"] if records else None,
-            "rollout_seconds": totals["rollout"],
-            "update_seconds": totals["update"],
+            "phase_seconds": {p: t for p, t in totals.items() if p != "step"},
             "train_seconds": time.perf_counter() - fit_start,
-            "rollout_fraction_of_step": totals["rollout"] / totals["step"] if totals["step"] else 0.0,
+            "rollout_fraction_of_step": totals.get("rollout", 0.0) / totals["step"] if totals.get("step") else 0.0,
             "skip_statuses": skips,
         }
         log.info("summary: %s", json.dumps(summary))
         return summary
 
     def close(self) -> None:
-        """Stop the rollout workers and close the event loop."""
+        """Stop the rollout and reference workers and close the event loop."""
         self.rollout.shutdown()
+        self.ref.shutdown()
         self._loop.close()

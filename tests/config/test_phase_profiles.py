@@ -1,0 +1,106 @@
+"""The phase profiles (``ref_cache``, ``reward_cache``, ``values_cache``, ``old_log_prob_cache``, ``update_only``):
+one role each, composed with each other and with the rollout profiles, through Hydra's own composition (the
+``+skip=[...]`` command line of a real app runs in tests/examples/test_tiny_grpo.py).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from skipweave.config import load_skip_config
+from skipweave.config.profiles import compose_profile
+from skipweave.config.schema import DEFAULT_DUMP_DIR, Action, SkipConfig
+from skipweave.weaving.fingerprint import fingerprint
+
+PHASES = {"ref_cache": "ref", "reward_cache": "reward", "values_cache": "values", "old_log_prob_cache": "old_log_prob"}
+
+
+def plan(profiles: str | list[str], *overrides: str) -> SkipConfig:
+    return load_skip_config(compose_profile(profiles, overrides=overrides))
+
+
+@pytest.mark.parametrize("profile", sorted(PHASES))
+def test_a_phase_profile_alone_enables_its_role_with_rollout_defaults(profile: str) -> None:
+    roles = plan(profile).roles
+    role = roles[PHASES[profile]]
+    assert role.enable and role.action is Action.CACHE and not role.replay_only
+    assert {r.role for r in plan(profile).enabled_roles} == {PHASES[profile]}
+    assert role.dump_dir == os.path.expanduser(DEFAULT_DUMP_DIR)
+    assert role.step.path == "global_steps"  # the trainer's own counter: driver-side methods
+    assert [t.optional for t in role.targets] == [True] * len(role.targets)
+
+
+def test_phase_profiles_follow_the_rollouts_dump_dir_namespace_and_steps(tmp_path: Path) -> None:
+    composed = plan(["rollout_cache", "ref_cache", "reward_cache"], f"skip.rollout.dump_dir={tmp_path}",
+                    "skip.rollout.namespace=exp1", "skip.rollout.steps=[1,3]")
+    roles = {r.role: r for r in composed.enabled_roles}
+    assert set(roles) == {"rollout", "ref", "reward"}
+    for role in roles.values():
+        assert (role.dump_dir, role.namespace, role.steps.to_config()) == (str(tmp_path), "exp1", [1, 3])
+        assert role.action is Action.CACHE
+
+
+def test_a_role_of_its_own_dump_dir_wins_over_the_rollouts(tmp_path: Path) -> None:
+    composed = plan(["rollout_cache", "ref_cache"], f"skip.rollout.dump_dir={tmp_path / 'a'}",
+                    f"skip.ref.dump_dir={tmp_path / 'b'}")
+    assert composed.roles["rollout"].dump_dir == str(tmp_path / "a")
+    assert composed.roles["ref"].dump_dir == str(tmp_path / "b")
+
+
+def test_update_only_replays_every_phase_replay_only(tmp_path: Path) -> None:
+    composed = plan("update_only", f"skip.rollout.dump_dir={tmp_path}")
+    roles = {r.role: r for r in composed.enabled_roles}
+    assert set(roles) == {"rollout", "ref", "reward", "values", "old_log_prob"}
+    for role in roles.values():
+        assert role.replay_only and role.action is Action.CACHE and role.dump_dir == str(tmp_path), role.role
+    assert {r for r, role in roles.items() if role.depends_on_update} == {"values", "old_log_prob"}
+    # The engine of the rollout and the reward loop's manager are stand-ins; validation is served as well.
+    stubbed = {t.path for role in roles.values() for t in role.targets if t.stub is not None}
+    assert "verl.experimental.reward_loop.RewardLoopManager" in stubbed
+    assert "verl.workers.rollout.llm_server.LLMServerManager.create" in stubbed
+    # A phase left live on top of update_only: the rest stays replayed.
+    live_values = plan("update_only", f"skip.rollout.dump_dir={tmp_path}", "skip.values.enable=false")
+    assert {r.role for r in live_values.enabled_roles} == {"rollout", "ref", "reward", "old_log_prob"}
+
+
+def test_the_callback_route_composes_the_phase_profiles_too(tmp_path: Path) -> None:
+    """``+skipweave=update_only`` (apps with a dataclass schema): the same roles, read from the callback's node."""
+    (tmp_path / "config.yaml").write_text("{}\n")
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(tmp_path), version_base=None):
+            cfg = compose(config_name="config", return_hydra_config=True, overrides=[
+                "+skipweave=update_only", f"hydra.callbacks.skipweave.skip.rollout.dump_dir={tmp_path}"])
+    finally:
+        GlobalHydra.instance().clear()
+    composed = load_skip_config(cfg.hydra.callbacks.skipweave)
+    roles = {r.role: r for r in composed.enabled_roles}
+    assert set(roles) == {"rollout", "ref", "reward", "values", "old_log_prob"}
+    assert {role.dump_dir for role in roles.values()} == {str(tmp_path)}
+
+
+@pytest.mark.parametrize("profile", ["ref_cache", "values_cache", "old_log_prob_cache"])
+def test_a_phase_reading_the_tokens_is_fingerprinted_by_them_alone(profile: str) -> None:
+    """A reference log-prob reads the tokens; rewards unioned into its batch before the call are no input of it,
+    and a changed response is."""
+    import torch
+
+    role = plan(profile).roles[PHASES[profile]]
+    ignore, include = role.fingerprint.ignore, role.fingerprint.include or None
+
+    class Batch:  # DataProto-shaped: batch, non_tensor_batch, meta_info
+        def __init__(self, responses: torch.Tensor, rewards: torch.Tensor) -> None:
+            self.batch = {"input_ids": torch.arange(8).reshape(2, 4), "responses": responses,
+                          "attention_mask": torch.ones(2, 4, dtype=torch.long), "rm_scores": rewards}
+            self.non_tensor_batch: dict[str, object] = {"acc": rewards.tolist()}
+            self.meta_info = {"reward_extra_keys": ["acc"], "global_token_num": [4, 4]}
+
+    responses = torch.tensor([[2, 3], [6, 7]])
+    recorded = fingerprint((Batch(responses, torch.zeros(2)),), {}, ignore=ignore, include=include)
+    assert fingerprint((Batch(responses, torch.ones(2)),), {}, ignore=ignore, include=include) == recorded
+    assert fingerprint((Batch(responses + 1, torch.zeros(2)),), {}, ignore=ignore, include=include) != recorded
