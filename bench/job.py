@@ -1,10 +1,11 @@
-"""The main job: ``examples/tiny_grpo/compare.py`` runs the tiny GRPO job three times (record, replay, replay-only).
+"""The main job: ``examples/tiny_grpo/compare.py`` runs the tiny GRPO job six times (record every phase, replay,
+replay-only, update_only, a new reward on recorded rollouts, verify).
 
     python -m bench.job [--timeout 900] [overrides...]
 
 Prints one JSON line with the comparison summary compare.py writes (per-step rollout seconds of runs 1 and 2,
-whole-run wall seconds of all three, ``rollout_workers`` per run, whether runs 2 and 3 were all hits and
-bit-identical), or ``{"error": ...}``.
+whole-run wall seconds of every run, the phases each ran live and the workers it started, whether the replaying runs
+were all hits and bit-identical), or ``{"error": ...}``.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ def run(timeout: float, overrides: list[str]) -> dict[str, Any]:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         try:
             proc = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True,
-                                  timeout=3 * timeout + 60)
+                                  timeout=7 * timeout + 60)
         except subprocess.TimeoutExpired:
-            return {"error": f"compare.py did not finish within {3 * timeout + 60:.0f}s"}
+            return {"error": f"compare.py did not finish within {7 * timeout + 60:.0f}s"}
         if not os.path.exists(summary_path):
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-12:])
             return {"error": f"compare.py exited {proc.returncode} without a summary:\n{tail}"}

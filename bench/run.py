@@ -21,7 +21,8 @@ Sections (see docs/performance.md for what each row means):
    ``compress`` -- bytes on disk, record and replay seconds per ``compress`` setting (verl batch, token ids).
    ``stall``   -- the worst event-loop stall while 32 ``async`` calls record 8 MB each.
    ``verify``  -- what a verified call adds (the recording's read, the comparison) beside a raw read of the bytes.
-4. ``job``     -- examples/tiny_grpo/compare.py: run-1 and run-2 rollout seconds and whole-run seconds.
+4. ``job``     -- examples/tiny_grpo/compare.py: run-1 and run-2 rollout seconds, whole-run seconds of the record,
+                 replay, replay-only, update_only and new-reward runs, and the phases each ran live.
 
 Every number is a median over repeats; cases take turns so that a noisy neighbour hits them alike, and
 ratios and added costs are medians of per-round paired comparisons. Targets
@@ -114,6 +115,8 @@ CALL_CASES = [
 ]
 REPLAY_ONLY_WALL_X = 0.5
 """A replay-only run of the main job takes at most this fraction of the recording run's wall time (issue 16)."""
+UPDATE_ONLY_WALL_X = 0.3
+"""An ``update_only`` run of the main job takes at most this fraction of the recording run's wall time (issue 31)."""
 SHAPE_BUDGET_X = 2.0
 """The bypass of every step-source/bypass shape adds at most this many times what a wrapt pass-through adds
 (issue 15)."""
@@ -311,7 +314,7 @@ def section_job(opts: argparse.Namespace) -> list[Row]:
     """The tiny GRPO job through compare.py (record, replay, replay-only): rollout and whole-run seconds, workers."""
     if opts.quick and not opts.job:
         return [error_row("job", "tiny GRPO job (compare.py)", "skipped in --quick (pass --job to run it)")]
-    data = run_child("bench.job", ["--timeout", str(opts.job_timeout)], timeout=4 * opts.job_timeout + 120)
+    data = run_child("bench.job", ["--timeout", str(opts.job_timeout)], timeout=8 * opts.job_timeout + 120)
     if "error" in data:
         return [error_row("job", "tiny GRPO job (compare.py)", data["error"])]
     ok = bool(data.get("ok"))
@@ -333,6 +336,7 @@ def section_job(opts: argparse.Namespace) -> list[Row]:
             note=f"rollout_workers started: run-1 {data.get('run1_rollout_workers')}, run-2 "
                  f"{data.get('run2_rollout_workers')}"),
     ]
+    phases = data.get("phases") or []
     replay_only = data.get("replay_only")
     if replay_only is not None and len(walls) > 2:
         w3 = walls[2]
@@ -345,8 +349,40 @@ def section_job(opts: argparse.Namespace) -> list[Row]:
             ok=ratio is not None and ratio <= REPLAY_ONLY_WALL_X and workers == [0]
             and bool(replay_only.get("identical")) and bool(replay_only.get("val_identical")),
             note=f"rollout_workers {workers}; {hits.count('hit')}/{len(hits)} hit; validation "
-                 f"{replay_only.get('run2_val_statuses')}"))
+                 f"{replay_only.get('run2_val_statuses')}; {_live(phases, 2)}"))
+    update_only = data.get("update_only")
+    if update_only is not None and len(walls) > 3:
+        ratio = _ratio(walls[3], w1)
+        started = phases[3] if len(phases) > 3 else {}
+        idle = not started.get("live_phases") and not any(
+            started.get(k) for k in ("rollout_workers", "ref_workers", "judges"))
+        rows.append(row(
+            "job", "run-4 whole run (wall), update_only", [walls[3]], "s", key="job.run4_wall", ratio=ratio,
+            ratio_to="run-1", target=f"<= {UPDATE_ONLY_WALL_X:g}x run-1, no phase live, no worker, identical",
+            ok=ratio is not None and ratio <= UPDATE_ONLY_WALL_X and idle and bool(update_only.get("identical"))
+            and bool(update_only.get("val_identical")),
+            note=f"{_live(phases, 3)}; workers (rollout, ref, judges) {started.get('rollout_workers')}, "
+                 f"{started.get('ref_workers')}, {started.get('judges')}"))
+    new_reward = data.get("new_reward")
+    if new_reward is not None and len(walls) > 4:
+        rows.append(row(
+            "job", "run-5 whole run (wall), a new reward on recorded rollouts", [walls[4]], "s", key="job.run5_wall",
+            ratio=_ratio(walls[4], w1), ratio_to="run-1", ok=bool(new_reward.get("ok")),
+            target="rollouts and reference replayed, rollout scores identical",
+            note=f"{_live(phases, 4)}; reward changed at steps {new_reward.get('reward_changed_steps')}"))
+    if phases:
+        rows[0]["note"] += f"; {_live(phases, 0)}"
+        rows[2]["note"] = _live(phases, 0)
+        rows[3]["note"] += f"; {_live(phases, 1)}"
     return rows
+
+
+def _live(phases: list[dict[str, Any]], index: int) -> str:
+    """``live: rollout (4), reward (4)``: the phases run ``index`` of compare.py ran live, with their live calls."""
+    if index >= len(phases):
+        return "live: ?"
+    found = phases[index]
+    return "live: " + (", ".join(f"{p} ({found['live_calls'][p]})" for p in found.get("live_phases", [])) or "none")
 
 
 STALL_TARGET_MS = 50.0

@@ -1,8 +1,8 @@
 """End-to-end tests of the tiny GRPO example through ``examples/tiny_grpo/compare.py``.
 
-Each test runs the reduced configuration as subprocesses (Ray start-up included): record, replay with the
-engine, replay-only, verify with a changed update (and, beside them, a replay-only run past the recorded steps and a
-verify run with nothing changed).
+Each test runs the reduced configuration as subprocesses (Ray start-up included): record every phase, replay with the
+engine, replay-only, only the update, a new reward on recorded rollouts, verify with a changed update (and, beside
+them, a replay-only run past the recorded steps and a verify run with nothing changed).
 """
 
 from __future__ import annotations
@@ -28,8 +28,11 @@ REDUCED_OVERRIDES = [
     "trainer.val_every=2",
     "data.batch_size=8",
     "data.val_size=4",
+    "reward.judge_latency=0.1",
 ]
-REQUIRED_KEYS = {"step", "loss", "reward_mean", "rollout_seconds", "param_checksum", "skip", "rollout_workers"}
+COMPARED = ("loss", "reward_mean", "param_checksum")
+REQUIRED_KEYS = {"step", "loss", "reward_mean", "rollout_seconds", "param_checksum", "skip", "rollout_workers",
+                 "phases", "live_phases", "ref_workers", "judges"}
 
 
 def run_compare(tmp_path: Path, *options: str, timeout: float = 420.0,
@@ -100,10 +103,16 @@ def test_second_run_replays_every_rollout(tmp_path: Path) -> None:
                *REDUCED_OVERRIDES]
         run4.append(pool.submit(subprocess.run, cmd, capture_output=True, text=True, timeout=180, cwd=REPO_ROOT,
                                 check=False))
+        # Each phase profile alone over run 1's recordings: its phase replayed, the others live and unwoven.
+        for phase in ("ref", "reward"):
+            cmd = [*train, f"+skip={phase}_cache", f"skip.rollout.dump_dir={dump4}",
+                   f"hydra.run.dir={tmp_path / phase}", *REDUCED_OVERRIDES]
+            run4.append(pool.submit(subprocess.run, cmd, capture_output=True, text=True, timeout=180, cwd=REPO_ROOT,
+                                    check=False))
 
     try:
         summary, output = run_compare(tmp_path, after_run_2=start_run_4)
-        proc, same = run4[0].result(), run4[1].result()
+        proc, same, *alone = (run.result() for run in run4)
     finally:
         pool.shutdown(wait=True)
     assert summary["steps"] == 3, output
@@ -113,7 +122,7 @@ def test_second_run_replays_every_rollout(tmp_path: Path) -> None:
     assert summary["run1_statuses"] == ["miss"] * 3, output
     assert summary["run2_statuses"] == ["hit"] * 3, output
     assert summary["run2_all_hits"], output
-    for run in ("run1", "run2", "run3"):
+    for run in ("run1", "run2", "run3", "run4", "run5"):
         lines = train_lines(tmp_path / "runs" / run)
         assert [r["step"] for r in lines] == [1, 2, 3]
         for record in lines:
@@ -125,17 +134,44 @@ def test_second_run_replays_every_rollout(tmp_path: Path) -> None:
     assert replay_only["identical"] and replay_only["val_identical"], output
     assert replay_only["run2_statuses"] == ["hit"] * 3 and replay_only["run2_val_statuses"] == ["hit"], output
     assert summary["run1_rollout_workers"] == [2] and replay_only["run2_rollout_workers"] == [0], output
-    # Run 4 of compare.py, a verify run whose update differs (actor.lr): step 1 identical, step 2 first diverges.
+    # Run 4, update_only: every phase but the update replayed (validation too), no worker, no judge, same metrics.
+    update_only = summary["update_only"]
+    assert update_only["identical"] and update_only["val_identical"], output
+    assert update_only["run2_statuses"] == ["hit"] * 3 and update_only["run2_val_statuses"] == ["hit"], output
+    phases = summary["phases"]
+    assert phases[0]["live_calls"] == {"rollout": 4, "reward": 4, "ref": 3}, output  # 3 steps + 1 validation
+    assert phases[3] == {"live_calls": {"rollout": 0, "reward": 0, "ref": 0}, "live_phases": [],
+                         "rollout_workers": 0, "ref_workers": 0, "judges": 0}, output
+    assert phases[2]["live_calls"]["rollout"] == 0 and phases[2]["rollout_workers"] == 0, output
+    for record in train_lines(tmp_path / "runs" / "run4"):
+        assert record["phases"] == {"rollout": "hit", "reward": "hit", "ref": "hit"}, record
+    # Run 5, a new reward on the recorded rollouts: only the reward (and validation's rollout) ran live.
+    new_reward = summary["new_reward"]
+    assert new_reward["replayed"] and new_reward["rollout_scores_identical"], output
+    assert new_reward["reward_changed_steps"] == [1, 2, 3], output
+    assert phases[4]["live_calls"] == {"rollout": 1, "reward": 4, "ref": 0}, output
+    assert "inputs differ" not in (tmp_path / "runs" / "run5.log").read_text(), output
+    # Run 6 of compare.py, a verify run whose update differs (actor.lr): step 1 identical, step 2 first diverges.
     verify = summary["verify"]
     assert verify["statuses"] == {"1": "identical", "2": "diverged", "3": "diverged"}, output
     assert verify["first_step"] == 2 and verify["first_line"]["first"]["path"] == "batch.responses", output
     assert "first divergence: role rollout target tiny_grpo step 2 call 0: diverged at batch.responses [" in output
+    assert "run-4 update_only:" in output and "| live: none | 0, 0, 0" in output, output
     assert summary["ok"], output
     assert same.returncode == 0, same.stderr[-3000:]
     assert "every verified call is identical to its recording" in same.stdout + same.stderr, same.stdout[-3000:]
     same_lines = [json.loads(x) for x in (tmp_path / "same" / "skipweave-verify.jsonl").read_text().splitlines()]
     assert [(x["step"], x["validation"], x["status"]) for x in same_lines] == [
         (1, False, "identical"), (2, False, "identical"), (2, True, "identical"), (3, False, "identical")]
+
+    # ref_cache and reward_cache alone: bit-identical to run 1, their phase replayed at every step, the rest unwoven.
+    recorded = train_lines(tmp_path / "runs" / "run1")
+    for phase, run in zip(("ref", "reward"), alone, strict=True):
+        assert run.returncode == 0, (phase, run.stderr[-3000:])
+        rows = train_lines(tmp_path / phase)
+        for a, b in zip(recorded, rows, strict=True):
+            assert [a[k] for k in COMPARED] == [b[k] for k in COMPARED], (phase, b)
+            assert {p: s for p, s in b["phases"].items() if s != "off"} == {phase: "hit"}, (phase, b["phases"])
 
     # A step that was never recorded stops a replay-only run with a message naming what is missing.
     text = proc.stdout + proc.stderr
@@ -144,3 +180,37 @@ def test_second_run_replays_every_rollout(tmp_path: Path) -> None:
         assert part in text, (part, text[-3000:])
     rows = train_lines(tmp_path / "run4")
     assert [r["step"] for r in rows] == [1, 2, 3] and {r["rollout_workers"] for r in rows} == {0}
+
+
+CRITIC_RUN = ["trainer.total_steps=2", "trainer.val_every=0", "data.batch_size=4", "reward.judge_latency=0",
+              "critic.enable=true", "+skip.values.targets.tiny_grpo=tinygrpo.trainer.GRPOTrainer._compute_values"]
+
+
+def train(tmp_path: Path, name: str, profile: str, dump: Path) -> subprocess.CompletedProcess[str]:
+    """One run of train.py on a small config with the critic on, ``+skip=<profile>`` over ``dump``."""
+    cmd = [sys.executable, str(REPO_ROOT / "examples" / "tiny_grpo" / "train.py"), f"+skip={profile}",
+           f"skip.rollout.dump_dir={dump}", f"hydra.run.dir={tmp_path / name}", *CRITIC_RUN]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO_ROOT, check=False)
+
+
+@pytest.mark.skipweave
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_values_cache_replays_the_critics_values(tmp_path: Path) -> None:
+    """With the critic on, ``values_cache`` alone records its values, then replays them at every step; the run ends
+    bit-identical (policy and critic), every other phase live and unwoven, and the role's WARNING says that values
+    come from the weights the run trains."""
+    dump = tmp_path / "dump"
+    runs = [train(tmp_path, name, "values_cache", dump) for name in ("record", "replay")]
+    for proc in runs:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    first, second = train_lines(tmp_path / "record"), train_lines(tmp_path / "replay")
+    assert [r["phases"]["values"] for r in first] == ["miss", "miss"]
+    assert [r["phases"]["values"] for r in second] == ["hit", "hit"]
+    for a, b in zip(first, second, strict=True):
+        for key in (*COMPARED, "critic_checksum", "value_mean", "critic_loss"):
+            assert a[key] == b[key], (key, a[key], b[key])
+        assert b["live_phases"] == ["rollout", "reward", "ref"]
+    text = runs[1].stdout + runs[1].stderr
+    assert "role values replays results computed from weights this run trains" in text, text[-2000:]
+    assert "skipweave summary role=values: calls=2 hits=2" in text, text[-2000:]

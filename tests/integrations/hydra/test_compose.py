@@ -22,7 +22,10 @@ from skipweave.integrations.hydra.callback import SkipweaveCallback, job_skip_co
 from skipweave.integrations.launcher import BOOTSTRAP_DIR, _script_dir, child_env
 from skipweave.integrations.launcher.bootstrap import PLAN_ENV, read_plan, top_module
 
-PROFILES = {"rollout_cache", "rollout_repeat", "rollout_replay", "rollout_verify", "async_rollout_cache", "off"}
+ROLLOUT_PROFILES = {"rollout_cache", "rollout_repeat", "rollout_replay", "rollout_verify", "async_rollout_cache", "off"}
+# The phase profiles are checked in tests/config/test_phase_profiles.py.
+PHASE_PROFILES = {"ref_cache", "reward_cache", "values_cache", "old_log_prob_cache", "update_only"}
+PROFILES = ROLLOUT_PROFILES | PHASE_PROFILES
 
 
 def test_shipped_profiles_and_their_dataclass_schema_twins() -> None:
@@ -31,7 +34,7 @@ def test_shipped_profiles_and_their_dataclass_schema_twins() -> None:
     assert twins == PROFILES - {"off"}  # `off` registers no callback: nothing to weave
 
 
-@pytest.mark.parametrize("profile", sorted(PROFILES))
+@pytest.mark.parametrize("profile", sorted(ROLLOUT_PROFILES))
 def test_every_profile_composes_to_a_valid_plan_with_optional_host_targets(profile: str) -> None:
     plan = load_skip_config(compose_profile(profile))
     if profile == "off":
