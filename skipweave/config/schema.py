@@ -38,6 +38,7 @@ from skipweave.config.values import (
     parse_effects,
     parse_expr,
     parse_namespace,
+    parse_note_key,
     parse_optional_path,
     parse_paths,
     parse_report_path,
@@ -320,6 +321,10 @@ class RoleConfig(Declared):
             critic values): a replay is the live result only while every update before it is bit-identical to
             the recording run's (same loss, optimizer, data and seeds). When a target of such a role is patched
             (any action but ``verify``), a WARNING says so (docs/phases.md). The profiles of such roles set it.
+        note: the key under which this role's results carry how skipweave settled their call (verl's
+            ``meta_info[<note>]``); ``None``: the host's own key (``skipweave``). The phase profiles give each phase
+            a key of its own (``skipweave_reward``, ...): verl's ``DataProto.union`` of a step's phase results
+            refuses two different values under one key, as a replayed reward beside a recorded reference has.
     """
 
     role: str
@@ -353,6 +358,7 @@ class RoleConfig(Declared):
     compare: CompareSpec = key(parse=parse_compare, default_factory=CompareSpec, raw_default=None)
     report: str | None = key(None, parse=parse_report_path)
     depends_on_update: bool = key(False, parse=parse_bool)
+    note: str | None = key(None, parse=parse_note_key)
 
     @property
     def compress_level(self) -> int | None:

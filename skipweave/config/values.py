@@ -197,6 +197,19 @@ def optional_str(key: str, value: Any) -> str | None:
     return parse_str(key, value, optional=True)
 
 
+_NOTE_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_note_key(key: str, value: Any) -> str | None:
+    """``None`` or a key for a result's note dict: letters, digits and ``_``, not starting with a digit (it is also a
+    component of fingerprint ignore paths and compare paths, which split on dots)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _NOTE_KEY_RE.match(value):
+        raise ConfigError(key, value, "null or a key of letters, digits and '_' such as 'skipweave_reward'")
+    return value
+
+
 def parse_optional_path(key: str, value: Any) -> str:
     """A dotted path inside an argument; ``""`` or ``null`` means the argument itself."""
     if value is None:

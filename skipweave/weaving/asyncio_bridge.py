@@ -186,14 +186,13 @@ class AsyncBridge:
         result = wrapped(*args, **kwargs)
         if inspect.isawaitable(result):
             result = await result
-        annotate(result, report.BYPASS, step, None)
+        annotate(result, report.BYPASS, step, None, self.proxy.role.note)
         return result
 
-    @staticmethod
-    async def annotated_awaitable(awaitable: Awaitable[Any], step: int | None) -> Any:
+    async def annotated_awaitable(self, awaitable: Awaitable[Any], step: int | None) -> Any:
         """The result of a bypassed plain ``def`` that handed back its coroutine, noted once awaited."""
         result = await awaitable
-        annotate(result, report.BYPASS, step, None)
+        annotate(result, report.BYPASS, step, None, self.proxy.role.note)
         return result
 
 

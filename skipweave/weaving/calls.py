@@ -272,16 +272,19 @@ class CallLedger:
 
     def digest(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
         """The input fingerprint of a call under the role's ``fingerprint.ignore`` and ``include``, with skipweave's
-        own result notes on any argument (``*.meta_info.skipweave``) ignored too: a phase whose input is an earlier
-        phase's result (rewards of a rollout) sees the same inputs whether that result was replayed or recorded
-        live, and only the note would tell them apart.
+        own result notes on any argument ignored too (``*.meta_info.skipweave*``: every role's, whose keys begin
+        with the host's, and this role's ``note``): a phase whose input is an earlier phase's result (rewards of a
+        rollout) sees the same inputs whether that result was replayed or recorded live, and only the note would
+        tell them apart.
 
         Raises:
             ValueError, RecursionError: the inputs cannot be fingerprinted.
         """
         ignore = self._fp_ignore
         if ignore is None:
-            notes = tuple(f"*.{attribute}.{key}" for attribute, key in RESULT_NOTES.current())
+            own = self.proxy.role.note
+            notes = tuple(p for attribute, key in RESULT_NOTES.current()
+                          for p in (f"*.{attribute}.{key}*", *((f"*.{attribute}.{own}",) if own else ())))
             ignore = self._fp_ignore = tuple(dict.fromkeys((*self.proxy.role.fingerprint.ignore, *notes)))
         return fingerprint(args, kwargs, ignore=ignore, include=self.proxy.role.fingerprint.include or None)
 

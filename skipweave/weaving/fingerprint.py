@@ -300,7 +300,7 @@ def _advance(sel: _Sel, depth: int, comp: str) -> _Sel | None:
         return sel
     ignore = []
     for p in sel.ignore:
-        if p[depth] == "*" or p[depth] == comp:
+        if _matches(p[depth], comp):
             if len(p) == depth + 1:
                 return None
             ignore.append(p)
@@ -308,7 +308,7 @@ def _advance(sel: _Sel, depth: int, comp: str) -> _Sel | None:
     if sel.keep is not None:
         alive: list[_Pattern] = []
         for p in sel.keep:
-            if p[depth] == "*" or p[depth] == comp:
+            if _matches(p[depth], comp):
                 if len(p) == depth + 1:
                     alive = []
                     break  # included whole
@@ -318,6 +318,13 @@ def _advance(sel: _Sel, depth: int, comp: str) -> _Sel | None:
                 return None
         keep = tuple(alive) or None
     return _Sel(tuple(ignore), keep)
+
+
+def _matches(part: str, comp: str) -> bool:
+    """An ignore/include path component against a path component: ``*`` any, ``prefix*`` any beginning so."""
+    if part == comp or part == "*":
+        return True
+    return part[-1] == "*" and comp.startswith(part[:-1])
 
 
 def _patterns(paths: Sequence[str], what: str) -> tuple[_Pattern, ...]:
@@ -343,7 +350,8 @@ def fingerprint(args: tuple[Any, ...], kwargs: Mapping[str, Any], *, ignore: Seq
         ignore: dotted paths to leave out, relative to the call. The first component is an argument index
             (``"0"``) or a keyword name, later components are attribute names, dataclass fields,
             TensorDict keys, dict keys (non-str keys by ``str(key)``), sequence indices or namedtuple
-            field names; ``"*"`` matches any single component, e.g. ``"0.meta_info.timing"``,
+            field names; ``"*"`` matches any single component and ``"prefix*"`` any that begins with ``prefix``
+            (``"*.meta_info.skipweave*"``), e.g. ``"0.meta_info.timing"``,
             ``"*.meta_info.global_steps"``, ``"prompts.non_tensor_batch.uid"``. An ignored part contributes
             nothing (an ignored dict entry hashes as if the key were absent). Elements of object arrays
             and set members cannot be addressed. Components cannot contain dots.

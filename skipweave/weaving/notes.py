@@ -82,7 +82,7 @@ RESULT_NOTES: NoteRegistry = NoteRegistry("result note")
 """Where results carry their call's fate (host conventions, registered by integrations)."""
 
 
-def annotate(result: Any, status: str, step: int | None, served: int | None) -> None:
+def annotate(result: Any, status: str, step: int | None, served: int | None, key: str | None = None) -> None:
     """Write how the call that gave ``result`` was settled into every place a registered :class:`ResultNote` names.
 
     Args:
@@ -90,14 +90,17 @@ def annotate(result: Any, status: str, step: int | None, served: int | None) -> 
         status: ``"bypass"``, ``"hit"`` or ``"miss"`` (see :mod:`skipweave.report`).
         step: the call's step, ``None`` when it has none.
         served: the step whose recording served a hit, else ``None``.
+        key: the role's own key (``skip.<role>.note``) written instead of each note's, or ``None`` for the notes'.
+            Roles whose results a host merges (verl's ``DataProto.union`` of a step's phases, which refuses two
+            different values under one key) each write under a key of their own.
 
     Raises:
         Exception: whatever reading the result's attribute raises other than ``AttributeError`` (the host's own).
     """
-    for attribute, key in RESULT_NOTES.current():
+    for attribute, note_key in RESULT_NOTES.current():
         out = getattr(result, attribute, None)
         if isinstance(out, dict):
-            out[key] = {"status": status, "step": step, "served_step": served}
+            out[key or note_key] = {"status": status, "step": step, "served_step": served}
 
 
 __all__ = ["NoteRegistry", "RESULT_NOTES", "ResultNote", "annotate"]

@@ -259,7 +259,7 @@ class SkipProxy:
         result = wrapped(*args, **kwargs)
         if type(result) is types.CoroutineType:  # a plain def that handed back its coroutine
             return self.async_bridge.annotated_awaitable(result, step)
-        annotate(result, report.BYPASS, step, None)
+        annotate(result, report.BYPASS, step, None, self.role.note)
         return result
 
     def sync_call(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], d: Call) -> Any:
@@ -337,6 +337,8 @@ def _front(proxy: SkipProxy, gate: Gate) -> Callable[..., Any]:
     places = notes.current()
     one_note = places if len(places) == 1 else None
     attribute, key = places[0] if len(places) == 1 else ("", "")
+    note = proxy.role.note
+    key = note or key
     first, eligible = gate.first, gate.eligible
     counters, log = report.COUNTERS, report.logger
     counts, first_call = report.for_target(proxy.role.role, proxy.target.name), report.first_call
@@ -373,7 +375,7 @@ def _front(proxy: SkipProxy, gate: Gate) -> Callable[..., Any]:
             if type(out) is dict or isinstance(out, dict):
                 out[key] = {"status": status, "step": step, "served_step": None}
         else:
-            annotate(result, status, step, None)
+            annotate(result, status, step, None, note)
         return result
 
     front.skipweave_proxy = proxy  # type: ignore[attr-defined]

@@ -143,7 +143,7 @@ class Recorder:
         if d.no_store:
             report.event(status, role=role.role, target=target.name, step=d.step,
                          nbytes=0, seconds=seconds, call=d.call)
-            annotate(result, status, d.step, None)
+            annotate(result, status, d.step, None, role.note)
             return result, False
         handed_over = False
         try:
@@ -174,7 +174,7 @@ class Recorder:
             self.written(d, key, exc, end=False)
         report.event(status, role=role.role, target=target.name, step=d.step,
                      nbytes=nbytes, seconds=seconds, call=slot)
-        annotate(result, status, d.step, None)
+        annotate(result, status, d.step, None, role.note)
         return result, handed_over
 
     def written(self, d: Call, key: Any, outcome: Any, *, end: bool = True, counted: int = 0) -> None:

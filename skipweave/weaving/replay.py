@@ -157,7 +157,7 @@ class Replayer:
                 return False, None
         if restore_rng is not None:
             restore_rng()
-        annotate(result, report.HIT, d.step, d.served)
+        annotate(result, report.HIT, d.step, d.served, role.note)
         report.event(
             report.HIT, role=role.role, target=target.name, step=d.step, served=d.served,
             nbytes=loaded.bytes, seconds=time.perf_counter() - t0,

@@ -113,7 +113,7 @@ class Verifier:
         self.path = proxy.role.report or default_report_path()
         self.warned_unrecorded = self.warned_empty = False
         # the result notes (verl's meta_info["skipweave"]) tell each call's own fate, never what the call computed
-        self.spec = proxy.role.compare.ignoring(tuple(f"{attribute}.{key}"
+        self.spec = proxy.role.compare.ignoring(tuple(f"{attribute}.{proxy.role.note or key}"
                                                       for attribute, key in RESULT_NOTES.current()))
 
     # ------------------------------------------------------------------ the two paths
@@ -279,7 +279,7 @@ class Verifier:
             logger.warning("skipweave verify: role %s target %s step %d call %d: the recording cannot be served "
                            "here (see above); the live result is handed back", role.role, proxy.target.name, d.step,
                            d.call)
-        annotate(live, VERIFY, d.step, d.served if read is not None else None)
+        annotate(live, VERIFY, d.step, d.served if read is not None else None, self.proxy.role.note)
         return live
 
 

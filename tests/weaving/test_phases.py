@@ -31,9 +31,12 @@ class Batch:  # DataProto-shaped
     non_tensor_batch: dict = field(default_factory=dict)
     meta_info: dict = field(default_factory=dict)
 
-    def union(self, other):
+    def union(self, other):  # as verl's DataProto.union: meta_info keys both hold must agree
+        for key, value in other.meta_info.items():
+            assert self.meta_info.get(key, value) == value, f"{key} in both meta_info dicts, not the same"
         self.batch.update(other.batch)
         self.non_tensor_batch.update(other.non_tensor_batch)
+        self.meta_info.update(other.meta_info)
         return self
 
 
@@ -114,6 +117,18 @@ def test_each_phase_profile_replays_its_phase_alone_and_composed(mod: Any, tmp_p
     assert run(mod, tmp_path, ["rollout_cache", "ref_cache"]) == first
     assert {p for p, _ in mod.LIVE} == {"reward", "values"}
     assert run(mod, tmp_path, RECORD) == first and mod.LIVE == []
+    # A phase recorded now beside a replayed one: each notes its results under its own key, so the host's union of
+    # the two (verl's DataProto.union refuses two different values under one key) meets no conflict.
+    for dump in (tmp_path / "own", tmp_path / "shared"):
+        run(mod, dump, ["rollout_cache"])
+    assert run(mod, tmp_path / "own", ["rollout_cache", "ref_cache"]) == first  # rollout hit, reference miss
+    with pytest.raises(AssertionError, match="skipweave in both meta_info"):
+        run(mod, tmp_path / "shared", ["rollout_cache", "ref_cache"], "skip.ref.note=skipweave")
+
+
+def test_a_role_note_key_is_checked_before_anything_is_patched(mod: Any, tmp_path: Path) -> None:
+    with pytest.raises(skipweave.ConfigError, match="skip.reward.note"):
+        weave(mod, tmp_path, ["reward_cache"], "skip.reward.note=has.dot")
 
 
 def test_update_only_replays_every_phase_and_misses_stop_it(mod: Any, tmp_path: Path) -> None:
@@ -168,6 +183,6 @@ def test_roles_computed_from_trained_weights_warn_once_woven(
     said = [r.getMessage() for r in caplog.records if "computed from weights this run trains" in r.getMessage()]
     assert len(said) == 1 and "role values" in said[0] and "skip.values.enable=false" in said[0]
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="skipweave"):  # old_log_prob: no target of this host resolves
-        run(mod, tmp_path, ["rollout_cache", "old_log_prob_cache"])
+    with caplog.at_level(logging.WARNING, logger="skipweave"):  # old_log_prob: no target of this host, none of verl's
+        run(mod, tmp_path, ["rollout_cache", "old_log_prob_cache"], "skip.old_log_prob.targets.verl_old_log_prob.path=no_such_trainer.T.m")
     assert not [r for r in caplog.records if "computed from weights" in r.getMessage()]

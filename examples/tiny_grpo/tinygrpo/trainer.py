@@ -50,10 +50,12 @@ def seed_everything(seed: int, torch_threads: int) -> None:
     torch.use_deterministic_algorithms(True)
 
 
-def phase_status(result: Batch) -> str:
-    """How skipweave settled the call that returned ``result`` (its note in ``meta_info``): ``hit`` (replayed),
-    ``miss`` (ran live and recorded), ``bypass`` (ran live), ...; ``off`` when no skipweave role wove the phase."""
-    return str(result.meta_info.get("skipweave", {}).get("status", "off"))
+def phase_status(result: Batch, phase: str = "rollout") -> str:
+    """How skipweave settled the call of ``phase`` that returned ``result`` (its note in ``meta_info``: the rollout's
+    under ``skipweave``, another phase's under ``skipweave_<phase>``, as the phase profiles declare): ``hit``
+    (replayed), ``miss`` (ran live and recorded), ``bypass`` (ran live), ...; ``off`` when no role wove it."""
+    key = "skipweave" if phase == "rollout" else f"skipweave_{phase}"
+    return str(result.meta_info.get(key, {}).get("status", "off"))
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -239,7 +241,7 @@ class GRPOTrainer:
             "val_rule_mean": float(scored.batch["rule_scores"].mean()),
             "val_seconds": seconds,
             "skip": phase_status(out),
-            "phases": {"rollout": phase_status(out), "reward": phase_status(scored)},
+            "phases": {"rollout": phase_status(out), "reward": phase_status(scored, "reward")},
         }
         self._write(record)
         log.info("step %d validation: reward_mean=%.4f (%.2fs)", step, record["val_reward_mean"], seconds)
@@ -261,19 +263,19 @@ class GRPOTrainer:
         start = time.perf_counter()
         scored = self._compute_reward(batch)
         batch.union(scored)
-        seconds["reward"], status["reward"] = time.perf_counter() - start, phase_status(scored)
+        seconds["reward"], status["reward"] = time.perf_counter() - start, phase_status(scored, "reward")
 
         start = time.perf_counter()
         ref = self._compute_ref_log_prob(batch)
         batch.union(ref)
-        seconds["ref"], status["ref"] = time.perf_counter() - start, phase_status(ref)
+        seconds["ref"], status["ref"] = time.perf_counter() - start, phase_status(ref, "ref")
 
         rewards = batch.batch["rewards"]
         if self.critic is not None:
             start = time.perf_counter()
             values = self._compute_values(batch)
             batch.union(values)
-            seconds["values"], status["values"] = time.perf_counter() - start, phase_status(values)
+            seconds["values"], status["values"] = time.perf_counter() - start, phase_status(values, "values")
             advantages = rewards - batch.batch["values"][:, 0]  # a learned baseline instead of the group's
         else:
             advantages = grpo_advantages(rewards, batch.non_tensor_batch["uid"], float(self.cfg.actor.adv_eps))
