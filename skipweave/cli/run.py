@@ -24,7 +24,8 @@ EXIT_NOT_FOUND = 127
 
 DESCRIPTION = """\
 Run COMMAND with a skipweave profile woven into every Python process it starts, with no change to
-the program. PROFILE is a shipped profile (rollout_cache, rollout_repeat, rollout_replay, async_rollout_cache, off),
+the program. PROFILE is a shipped profile (rollout_cache, rollout_repeat, rollout_replay, rollout_verify,
+async_rollout_cache, ref_cache, reward_cache, values_cache, old_log_prob_cache, update_only, off),
 a <name>.yaml in a folder of SKIPWEAVE_PROFILE_PATH, or a path to a YAML file (ending in .yaml/.yml
 or holding a '/'). Several profiles (--skip repeated, or --skip a,b) compose in order, later ones
 winning. The overrides use Hydra's command-line syntax, as after +skip=PROFILE in a Hydra app, and

@@ -65,6 +65,27 @@ def drop_unset(container: dict[str, Any]) -> dict[str, Any]:
     return {**container, "skip": roles}
 
 
+FOLLOWED_KEYS = ("dump_dir", "namespace", "steps")
+"""What a role with ``follows: <role>`` takes from that role when it leaves them unset: the step's store and steps."""
+
+
+def follow_roles(container: dict[str, Any]) -> dict[str, Any]:
+    """Return ``container`` with each role that names another in ``follows`` given that role's
+    :data:`FOLLOWED_KEYS` it leaves unset (``container`` is not modified). Run after the adapters, so that what they
+    filled in (verl's legacy ``dump_dir``, its run identity as ``namespace``) is followed too; a role that follows
+    one the config does not have keeps its defaults."""
+    skip = container.get("skip")
+    if not isinstance(skip, Mapping):
+        return container
+    roles = dict(skip)
+    for name, role in skip.items():
+        leader = skip.get(role.get("follows")) if isinstance(role, Mapping) and isinstance(
+            role.get("follows"), str) else None
+        if isinstance(leader, Mapping) and leader is not role:
+            roles[name] = {**{k: leader[k] for k in FOLLOWED_KEYS if k in leader and k not in role}, **role}
+    return {**container, "skip": roles}
+
+
 def load_skip_config(cfg: Any) -> SkipConfig:
     """Validate the ``skip`` node of an application config, after the registered config adapters.
 
@@ -75,7 +96,8 @@ def load_skip_config(cfg: Any) -> SkipConfig:
         The validated :class:`SkipConfig`; a config with no ``skip`` at all means every role disabled.
         The adapters (:data:`~skipweave.config.adapters.CONFIG_ADAPTERS`) may fill a role's keys: verl's
         remaps its legacy keys, gives a role that leaves ``namespace`` unset verl's run identity and reads
-        verl's shipped ``steps: []`` as unset (see :mod:`skipweave.integrations.verl.config`).
+        verl's shipped ``steps: []`` as unset (see :mod:`skipweave.integrations.verl.config`). A role with
+        ``follows`` then takes the followed role's unset ``dump_dir``, ``namespace`` and ``steps``.
 
     Raises:
         ConfigError: a bad value, naming the key, the value and what is allowed.
@@ -86,4 +108,4 @@ def load_skip_config(cfg: Any) -> SkipConfig:
     container = drop_unset(to_container(cfg))
     for adapter in CONFIG_ADAPTERS:
         container = adapter.adapt(container)
-    return parse_skip(container.get("skip"))
+    return parse_skip(follow_roles(container).get("skip"))

@@ -109,17 +109,26 @@ def parse_skip(skip: Any, *, prefix: str = "skip") -> SkipConfig:
         The :class:`SkipConfig`.
 
     Raises:
-        ConfigError: the first invalid key.
+        ConfigError: the first invalid key; two enabled roles with one ``note`` (a host merging their results,
+            as verl's ``DataProto.union`` does, would meet two different values under one key).
     """
     if skip is None:
         return SkipConfig({})
     if not isinstance(skip, Mapping):
         raise ConfigError(prefix, skip, "a mapping of role name -> role settings, e.g. skip.rollout.enable=true")
-    return SkipConfig({
+    config = SkipConfig({
         str(name): parse_role(str(name), raw, prefix=prefix)
         for name, raw in skip.items()
         if not _HYDRA_KEY_RE.match(str(name))  # e.g. verl's `skip._target_: verl.utils.skip.SkipManagerConfig`
     })
+    noted: dict[str, str] = {}
+    for role in config.enabled_roles:
+        if role.note is not None:
+            other = noted.setdefault(role.note, role.role)
+            if other != role.role:
+                raise ConfigError(f"{prefix}.{role.role}.note", role.note,
+                                  f"a key no other enabled role uses (skip.{other}.note is {role.note!r})")
+    return config
 
 
 __all__ = ["parse_role", "parse_skip", "unknown_role_key"]

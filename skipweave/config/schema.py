@@ -321,6 +321,10 @@ class RoleConfig(Declared):
             critic values): a replay is the live result only while every update before it is bit-identical to
             the recording run's (same loss, optimizer, data and seeds). When a target of such a role is patched
             (any action but ``verify``), a WARNING says so (docs/phases.md). The profiles of such roles set it.
+        follows: a role whose ``dump_dir``, ``namespace`` and ``steps`` this one takes where it leaves them unset,
+            after the config adapters filled theirs (verl's legacy keys, its run identity): one store for every
+            phase of a step. The phase profiles set ``rollout``; a role the config does not have is no error (the
+            defaults apply).
         note: the key under which this role's results carry how skipweave settled their call (verl's
             ``meta_info[<note>]``); ``None``: the host's own key (``skipweave``). The phase profiles give each phase
             a key of its own (``skipweave_reward``, ...): verl's ``DataProto.union`` of a step's phase results
@@ -358,6 +362,7 @@ class RoleConfig(Declared):
     compare: CompareSpec = key(parse=parse_compare, default_factory=CompareSpec, raw_default=None)
     report: str | None = key(None, parse=parse_report_path)
     depends_on_update: bool = key(False, parse=parse_bool)
+    follows: str | None = key(None, parse=optional_str)
     note: str | None = key(None, parse=parse_note_key)
 
     @property

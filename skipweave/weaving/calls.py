@@ -100,6 +100,7 @@ class CallLedger:
         self.validation_calls = 0
         self.shared_warned = False
         self._fp_ignore: tuple[str, ...] | None = None
+        self.include_warned = False
 
     # ------------------------------------------------------------------ call indices
     def take_index(self, step: int, shard: str) -> int:
@@ -272,8 +273,8 @@ class CallLedger:
 
     def digest(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
         """The input fingerprint of a call under the role's ``fingerprint.ignore`` and ``include``, with skipweave's
-        own result notes on any argument ignored too (``*.meta_info.skipweave*``: every role's, whose keys begin
-        with the host's, and this role's ``note``): a phase whose input is an earlier phase's result (rewards of a
+        own result notes on any argument ignored too (``*.meta_info.skipweave*`` and the ``note`` of every role of
+        the woven plan): a phase whose input is an earlier phase's result (rewards of a
         rollout) sees the same inputs whether that result was replayed or recorded live, and only the note would
         tell them apart.
 
@@ -282,11 +283,22 @@ class CallLedger:
         """
         ignore = self._fp_ignore
         if ignore is None:
-            own = self.proxy.role.note
+            keys = tuple(dict.fromkeys(k for k in (*RESULT_NOTES.role_keys, self.proxy.role.note) if k))
             notes = tuple(p for attribute, key in RESULT_NOTES.current()
-                          for p in (f"*.{attribute}.{key}*", *((f"*.{attribute}.{own}",) if own else ())))
+                          for p in (f"*.{attribute}.{key}*", *(f"*.{attribute}.{k}" for k in keys)))
             ignore = self._fp_ignore = tuple(dict.fromkeys((*self.proxy.role.fingerprint.ignore, *notes)))
-        return fingerprint(args, kwargs, ignore=ignore, include=self.proxy.role.fingerprint.include or None)
+        include = self.proxy.role.fingerprint.include or None
+        return fingerprint(args, kwargs, ignore=ignore, include=include,
+                           on_unmatched=None if include is None or self.include_warned else self.warn_unmatched)
+
+    def warn_unmatched(self) -> None:
+        """Once per proxy: ``fingerprint.include`` named no part of a call's inputs, so all of them were hashed."""
+        self.include_warned = True
+        role = self.proxy.role
+        logger.warning("skipweave: role %s target %s: skip.%s.fingerprint.include %s names no part of the call's "
+                       "inputs; the whole inputs are fingerprinted instead (name the fields the call reads, e.g. "
+                       "'*.batch.input_ids' of a batch passed first or by keyword)", role.role,
+                       self.proxy.target.name, role.role, list(role.fingerprint.include))
 
     def warn_shared(self, d: Call, what: str) -> None:
         """Once per proxy: several writers share this shard, so calls are matched by their inputs only."""

@@ -27,7 +27,7 @@ import logging
 import re
 import struct
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,10 +48,12 @@ _Pattern = tuple[str, ...]
 @dataclasses.dataclass(frozen=True)
 class _Sel:
     """Which parts below a path are hashed: ``ignore`` patterns still alive there, and ``keep`` the ``include``
-    patterns still alive (``None``: everything below is included)."""
+    patterns still alive (``None``: everything below is included). ``found`` is shared by every selection of one
+    call: its one item turns True when an include pattern named a part of the inputs."""
 
     ignore: tuple[_Pattern, ...] = ()
     keep: tuple[_Pattern, ...] | None = None
+    found: list[bool] = dataclasses.field(default_factory=lambda: [False], compare=False)
 
 
 _ALL = _Sel()
@@ -311,13 +313,14 @@ def _advance(sel: _Sel, depth: int, comp: str) -> _Sel | None:
             if _matches(p[depth], comp):
                 if len(p) == depth + 1:
                     alive = []
+                    sel.found[0] = True
                     break  # included whole
                 alive.append(p)
         else:
             if not alive:
                 return None
         keep = tuple(alive) or None
-    return _Sel(tuple(ignore), keep)
+    return _Sel(tuple(ignore), keep, sel.found)
 
 
 def _matches(part: str, comp: str) -> bool:
@@ -338,7 +341,7 @@ def _patterns(paths: Sequence[str], what: str) -> tuple[_Pattern, ...]:
 
 
 def fingerprint(args: tuple[Any, ...], kwargs: Mapping[str, Any], *, ignore: Sequence[str] = (),
-                include: Sequence[str] | None = None) -> str:
+                include: Sequence[str] | None = None, on_unmatched: Callable[[], None] | None = None) -> str:
     """Return a stable hex digest (xxh3-128, 32 hex characters) of a call's inputs.
 
     The digest does not depend on the process (hash seed, memory addresses), on dict insertion order, on
@@ -358,7 +361,10 @@ def fingerprint(args: tuple[Any, ...], kwargs: Mapping[str, Any], *, ignore: Seq
         include: dotted paths (written as ``ignore``'s) of the only parts to hash, or None for all: a part is
             hashed when an include path names it or a part around it, and no ignore path names it or a part
             around it. For a phase that reads a few fields of a batch other phases add to (a reference
-            log-prob reads the tokens, not the rewards unioned into the batch before it).
+            log-prob reads the tokens, not the rewards unioned into the batch before it). When no include path
+            names any part of this call's inputs, every part is hashed instead (a digest of nothing would match
+            any inputs) and ``on_unmatched`` is called.
+        on_unmatched: called (no arguments) when ``include`` named no part of the inputs.
 
     Returns:
         The lowercase hex digest.
@@ -367,6 +373,15 @@ def fingerprint(args: tuple[Any, ...], kwargs: Mapping[str, Any], *, ignore: Seq
         ValueError: an ignore or include path is empty or has an empty component.
     """
     pats = _Sel(_patterns(ignore, "ignore"), None if include is None else _patterns(include, "include"))
+    digest = _call_digest(args, kwargs, pats)
+    if pats.keep is not None and not pats.found[0]:
+        if on_unmatched is not None:
+            on_unmatched()
+        digest = _call_digest(args, kwargs, _Sel(pats.ignore))
+    return digest
+
+
+def _call_digest(args: tuple[Any, ...], kwargs: Mapping[str, Any], pats: _Sel) -> str:
     h = _Hasher(xxhash.xxh3_128())
     h.put(b"call-v1")
     for i, a in enumerate(args):

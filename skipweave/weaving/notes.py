@@ -47,6 +47,9 @@ class NoteRegistry(hooks.Registry[ResultNote]):
         self._loaded = False
         self.places: tuple[tuple[str, str], ...] = ()
         """Every registered note as ``(attribute, key)``, in registration order."""
+        self.role_keys: tuple[str, ...] = ()
+        """The keys the woven plan's roles write instead (``skip.<role>.note``), set at weave: every role's note is
+        left out of input fingerprints, wherever a phase's input carries an earlier phase's result."""
 
     def add(self, item: ResultNote) -> ResultNote:
         """Register ``item`` (see :meth:`hooks.Registry.add`); returns it.

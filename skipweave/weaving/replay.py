@@ -259,8 +259,17 @@ class Replayer:
             f"skipweave: replay-only role {role.role} target {target.name} ({target.path}): no "
             f"recording serves step {d.step} {what} {d.call} (shard {d.shard}) in dump dir {store.dump_dir} "
             f"(namespace {store.namespace}); record it first with a recording run over the same steps "
-            f"(e.g. +skip=rollout_cache{' with record_validation' if d.validation else ''}), or narrow "
-            f"skip.{role.role}.steps")
+            f"(e.g. {recording_profile(role.role)}{' with record_validation' if d.validation else ''}), narrow "
+            f"skip.{role.role}.steps, or run the role live (skip.{role.role}.enable=false)")
 
 
-__all__ = ["FingerprintMismatch", "MAX_VIEWS", "Read", "ReplayMissing", "Replayer", "VIEW_TTL_S"]
+def recording_profile(role: str) -> str:
+    """How to record ``role``, for a message: ``+skip=<role>_cache`` when skipweave ships that profile (the rollout
+    and every phase), else a recording action for the role's own profile."""
+    from skipweave.config.profiles import shipped_profiles
+
+    name = f"{role}_cache"
+    return f"+skip={name}" if name in shipped_profiles() else f"skip.{role}.action=cache"
+
+
+__all__ = ["FingerprintMismatch", "MAX_VIEWS", "Read", "ReplayMissing", "Replayer", "VIEW_TTL_S", "recording_profile"]

@@ -36,7 +36,7 @@ from skipweave.verify.report import UNRECORDED, ReportFile, Tally, describe, rec
 from skipweave.weaving.asyncio_bridge import EXIT_BEGAN, ExitBegan, off_loop
 from skipweave.weaving.calls import Call
 from skipweave.weaving.notes import RESULT_NOTES, annotate
-from skipweave.weaving.replay import Read
+from skipweave.weaving.replay import Read, recording_profile
 
 if TYPE_CHECKING:
     from skipweave.weaving.proxy import SkipProxy
@@ -256,9 +256,9 @@ class Verifier:
         if line["status"] == UNRECORDED and not self.warned_unrecorded:
             self.warned_unrecorded = True  # a mistyped dump dir or namespace must not pass as a quiet run
             logger.warning("skipweave verify: %s; dump dir %s, namespace %s: a verify run compares with what a "
-                           "recording run (e.g. +skip=rollout_cache) left there; check skip.%s.dump_dir and "
+                           "recording run (e.g. %s) left there; check skip.%s.dump_dir and "
                            "namespace (later such calls at INFO)", text, proxy.store.dump_dir, proxy.store.namespace,
-                           role.role)
+                           recording_profile(role.role), role.role)
         elif line["status"] == DIVERGED:
             if role.on_diverge is OnDiverge.ERROR:
                 # as a call that raised: its index and its recording go to the retry, which is compared again

@@ -33,6 +33,7 @@ from skipweave.store.identity import end_run, made_here, run_id, run_started
 from skipweave.store.step_store import StepStore
 from skipweave.store.write_behind import flush
 from skipweave.weaving.main_script import MAIN, WATCH, names_main_script
+from skipweave.weaving.notes import RESULT_NOTES
 from skipweave.weaving.proxy import SkipProxy, shard_label, wraps_coroutine_function
 from skipweave.weaving.resolve import ResolvedPath, TargetNotFound, resolve_owner, split_path
 from skipweave.weaving.unpatch import remove_wrapper
@@ -159,6 +160,7 @@ class Weaver:
                 for target in role.targets:
                     _proxy_class(target)
             self._state = _State(key, plan, [], {}, self._state.generation + 1)
+            RESULT_NOTES.role_keys = tuple(dict.fromkeys(r.note for r in plan.enabled_roles if r.note))
             generation = self._state.generation
             run_id()  # now, so that the processes this one starts inherit it (they are writers of this run)
             try:
@@ -302,10 +304,10 @@ class Weaver:
             return
         self._state.warned.add(role.role)
         logger.warning(
-            "skipweave: role %s replays results computed from weights this run trains: a replay is what the live "
-            "call would return only while every update before it is bit-identical to the recording run's; after a "
-            "change to the loss, optimizer, data or seeds set skip.%s.enable=false (docs/phases.md#old-log-probs-"
-            "and-critic-values)", role.role, role.role)
+            "skipweave: role %s records or replays results computed from weights the run trains: a replay is what "
+            "the live call would return only while every update before it is bit-identical to the recording run's; "
+            "after a change to the loss, optimizer, data or seeds set skip.%s.enable=false (docs/phases.md#old-log-"
+            "probs-and-critic-values)", role.role, role.role)
 
     def unweave(self) -> None:
         """Remove every skipweave patch of this process, restoring exactly the originals.

@@ -84,6 +84,35 @@ def test_the_callback_route_composes_the_phase_profiles_too(tmp_path: Path) -> N
     assert {role.dump_dir for role in roles.values()} == {str(tmp_path)}
 
 
+@pytest.mark.parametrize("profile", [*sorted(PHASES), "update_only"])
+def test_the_callback_of_a_phase_profile_is_instantiated_as_hydra_instantiates_it(profile: str, tmp_path: Path) -> None:
+    """Hydra instantiates the callback from its node and refuses an unset (???) value there."""
+    from hydra.utils import instantiate
+
+    (tmp_path / "config.yaml").write_text("{}\n")
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(tmp_path), version_base=None):
+            cfg = compose(config_name="config", return_hydra_config=True, overrides=[
+                f"+skipweave={profile}", f"hydra.callbacks.skipweave.skip.rollout.dump_dir={tmp_path}"])
+    finally:
+        GlobalHydra.instance().clear()
+    callback = instantiate(cfg.hydra.callbacks.skipweave)
+    assert type(callback).__name__ == "SkipweaveCallback"
+    roles = load_skip_config(cfg.hydra.callbacks.skipweave).enabled_roles
+    assert {r.dump_dir for r in roles} == {str(tmp_path)}
+
+
+def test_phases_follow_a_rollout_store_that_verls_legacy_keys_set(tmp_path: Path) -> None:
+    """The legacy adapter fills skip.rollout.dump_dir after Hydra composed: the phases follow what it filled."""
+    base = {"actor_rollout_ref": {"rollout": {"skip": {"enable": True, "dump_dir": str(tmp_path / "legacy")}}}}
+    for profiles in (["ref_cache"], ["rollout_cache", "ref_cache", "reward_cache"], ["update_only"]):
+        with pytest.warns(Warning):  # the legacy keys' deprecation
+            composed = load_skip_config(compose_profile(profiles, base=base))
+        dump_dirs = {r.role: r.dump_dir for r in composed.roles.values() if r.role in {"rollout", "ref", "reward"}}
+        assert set(dump_dirs.values()) == {str(tmp_path / "legacy")}, (profiles, dump_dirs)
+
+
 @pytest.mark.parametrize("profile", ["ref_cache", "values_cache", "old_log_prob_cache"])
 def test_a_phase_reading_the_tokens_is_fingerprinted_by_them_alone(profile: str) -> None:
     """A reference log-prob reads the tokens; rewards unioned into its batch before the call are no input of it,

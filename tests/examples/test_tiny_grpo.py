@@ -212,5 +212,5 @@ def test_values_cache_replays_the_critics_values(tmp_path: Path) -> None:
             assert a[key] == b[key], (key, a[key], b[key])
         assert b["live_phases"] == ["rollout", "reward", "ref"]
     text = runs[1].stdout + runs[1].stderr
-    assert "role values replays results computed from weights this run trains" in text, text[-2000:]
+    assert "role values records or replays results computed from weights the run trains" in text, text[-2000:]
     assert "skipweave summary role=values: calls=2 hits=2" in text, text[-2000:]

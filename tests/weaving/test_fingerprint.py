@@ -194,6 +194,20 @@ def test_include_paths_hash_only_the_parts_they_name() -> None:
     assert fingerprint((a,), {"k": 1}, include=["0", "k"]) == fingerprint((a,), {"k": 1})
 
 
+def test_include_paths_that_name_nothing_hash_everything_and_say_so() -> None:
+    """A digest of nothing would match any inputs: when no include path names a part, all parts are hashed."""
+    said: list[int] = []
+    a, b = {"prompt_ids": torch.arange(3)}, {"prompt_ids": torch.arange(3) + 1}
+    none = ["*.batch.input_ids"]
+    da = fingerprint((a,), {}, include=none, on_unmatched=lambda: said.append(1))
+    assert da == fingerprint((a,), {}) and da != fingerprint((b,), {}, include=none)
+    assert said == [1]
+    # a path leading into the inputs but naming no leaf there counts as nothing named too
+    assert fingerprint(({"batch": {"other": 1}},), {}, include=none) != fingerprint(({"batch": {"other": 2}},), {},
+                                                                                    include=none)
+    assert fingerprint((a,), {}, include=[]) == fingerprint((a,), {})
+
+
 def test_tensordict_batch() -> None:
     import tensordict
     td1 = tensordict.TensorDict({"a": torch.ones(2, 3), "b": torch.zeros(2)}, batch_size=[2])

@@ -129,6 +129,29 @@ def test_each_phase_profile_replays_its_phase_alone_and_composed(mod: Any, tmp_p
 def test_a_role_note_key_is_checked_before_anything_is_patched(mod: Any, tmp_path: Path) -> None:
     with pytest.raises(skipweave.ConfigError, match="skip.reward.note"):
         weave(mod, tmp_path, ["reward_cache"], "skip.reward.note=has.dot")
+    with pytest.raises(skipweave.ConfigError, match=r"skip.values.note='skipweave_ref'.*skip.ref.note"):
+        weave(mod, tmp_path, ["ref_cache", "values_cache"], "skip.values.note=skipweave_ref")
+
+
+def test_a_note_of_any_key_is_no_input_of_the_next_phase(mod: Any, tmp_path: Path) -> None:
+    """The rollout's note under a key of the user's own is in the reward's input batch: a miss in the recording run,
+    a hit in the replay; it is left out of the reward's fingerprint, as every woven role's note is."""
+    first = run(mod, tmp_path, RECORD, "+skip.rollout.note=my_rollout")
+    again = run(mod, tmp_path, RECORD, "+skip.rollout.note=my_rollout", "skip.reward.fingerprint.on_mismatch=error")
+    assert again == first and mod.LIVE == []
+
+
+def test_an_include_naming_nothing_fingerprints_everything_and_says_so(
+        mod: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The reference's include names verl's token fields; a batch without them is fingerprinted whole, so a
+    changed rollout is still caught, and a WARNING names the role and its include."""
+    bare = ["skip.ref.fingerprint.include=[0.batch.no_such_field]", "skip.ref.fingerprint.on_mismatch=error"]
+    with caplog.at_level(logging.WARNING, logger="skipweave"):
+        run(mod, tmp_path, RECORD, *bare)
+    said = [r.getMessage() for r in caplog.records if "names no part of the call's inputs" in r.getMessage()]
+    assert len(said) == 1 and "role ref target host" in said[0], said
+    with pytest.raises(skipweave.FingerprintMismatch, match="role ref target host step 1"):
+        run(mod, tmp_path, ["ref_cache"], *bare, seed=1)
 
 
 def test_update_only_replays_every_phase_and_misses_stop_it(mod: Any, tmp_path: Path) -> None:
@@ -180,7 +203,7 @@ def test_roles_computed_from_trained_weights_warn_once_woven(
         mod: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="skipweave"):
         run(mod, tmp_path, RECORD)
-    said = [r.getMessage() for r in caplog.records if "computed from weights this run trains" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "computed from weights the run trains" in r.getMessage()]
     assert len(said) == 1 and "role values" in said[0] and "skip.values.enable=false" in said[0]
     caplog.clear()
     nowhere = "skip.old_log_prob.targets.verl_old_log_prob.path=no_such_trainer.T.m"  # verl may be imported already
