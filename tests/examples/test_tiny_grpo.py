@@ -196,21 +196,22 @@ def train(tmp_path: Path, name: str, profile: str, dump: Path) -> subprocess.Com
 @pytest.mark.skipweave
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_values_cache_replays_the_critics_values(tmp_path: Path) -> None:
-    """With the critic on, ``values_cache`` alone records its values, then replays them at every step; the run ends
-    bit-identical (policy and critic), every other phase live and unwoven, and the role's WARNING says that values
-    come from the weights the run trains."""
+def test_values_cache_records_the_critics_values_and_update_only_replays_them(tmp_path: Path) -> None:
+    """With the critic on, ``values_cache`` composed with the others records its values; ``update_only`` then replays
+    them with every other phase (no Ray, no worker): bit-identical policy and critic, and the role's WARNING says that
+    values come from the weights the run trains."""
     dump = tmp_path / "dump"
-    runs = [train(tmp_path, name, "values_cache", dump) for name in ("record", "replay")]
+    runs = [train(tmp_path, "record", "[rollout_cache,ref_cache,reward_cache,values_cache]", dump),
+            train(tmp_path, "replay", "update_only", dump)]
     for proc in runs:
         assert proc.returncode == 0, proc.stderr[-3000:]
     first, second = train_lines(tmp_path / "record"), train_lines(tmp_path / "replay")
     assert [r["phases"]["values"] for r in first] == ["miss", "miss"]
-    assert [r["phases"]["values"] for r in second] == ["hit", "hit"]
+    assert [r["phases"] for r in second] == [{"rollout": "hit", "reward": "hit", "ref": "hit", "values": "hit"}] * 2
     for a, b in zip(first, second, strict=True):
         for key in (*COMPARED, "critic_checksum", "value_mean", "critic_loss"):
             assert a[key] == b[key], (key, a[key], b[key])
-        assert b["live_phases"] == ["rollout", "reward", "ref"]
+        assert b["live_phases"] == [] and (b["rollout_workers"], b["ref_workers"], b["judges"]) == (0, 0, 0)
     text = runs[1].stdout + runs[1].stderr
     assert "role values records or replays results computed from weights the run trains" in text, text[-2000:]
     assert "skipweave summary role=values: calls=2 hits=2" in text, text[-2000:]
