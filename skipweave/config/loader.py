@@ -78,11 +78,17 @@ def follow_roles(container: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(skip, Mapping):
         return container
     roles = dict(skip)
-    for name, role in skip.items():
-        leader = skip.get(role.get("follows")) if isinstance(role, Mapping) and isinstance(
-            role.get("follows"), str) else None
-        if isinstance(leader, Mapping) and leader is not role:
-            roles[name] = {**{k: leader[k] for k in FOLLOWED_KEYS if k in leader and k not in role}, **role}
+    for _ in range(len(roles)):  # a chain (a follows b follows c) settles in as many passes as it has links
+        changed = False
+        for name, role in list(roles.items()):
+            leader = roles.get(role.get("follows")) if isinstance(role, Mapping) and isinstance(
+                role.get("follows"), str) else None
+            if isinstance(leader, Mapping) and leader is not role:
+                taken = {k: leader[k] for k in FOLLOWED_KEYS if k in leader and k not in role}
+                if taken:
+                    roles[name], changed = {**taken, **role}, True
+        if not changed:
+            break
     return {**container, "skip": roles}
 
 

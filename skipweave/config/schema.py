@@ -246,7 +246,7 @@ class FingerprintConfig(Declared):
             ``*.batch.input_ids`` and ``*.batch.attention_mask`` but not the rewards unioned into the batch.
     """
 
-    on_mismatch: OnMismatch = key(OnMismatch.WARN, parse=enum_parser(OnMismatch))
+    on_mismatch: OnMismatch = key(OnMismatch.WARN, parse=or_default(OnMismatch.WARN.value, enum_parser(OnMismatch)))
     ignore: tuple[str, ...] = key(("*.non_tensor_batch.uid", "*.meta_info.timing"), parse=parse_paths)
     include: tuple[str, ...] = key((), parse=parse_paths)
 

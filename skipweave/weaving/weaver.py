@@ -76,6 +76,23 @@ class _State:
     warned: set[str] = field(default_factory=set)  # roles whose depends_on_update WARNING was logged
 
 
+def _check_note_keys(plan: SkipConfig) -> None:
+    """Two enabled roles must not note their results under one key (``skip.<role>.note``, else the host's own, e.g.
+    verl's ``skipweave``): a host merging a step's results (verl's ``DataProto.union``) would meet two different
+    values under it. Roles that all leave ``note`` unset share the host's key, as the rollout roles always have.
+
+    Raises:
+        ConfigError: a role's ``note`` is the host's key while another enabled role leaves its ``note`` unset.
+    """
+    host_keys = {key for _, key in RESULT_NOTES.current()}
+    defaulted = [r.role for r in plan.enabled_roles if r.note is None]
+    for role in plan.enabled_roles:
+        if role.note in host_keys and defaulted:
+            raise ConfigError(f"skip.{role.role}.note", role.note,
+                              f"a key other than the host's own {role.note!r}, which role {defaulted[0]} writes "
+                              f"(its note is unset)")
+
+
 class Weaver:
     """Owns the patches of one process. Use the module-level :func:`weave` / :func:`unweave`."""
 
@@ -145,6 +162,7 @@ class Weaver:
                 mod = sys.modules.get(p.rpath.module)
                 if mod is not None and not p.target.optional and p.rpath.module != MAIN:
                     resolve_owner(mod, p.rpath)  # (the main script may define it still: WATCH.wait_for judges)
+            _check_note_keys(plan)
             for role in plan.enabled_roles:  # bad callables, proxy classes, RANK, dump dirs fail before any patch
                 if role.shard is not ShardKind.FINGERPRINT:
                     shard_label(role.shard)

@@ -133,3 +133,44 @@ def test_a_phase_reading_the_tokens_is_fingerprinted_by_them_alone(profile: str)
     recorded = fingerprint((Batch(responses, torch.zeros(2)),), {}, ignore=ignore, include=include)
     assert fingerprint((Batch(responses, torch.ones(2)),), {}, ignore=ignore, include=include) == recorded
     assert fingerprint((Batch(responses + 1, torch.zeros(2)),), {}, ignore=ignore, include=include) != recorded
+
+
+VERL_APP = {"trainer": {"experiment_name": "e", "project_name": "p"},
+            "data": {"train_batch_size": 8, "max_prompt_length": 16, "max_response_length": 32},
+            "actor_rollout_ref": {"rollout": {"n": 2}}}
+
+
+@pytest.mark.parametrize("profiles", [["rollout_cache", "ref_cache"], ["ref_cache"], ["update_only"]])
+def test_in_a_verl_app_phases_follow_the_rollouts_own_namespace(profiles: list[str], tmp_path: Path) -> None:
+    """verl's run identity is the default namespace of a role that leaves it unset, but not of one that follows
+    another: a namespace set for the rollout is the phases' too (one store per step)."""
+    from omegaconf import OmegaConf
+
+    import skipweave.integrations.verl.config  # noqa: F401  (registers verl's config adapters)
+
+    composed = compose_profile(profiles, base=VERL_APP,
+                               overrides=[f"skip.rollout.dump_dir={tmp_path}", "skip.rollout.namespace=mine"])
+    roles = load_skip_config(OmegaConf.merge(OmegaConf.create(VERL_APP), composed)).roles
+    assert {r.namespace for r in roles.values()} == {"mine"}
+    identity = load_skip_config(OmegaConf.merge(OmegaConf.create(VERL_APP), compose_profile(profiles, base=VERL_APP)))
+    assert {r.namespace for r in identity.roles.values()} == {"e_p.GBS8_N2_in16_out32"}  # unset: verl's identity
+
+
+def test_a_phase_twin_keeps_the_apps_own_store_and_mismatch_policy(tmp_path: Path) -> None:
+    """The +skipweave= twins null what Hydra refuses as ??? in the callback node; those nulls leave the app's values."""
+    from skipweave.integrations.hydra.callback import job_skip_config
+
+    (tmp_path / "config.yaml").write_text(
+        "skip:\n  rollout: {dump_dir: /data/run1, namespace: exp1, steps: [1, 2]}\n"
+        "  ref: {fingerprint: {on_mismatch: error}}\n")
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(tmp_path), version_base=None):
+            cfg = compose(config_name="config", return_hydra_config=True, overrides=["+skipweave=ref_cache"])
+    finally:
+        GlobalHydra.instance().clear()
+    roles = load_skip_config(job_skip_config(cfg)).roles
+    for name in ("rollout", "ref"):
+        assert (roles[name].dump_dir, roles[name].namespace, roles[name].steps.to_config()) == (
+            "/data/run1", "exp1", ["1-2"]), name
+    assert roles["ref"].fingerprint.on_mismatch.value == "error"

@@ -122,7 +122,9 @@ def test_each_phase_profile_replays_its_phase_alone_and_composed(mod: Any, tmp_p
     for dump in (tmp_path / "own", tmp_path / "shared"):
         run(mod, dump, ["rollout_cache"])
     assert run(mod, tmp_path / "own", ["rollout_cache", "ref_cache"]) == first  # rollout hit, reference miss
-    with pytest.raises(AssertionError, match="skipweave in both meta_info"):
+    # The host's own key on the reference beside the rollout (which writes it) would meet the same conflict in the
+    # host's union: it is refused before anything is patched.
+    with pytest.raises(skipweave.ConfigError, match=r"skip.ref.note='skipweave'"):
         run(mod, tmp_path / "shared", ["rollout_cache", "ref_cache"], "skip.ref.note=skipweave")
 
 
@@ -131,6 +133,9 @@ def test_a_role_note_key_is_checked_before_anything_is_patched(mod: Any, tmp_pat
         weave(mod, tmp_path, ["reward_cache"], "skip.reward.note=has.dot")
     with pytest.raises(skipweave.ConfigError, match=r"skip.values.note='skipweave_ref'.*skip.ref.note"):
         weave(mod, tmp_path, ["ref_cache", "values_cache"], "skip.values.note=skipweave_ref")
+    with pytest.raises(skipweave.ConfigError, match=r"skip.ref.note='skipweave'.*role rollout"):  # the host's key
+        weave(mod, tmp_path, ["rollout_cache", "ref_cache"], "skip.ref.note=skipweave")
+    assert skipweave.woven_plan() is None  # nothing stays patched
 
 
 def test_a_note_of_any_key_is_no_input_of_the_next_phase(mod: Any, tmp_path: Path) -> None:

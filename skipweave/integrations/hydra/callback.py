@@ -97,13 +97,26 @@ def reports_in_output_dir(source: dict[str, Any]) -> dict[str, Any]:
     return source
 
 
-def _merge(base: Any, top: Any) -> Any:
+def _merge(base: Any, top: Any, path: tuple[str, ...] = ()) -> Any:
+    """``top`` (the callback node's ``skip``) over ``base`` (the job's); a ``null`` the callback node holds where null
+    means "unset" (a role's ``dump_dir``, ``namespace``, ``steps``, ...; ``fingerprint.on_mismatch``) leaves the
+    job's own value: the profiles' twins null what Hydra would refuse as ``???`` there, and must not erase the app's."""
     if isinstance(base, Mapping) and isinstance(top, Mapping):
         out = dict(base)
         for key, value in top.items():
-            out[key] = _merge(base.get(key), value)
+            where = (*path, str(key))
+            if value is None and key in base and _null_means_unset(where):
+                continue
+            out[key] = _merge(base.get(key), value, where)
         return out
     return top
+
+
+def _null_means_unset(path: tuple[str, ...]) -> bool:
+    """Whether ``null`` at ``path`` (role, key, ...) below ``skip`` reads as "unset" (see ``NULL_MEANS_DEFAULT``)."""
+    from skipweave.config.loader import NULL_MEANS_DEFAULT
+
+    return (len(path) == 2 and path[1] in NULL_MEANS_DEFAULT) or path[1:] == ("fingerprint", "on_mismatch")
 
 
 def _selection(config: Any) -> str:

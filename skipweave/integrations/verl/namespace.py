@@ -121,7 +121,8 @@ def apply_verl_defaults(container: dict[str, Any]) -> dict[str, Any]:
     ``container`` is an app config after the legacy remap (unset keys already dropped); one that is not
     verl's is returned unchanged. In a verl config, every role of ``skip``:
 
-    - that leaves ``namespace`` unset gets verl's run identity (see the module docstring);
+    - that leaves ``namespace`` unset gets verl's run identity (see the module docstring), unless it ``follows``
+      another role of the config (it takes that role's namespace, see :func:`skipweave.config.loader.follow_roles`);
     - whose ``steps`` is verl's shipped default ``[]`` (in verl: no step selected, which a profile's
       ``steps: ???`` keeps) has it dropped, so that skipweave's default, every step, applies.
     """
@@ -135,6 +136,7 @@ def apply_verl_defaults(container: dict[str, Any]) -> dict[str, Any]:
     for name, role in skip.items():
         if isinstance(role, Mapping):
             role = {k: v for k, v in role.items() if not (k == "steps" and v == [])}
-            role.setdefault("namespace", namespace)
+            if not (isinstance(role.get("follows"), str) and isinstance(skip.get(role["follows"]), Mapping)):
+                role.setdefault("namespace", namespace)
         roles[name] = role
     return {**container, "skip": roles}
