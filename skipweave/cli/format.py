@@ -70,6 +70,7 @@ def leftover_summary(leftovers: list[Any]) -> str:
         LeftoverKind.TEMPORARY: "temporary file",
         LeftoverKind.ORPHAN: "orphan payload file",
         LeftoverKind.SET_ASIDE: "set-aside folder",
+        LeftoverKind.TRASH: "trash folder",
     }
     parts = []
     for kind, one in names.items():

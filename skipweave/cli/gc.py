@@ -1,4 +1,5 @@
-"""``skipweave gc DUMP_DIR [--yes] [--min-age SECONDS] [--json]``: remove what no run will ever serve.
+"""``skipweave gc DUMP_DIR [--yes] [--min-age SECONDS] [--json] [--keep-last N] [--max-bytes SIZE] [--pin STEPS ...]
+[--namespace NS] [--role ROLE]``: remove what no run will ever serve, and recorded steps a retention rule selects.
 
 Removes corrupt entries, incomplete parts, leftover temporary files, orphan payload files, set-aside
 folders and the marks of runs that ended (``.runs/{run}``). A dry run unless ``--yes``. Never touches a
@@ -10,13 +11,21 @@ Pass ``--min-age 0`` when no run is writing to the dump dir. A run's marks go on
 to have ended, or, when that cannot be checked (it ran on another host), once nothing in them changed for 7
 days. Exits 0, 1 when some removal failed, 2 when the dump dir cannot be read. See docs/cli.md for the
 ``--json`` schema.
+
+Retention (``--keep-last N``, ``--max-bytes SIZE``, as ``skip.<role>.keep`` in a run): in each role (of
+``--namespace``, ``--role`` when given), whole steps beyond the newest N go, then the oldest until the role's steps
+hold at most SIZE (``500GB``, ``2GiB``); never a ``--pin`` step, nor one with a part that is not closed whose writer
+runs on this host or that changed less than ``--min-age`` ago. Each step is renamed to ``.trash-{step}-{token}``
+(never served) before it is deleted, so a kill leaves no partial step; the next gc removes the trash.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import sys
 import time
 from typing import Any
 
@@ -27,6 +36,7 @@ from skipweave.cli.common import (
     emit,
     emit_json,
     misplaced,
+    positive_int,
     scan_or_explain,
 )
 from skipweave.cli.format import action_doc, human_bytes, ignored_lines, ignored_list, plural
@@ -45,6 +55,8 @@ _LABELS = {
     "orphan": "orphan payload file",
     "set_aside": "set-aside folder",
     "run_marks": "run marks",
+    "trash": "trash folder",
+    "retention": "recorded step",
 }
 _OUTCOMES = {"would_remove": "would remove", "removed": "removed", "skipped": "kept", "failed": "FAILED"}
 
@@ -62,6 +74,15 @@ def register(subparsers: Any) -> None:
         help="keep items a writer may own that changed less than this ago (default %(default).0f)",
     )
     add_json_argument(parser, SCHEMA)
+    keep = parser.add_argument_group("retention (whole recorded steps; the same rule as skip.<role>.keep)")
+    keep.add_argument("--keep-last", type=positive_int, default=None, metavar="N",
+                      help="remove every step but the newest N of each role")
+    keep.add_argument("--max-bytes", type=_size, default=None, metavar="SIZE",
+                      help="then remove each role's oldest steps until its steps hold at most SIZE (e.g. 500GB, 2GiB)")
+    keep.add_argument("--pin", nargs="+", action="extend", default=None, metavar="STEPS",
+                      help="steps never removed: steps and ranges (3 10-20); repeatable")
+    keep.add_argument("--namespace", default=None, metavar="NS", help="apply retention to this namespace only")
+    keep.add_argument("--role", default=None, metavar="ROLE", help="apply retention to this role only")
     parser.set_defaults(func=run)
 
 
@@ -75,27 +96,74 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _size(text: str) -> int:
+    from skipweave.config.errors import ConfigError
+    from skipweave.config.values import parse_bytes
+
+    try:
+        return parse_bytes("--max-bytes", text)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(f"expected a size such as 500GB or 2GiB, got {text!r}") from None
+
+
+def _rule(args: argparse.Namespace) -> Any:
+    """The :class:`~skipweave.store.retention.KeepRule` of the retention flags, ``None`` without ``--keep-last`` or
+    ``--max-bytes``; a message and ``False`` when the flags cannot be used."""
+    from skipweave.config.errors import ConfigError
+    from skipweave.config.values import parse_steps
+    from skipweave.store.fs import name_problem
+    from skipweave.store.retention import KeepRule
+
+    if args.keep_last is None and args.max_bytes is None:
+        extra = [f for f, v in (("--pin", args.pin), ("--namespace", args.namespace), ("--role", args.role)) if v]
+        if extra:
+            print(f"skipweave gc: {', '.join(extra)} needs --keep-last or --max-bytes (they scope retention)",
+                  file=sys.stderr)
+            return False
+        return None
+    for flag, value in (("--namespace", args.namespace), ("--role", args.role)):
+        if value is not None and (problem := name_problem(value)) is not None:
+            print(f"skipweave gc: {flag} {value!r} {problem}", file=sys.stderr)
+            return False
+    try:
+        pin = parse_steps("--pin", [int(p) if p.isdigit() else p for p in args.pin]) if args.pin else ()
+    except ConfigError as exc:
+        print(f"skipweave gc: {exc}", file=sys.stderr)
+        return False
+    return KeepRule(args.keep_last, args.max_bytes, pin)
+
+
 def run(args: argparse.Namespace) -> int:
     """Plan and (with ``--yes``) carry out the removals; return 0, 1 (a removal failed) or 2."""
-    from skipweave.store.gc import apply_gc, plan_gc
+    from skipweave.store.gc import apply_gc, hold_role_locks, plan_gc, plan_retention_gc, without_removed_steps
     from skipweave.store.scan import Status
 
+    rule = _rule(args)
+    if rule is False:
+        return EXIT_USAGE
     result = scan_or_explain("gc", args, checksums=True)
     if result is None or misplaced("gc", result):
         return EXIT_USAGE
     dry_run = not args.yes
     now = time.time()
-    actions = plan_gc(result)
-    for action in actions:
-        apply_gc(result, action, min_age=args.min_age, dry_run=dry_run, now=now)
-        if action.outcome in ("removed", "failed"):
-            logger.info("skipweave gc: %s %s (%s)", action.outcome, action.path, action.detail or action.reason)
-    kept = sum(1 for e in result.entries() if e.status is Status.COMPLETE)
+    with contextlib.ExitStack() as held:
+        retention = [] if rule is None else plan_retention_gc(
+            result, rule, namespace=args.namespace, role=args.role, min_age=args.min_age, now=now)
+        if retention and not dry_run:
+            hold_role_locks(result.dump_dir, retention, held)  # one process cleans a role at a time
+        # What lies in a step retention removes goes with it, in the dry run too: both list the same.
+        actions = retention + without_removed_steps(plan_gc(result), retention)
+        for action in actions:
+            apply_gc(result, action, min_age=args.min_age, dry_run=dry_run, now=now)
+            if action.outcome in ("removed", "failed"):
+                logger.info("skipweave gc: %s %s (%s)", action.outcome, action.path, action.detail or action.reason)
+    gone = tuple(a.path + os.sep for a in retention if a.outcome in ("removed", "would_remove"))
+    kept = sum(1 for e in result.entries() if e.status is Status.COMPLETE and not (gone and e.path.startswith(gone)))
     done = [a for a in actions if a.outcome in ("removed", "would_remove")]
     freed = sum(a.bytes for a in done)
     failed = any(a.outcome == "failed" for a in actions)
     if args.json:
-        emit_json({
+        doc: dict[str, Any] = {
             "schema": SCHEMA,
             "dump_dir": result.dump_dir,
             "dry_run": dry_run,
@@ -104,7 +172,11 @@ def run(args: argparse.Namespace) -> int:
             "freed_bytes": freed,
             "complete_entries_kept": kept,
             "ignored": ignored_list(result),
-        })
+        }
+        if rule is not None:  # (only with the retention flags: without them the document is as it always was)
+            doc["retention"] = {"keep_last": rule.last, "max_bytes": rule.max_bytes,
+                                "pin": args.pin or [], "namespace": args.namespace, "role": args.role}
+        emit_json(doc)
         return EXIT_FAILED if failed else EXIT_OK
     emit("\n".join([render(result.dump_dir, actions, dry_run=dry_run, freed=freed, kept=kept),
                     *ignored_lines(result)]))
@@ -123,7 +195,8 @@ def render(dump_dir: str, actions: list[Any], *, dry_run: bool, freed: int, kept
             continue  # one line per outcome below
         label = _LABELS.get(a.kind.value, a.kind.value)
         what = a.where or a.path
-        count = "folder" if a.kind.value == "set_aside" else plural(len(a.files), "file")
+        count = "folder" if a.kind.value in ("set_aside", "trash") else \
+            plural(a.removal.files, "file") if a.removal is not None else plural(len(a.files), "file")
         lines.append(f"{_OUTCOMES[a.outcome]:<12} {label:<19} {what}  ({count}, {human_bytes(a.bytes)})")
         if a.where:
             lines.append(f"{'':<13}at {a.path}")

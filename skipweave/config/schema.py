@@ -24,6 +24,7 @@ from skipweave.config.targets import StubSpec, TargetSpec, parse_targets, target
 from skipweave.config.values import (
     StepSet,
     enum_parser,
+    optional_bytes,
     optional_count,
     optional_steps,
     optional_str,
@@ -41,6 +42,7 @@ from skipweave.config.values import (
     parse_note_key,
     parse_optional_path,
     parse_paths,
+    parse_pin,
     parse_report_path,
     parse_steps,
 )
@@ -251,6 +253,22 @@ class FingerprintConfig(Declared):
     include: tuple[str, ...] = key((), parse=parse_paths)
 
 
+@dataclass(frozen=True)
+class KeepConfig(Declared):
+    """Which recorded steps of the role are kept; all unset (default): every step, forever.
+
+    Attributes:
+        last: keep at most the newest ``last`` steps (a count >= 1); ``None``: no count limit.
+        bytes: then remove the oldest steps left until the role's steps hold at most this size (an integer, or
+            with a unit: ``500GB``, ``2GiB``); ``None``: no size limit.
+        pin: steps never removed (a step, a list of steps and ranges ``'10-20'``); ``None``: none.
+    """
+
+    last: int | None = key(None, parse=optional_count)
+    bytes: int | None = key(None, parse=optional_bytes)
+    pin: StepSet | None = key(None, parse=parse_pin)
+
+
 DEFAULT_COMPRESS = "none"
 """Default ``skip.<role>.compress`` (chosen from bench/run.py's ``compress`` rows, see docs/performance.md)."""
 
@@ -306,6 +324,10 @@ class RoleConfig(Declared):
             (see :mod:`skipweave.store.write_behind`): a recorded call returns once its result is copied, and
             one that would go over waits for room. An entry larger than the buffer, or ``0``, is written in the
             caller's thread before the call returns. Given as an integer or with a unit (``512MB``, ``2GiB``).
+        keep: which recorded steps are kept (:class:`KeepConfig`: ``last``, ``bytes``, ``pin``): after a new step is
+            committed, the recording process's background writer removes whole steps beyond the newest ``last``,
+            then the oldest until the role's steps hold at most ``bytes``; never a pinned step, the step just written
+            or one a writer may still be adding to (docs/cli.md#retention). Default: every step is kept.
         compress: ``none``, or ``zstd`` / ``zstd:<level>`` (1-22, ``zstd`` meaning level 1): new entries' tensor
             files are compressed with zstandard (a verl batch shrinks about 3x; a warm replay takes about 2.5x
             as long, see docs/performance.md). Entries of either form are served whatever the setting.
@@ -356,6 +378,7 @@ class RoleConfig(Declared):
     replay_only: bool = key(False, parse=parse_bool)
     record_validation: bool = key(False, parse=parse_bool)
     write_buffer: int = key(DEFAULT_WRITE_BUFFER, parse=parse_bytes)
+    keep: KeepConfig = key(parse=mapping_parser(KeepConfig), default_factory=KeepConfig, raw_default={})
     compress: str = key(DEFAULT_COMPRESS, parse=parse_compress)
     serve: Serve = key(Serve.LIVE, parse=enum_parser(Serve))
     on_diverge: OnDiverge = key(OnDiverge.WARN, parse=enum_parser(OnDiverge))
@@ -392,11 +415,13 @@ ROLE_KEYS: tuple[str, ...] = keys_of(RoleConfig)
 
 NESTED_ROLE_KEYS: dict[str, tuple[str, ...]] = {
     name: keys_of(cls)
-    for name, cls in (("step", StepSourceConfig), ("bypass", BypassConfig), ("fingerprint", FingerprintConfig))
+    for name, cls in (("step", StepSourceConfig), ("bypass", BypassConfig), ("fingerprint", FingerprintConfig),
+                      ("keep", KeepConfig))
 }
 """The keys of the role keys that hold a fixed mapping (``skip.<role>.step.source`` …), derived from their classes."""
 
 __all__ = ["DEFAULT_COMPRESS", "DEFAULT_DUMP_DIR", "DEFAULT_WRITE_BUFFER", "NESTED_ROLE_KEYS", "ROLE_KEYS", "Action",
            "CompareSpec", "OnDiverge", "Serve",
-           "BypassConfig", "BypassKind", "FingerprintConfig", "OnMismatch", "RoleConfig", "ShardKind", "SkipConfig",
+           "BypassConfig", "BypassKind", "FingerprintConfig", "KeepConfig", "OnMismatch", "RoleConfig", "ShardKind",
+           "SkipConfig",
            "StepSet", "StepSourceConfig", "StepSourceKind", "StubSpec", "TargetSpec"]

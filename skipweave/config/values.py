@@ -157,6 +157,19 @@ def parse_bytes(key: str, value: Any) -> int:
     return int(size)
 
 
+def optional_bytes(key: str, value: Any) -> int | None:
+    """``None`` for ``null``, else :func:`parse_bytes` (``keep.bytes``: unset means no size limit)."""
+    return None if value is None else parse_bytes(key, value)
+
+
+def parse_pin(key: str, value: Any) -> StepSet | None:
+    """Steps never removed (``keep.pin``): ``None`` for ``null`` or an empty list (no step pinned), else as
+    :func:`parse_steps` (a step, a list of steps and ranges, ``'all'``)."""
+    if value is None or (isinstance(value, (list, tuple)) and not value):
+        return None
+    return parse_steps(key, value)
+
+
 def parse_compress(key: str, value: Any) -> str:
     """``none`` (also false/off/null) or ``zstd:<level>`` (``zstd`` or true: level 1), canonical."""
     allowed = "none, zstd (level 1) or zstd:<level> with a level from 1 to 22"

@@ -2,7 +2,8 @@
 
 :func:`plan_gc` lists, from a :class:`~skipweave.store.scan.DumpScan`, the incomplete parts, corrupt entries and
 leftovers (see :mod:`skipweave.store.scan`), then the ``.runs`` marks of runs that ended
-(:func:`skipweave.store.runs.ended_runs` says which). :func:`apply_gc` removes one item. Entries are judged again
+(:func:`skipweave.store.runs.ended_runs` says which); :func:`plan_retention_gc` the whole steps a retention rule
+selects (``--keep-last``, ``--max-bytes``). :func:`apply_gc` removes one item. Entries are judged again
 (:func:`skipweave.store.validity.check_entry`) right before they are removed, under the file lock their writer
 takes, so a complete, valid entry is never removed, also when a run replaces or completes one meanwhile. Anything a
 running writer may still own (temporary and orphan files, incomplete parts, set-aside folders, run marks) is kept
@@ -33,11 +34,13 @@ from skipweave.store.layout import (
     touch_role,
 )
 from skipweave.store.manifest import EntryInvalid, read_manifest
+from skipweave.store.retention import KeepRule, StepRemoval, plan_retention, remove_step, role_lock
 from skipweave.store.scan import DumpScan, EntryScan, LeftoverKind, PartScan, Status, size_and_mtime
 from skipweave.store.step_store import calls_in, part_lock
 from skipweave.store.validity import check_entry, group_data_names, payload_names, payload_stem
 
-__all__ = ["LOCK_WAIT_S", "GcAction", "GcKind", "apply_gc", "plan_gc"]
+__all__ = ["LOCK_WAIT_S", "GcAction", "GcKind", "apply_gc", "hold_role_locks", "plan_gc", "plan_retention_gc",
+           "without_removed_steps"]
 
 LOCK_WAIT_S = 2.0
 """Seconds gc waits for a writer's lock before leaving the item alone."""
@@ -52,7 +55,9 @@ class GcKind(str, enum.Enum):
     TEMPORARY = "temporary"
     ORPHAN = "orphan"
     SET_ASIDE = "set_aside"
+    TRASH = "trash"
     RUN_MARKS = "run_marks"
+    RETENTION = "retention"
 
 
 @dataclass
@@ -72,6 +77,7 @@ class GcAction:
         part: the part of an incomplete part or corrupt entry, else ``None``.
         entry: the corrupt entry, else ``None``.
         modified: newest modification time of what is removed (unix seconds), against ``min_age``.
+        removal: the step a retention action removes (:mod:`skipweave.store.retention`), else ``None``.
     """
 
     kind: GcKind
@@ -85,6 +91,7 @@ class GcAction:
     part: PartScan | None = None
     entry: EntryScan | None = None
     modified: float = 0.0
+    removal: StepRemoval | None = None
 
 
 def plan_gc(result: DumpScan) -> list[GcAction]:
@@ -138,10 +145,65 @@ def plan_gc(result: DumpScan) -> list[GcAction]:
     return actions
 
 
+def plan_retention_gc(result: DumpScan, rule: KeepRule, *, namespace: str | None = None, role: str | None = None,
+                      min_age: float, now: float | None = None) -> list[GcAction]:
+    """The whole steps ``rule`` removes, as gc actions (kind ``retention``), role by role: the judgement a run's
+    retention makes (:func:`~skipweave.store.retention.plan_retention`). Nothing is touched.
+
+    Args:
+        result: the scan of the dump dir (its roles are the ones with a part).
+        rule: the rule, applied to each role separately.
+        namespace, role: only this namespace or role (``None``: every one).
+        min_age: seconds since its last change during which a part that is not closed, whose writer cannot be
+            asked, keeps its step.
+        now: the time to judge ages by (unix seconds).
+
+    Returns:
+        One action per step the rule selects, oldest first within each role; one that stays all the same (pinned,
+        or busy: a writer may still be adding to it) has ``outcome="skipped"`` and ``detail`` says why.
+    """
+    actions = []
+    roles = dict.fromkeys((p.namespace, p.role) for p in result.parts)
+    for ns, name in roles:
+        if (namespace is not None and ns != namespace) or (role is not None and name != role):
+            continue
+        plan = plan_retention(result.store(ns, name), rule, min_age=min_age, now=now)
+        for item in sorted(plan.remove + plan.kept, key=lambda i: i.step):
+            actions.append(GcAction(GcKind.RETENTION, item.folder, [item.folder], item.bytes,
+                                    item.reason, where=item.where, outcome=item.outcome,
+                                    detail=item.detail, removal=item))
+    return actions
+
+
+def without_removed_steps(actions: list[GcAction], retention: list[GcAction]) -> list[GcAction]:
+    """``actions`` but those below a step folder one of ``retention`` removes (they go with the step)."""
+    folders = tuple(a.path + os.sep for a in retention if a.outcome != "skipped")
+    return [a for a in actions if not folders or not a.path.startswith(folders)]
+
+
+def hold_role_locks(dump_dir: str, retention: list[GcAction], held: contextlib.ExitStack) -> None:
+    """Take the lock of each role ``retention`` removes steps of (``{role}/.retention.lock``, the one process that
+    cleans a role), kept by ``held``; a role another process cleans (its lock held :data:`LOCK_WAIT_S`) keeps its
+    steps: their actions are marked skipped."""
+    by_role: dict[tuple[str, str], list[GcAction]] = {}
+    for a in retention:
+        if a.removal is not None and a.outcome != "skipped":
+            by_role.setdefault((a.removal.namespace, a.removal.role), []).append(a)
+    for (ns, name), group in by_role.items():
+        try:
+            held.enter_context(role_lock(dump_dir, ns, name, timeout=LOCK_WAIT_S))
+        except (filelock.Timeout, OSError) as exc:
+            why = "another process is cleaning this role (its .retention.lock is held)" \
+                if isinstance(exc, filelock.Timeout) else f"its .retention.lock cannot be taken ({exc})"
+            for a in group:
+                a.outcome, a.detail = "skipped", why
+
+
 _LEFTOVER_REASONS = {
     GcKind.TEMPORARY: "temporary file of a write that never finished",
     GcKind.ORPHAN: "payload file no manifest refers to (its writer stopped before committing)",
     GcKind.SET_ASIDE: "set aside by a run (interrupted part or corrupt entry); never served",
+    GcKind.TRASH: "a step retention was removing when it stopped; never served",
 }
 
 
@@ -160,7 +222,10 @@ def apply_gc(result: DumpScan, action: GcAction, *, min_age: float, dry_run: boo
     ``OSError`` sets ``outcome="failed"``.
     """
     now = time.time() if now is None else now
-    if action.kind is not GcKind.CORRUPT_ENTRY and now - action.modified < min_age:
+    if action.kind is GcKind.RETENTION and action.outcome == "skipped":
+        return  # kept by the plan (busy, or its role is cleaned by another process): said so already
+    # A corrupt entry is never served, and a trash folder is written by nobody: either goes at any age.
+    if action.kind not in (GcKind.CORRUPT_ENTRY, GcKind.TRASH, GcKind.RETENTION) and now - action.modified < min_age:
         action.outcome = "skipped"
         action.detail = (
             f"modified {now - action.modified:.0f} s ago, less than --min-age {min_age:.0f} s; "
@@ -310,12 +375,24 @@ def _remove_tree(result: DumpScan, action: GcAction, min_age: float, now: float)
     return None
 
 
+def _remove_retained(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
+    # Judged again under every part lock of the step (its busy rule is the age rule here: no --min-age check first).
+    assert action.removal is not None
+    item = action.removal
+    remove_step(result.store(item.namespace, item.role), item, lock_timeout=LOCK_WAIT_S, min_age=min_age, now=now)
+    if item.outcome == "failed":
+        raise OSError(item.detail)
+    return item.detail if item.outcome == "skipped" else None
+
+
 _REMOVERS = {
     GcKind.CORRUPT_ENTRY: _remove_corrupt_entry,
     GcKind.INCOMPLETE_PART: _remove_incomplete_part,
     GcKind.TEMPORARY: _remove_file,
     GcKind.ORPHAN: _remove_orphan,
     GcKind.SET_ASIDE: _remove_tree,
+    GcKind.TRASH: _remove_tree,
     GcKind.RUN_MARKS: _remove_run_marks,
+    GcKind.RETENTION: _remove_retained,
 }
 

@@ -202,6 +202,15 @@ def is_concurrent_other(rec: Recorded, me: Writer, started: float) -> bool:
     return _alive(rec.writer[2])
 
 
+def writer_running(writer: tuple[str, str, int] | None) -> bool | None:
+    """Whether the process that wrote an entry (its manifest's ``(run, host, pid)``) still runs: True or False on
+    this machine (its pid is alive or free), ``None`` when that cannot be told (another machine, or no writer
+    recorded). Retention (:mod:`skipweave.store.retention`) keeps what such a writer may still be adding to."""
+    if writer is None or writer[1] != this_writer().host:
+        return None
+    return _alive(writer[2])
+
+
 def _alive(pid: int) -> bool:
     if pid <= 0:
         return False
@@ -219,4 +228,4 @@ def _valid_run(value: str) -> bool:
 
 
 __all__ = ["RUN_ENV", "Recorded", "Writer", "end_run", "is_concurrent_other", "made_here", "recorded_of",
-           "run_id", "run_started", "started_unix", "this_writer"]
+           "run_id", "run_started", "started_unix", "this_writer", "writer_running"]

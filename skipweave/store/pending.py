@@ -61,6 +61,11 @@ class PendingWrites:
         with self._lock:
             return [p[0] for p in self._parts if p[1] == target and p[2] == shard]
 
+    def all_steps(self) -> set[int]:
+        """Steps of any target and shard with an entry being written."""
+        with self._lock:
+            return {p[0] for p in self._parts}
+
     def after_fork(self) -> None:
         """In a forked child: the parent's background writes are the parent's (never waited for here)."""
         self._lock = threading.Lock()

@@ -18,7 +18,9 @@ Vocabulary:
 - a **part** is one (step, target, shard): the unit the runtime serves or sets aside;
 - a **leftover** is a file or folder no reader ever looks at: a ``temporary`` file (``.tmp-*``, a write
   that never finished), an ``orphan`` payload file (renamed into place, but the writer died before its
-  manifest) or a ``set_aside`` folder (parts an interrupted run or a corrupt entry left behind).
+  manifest), a ``set_aside`` folder (parts an interrupted run or a corrupt entry left behind) or a ``trash`` folder
+  (a step retention renamed to ``.trash-{step}-{token}`` and was deleting when it stopped,
+  :mod:`skipweave.store.retention`).
 
 The ``.runs`` marks of runs (:mod:`skipweave.store.runs`) are skipped.
 """
@@ -49,6 +51,7 @@ from skipweave.store.layout import (
     role_dir,
 )
 from skipweave.store.manifest import seconds_of
+from skipweave.store.retention import is_trash_name
 from skipweave.store.step_store import StepStore
 from skipweave.store.validity import check_entry, check_group, group_data_names, payload_names, payload_stem
 
@@ -82,6 +85,7 @@ class LeftoverKind(str, enum.Enum):
     TEMPORARY = "temporary"
     ORPHAN = "orphan"
     SET_ASIDE = "set_aside"
+    TRASH = "trash"
 
 
 # ---------------------------------------------------------------------------------------------- dataclasses
@@ -209,7 +213,7 @@ class Leftover:
     """A file or folder that no reader looks at (see :class:`LeftoverKind`).
 
     Attributes:
-        kind: temporary, orphan or set_aside.
+        kind: temporary, orphan, set_aside or trash.
         path: the file or folder.
         bytes: its size (a folder: the size of every file in it).
         modified: newest modification time in it (unix seconds).
@@ -319,6 +323,10 @@ def _scan_role(result: DumpScan, namespace: str, role: str) -> None:
     steps = []
     with os.scandir(rdir) as it:
         for d in it:
+            if is_trash_name(d.name):  # a step retention was removing when it stopped: never served
+                size, newest = _tree_size(d.path)
+                result.leftovers.append(Leftover(LeftoverKind.TRASH, d.path, size, newest))
+                continue
             if d.name.startswith(".") or (d.name == SET_ASIDE_DIR and not d.is_symlink()):
                 continue
             if d.is_symlink():

@@ -51,6 +51,7 @@ from skipweave.store.layout import MANIFEST_SUFFIX, EntryKey
 from skipweave.store.parts import PartStates, part_lock
 from skipweave.store.pending import PendingWrites
 from skipweave.store.read import EntryReader, Loaded
+from skipweave.store.retention import KeepRule, Retainer, StepRemoval
 from skipweave.store.staging import EntryMeta, Staged, stage
 
 
@@ -67,6 +68,8 @@ class StepStore:
             itself (``skip.<role>.trusted_classes``; see :mod:`skipweave.store.codec`).
         compress: zstd level the tensor file of a new entry is compressed with (``skip.<role>.compress``), or
             ``None``; entries of either form are read.
+        keep: which recorded steps are kept (``skip.<role>.keep``); ``None`` or an inactive rule keeps every step.
+            Applied by :meth:`after_commit` (:mod:`skipweave.store.retention`).
 
     Raises:
         ValueError: ``namespace`` or ``role`` is not a single folder name (see
@@ -83,6 +86,7 @@ class StepStore:
         calls_per_step: int | None = None,
         trusted_classes: tuple[str, ...] = (),
         compress: int | None = None,
+        keep: KeepRule | None = None,
     ) -> None:
         self._folders = RoleFolders(dump_dir, namespace, role)
         self.dump_dir = dump_dir
@@ -100,6 +104,7 @@ class StepStore:
         self._reader = EntryReader(self._folders, self._index, allow_pickle=allow_pickle,
                                    trusted_classes=self.trusted_classes)
         self._committer = Committer(self._folders, self._index, self._parts, compress=compress)
+        self._retainer = Retainer(self, keep) if keep is not None and keep.active else None
         _STORES.add(self)
 
     # ------------------------------------------------------------------ background writes
@@ -118,6 +123,15 @@ class StepStore:
         (the caller's own recordings, which it never serves to itself): a replay of an entry still being written
         reads it once committed."""
         self._pending.wait((step, target, shard), skip=skip)
+
+    def after_commit(self, steps: Collection[int]) -> list[StepRemoval]:
+        """Entries of ``steps`` were just committed (by the background writer, off any recorded call): apply the
+        role's ``keep`` rule when one of them is a step newer than any before (see
+        :class:`~skipweave.store.retention.Retainer`). Those steps, and the ones this process is still writing, are
+        never removed. Returns what the round removed or kept (empty when none ran); never raises."""
+        if self._retainer is None:
+            return []
+        return self._retainer.after_commit(steps, self._pending.all_steps())
 
     def _after_fork(self) -> None:
         """In a forked child: the parent's background writes are the parent's (never waited for here); fresh

@@ -182,7 +182,7 @@ class WriteBehind:
                     break
                 # closed (the process is ending) and the writer gone: nobody else writes what is queued
                 orphans = self._busy = self._take_locked()
-            self._commit(orphans)
+            self._commit(orphans, retain=False)
             del orphans
         if self._through is not None and not counted:
             # The scope that let this recording go behind closed meanwhile (its unit of work returned while the
@@ -322,10 +322,12 @@ class WriteBehind:
             self._commit(batch)
             del batch
 
-    def _commit(self, batch: list[_Pending]) -> None:
+    def _commit(self, batch: list[_Pending], *, retain: bool = True) -> None:
         """Write one batch taken off the queue and settle each entry: its hook, its store's pending set, the queued
-        bytes, and last its future."""
+        bytes, and last its future; then (``retain``: in the writer thread, not a recording caller's) the store's
+        retention."""
         outcomes = _write(batch)
+        store = batch[0].store  # (one store per batch, see _take_locked)
         for item, outcome in zip(batch, outcomes, strict=True):
             item.staged.release()  # written (or failed): its copies are read no more
             try:
@@ -350,6 +352,11 @@ class WriteBehind:
         # last: whoever waits for an entry (flush, a replay) finds the writer done with it, pending() included
         for future, outcome in zip(futures, outcomes, strict=True):
             future.set_result(outcome)
+        # Retention after the commit, in this thread: nobody waits for it (the futures are set), and a round runs
+        # once per new step only (the store's Retainer), not after each of thousands of per-sample commits.
+        steps = {o[1].step for o in outcomes if not isinstance(o, BaseException)}
+        if retain and steps:
+            store.after_commit(steps)
 
     def _after_fork(self) -> None:
         self._reset()

@@ -30,6 +30,7 @@ from skipweave.policy.bypass import make_bypass
 from skipweave.store import runs
 from skipweave.store.fs import dump_dir_problem
 from skipweave.store.identity import end_run, made_here, run_id, run_started
+from skipweave.store.retention import KeepRule
 from skipweave.store.step_store import StepStore
 from skipweave.store.write_behind import flush
 from skipweave.weaving.main_script import MAIN, WATCH, names_main_script
@@ -257,9 +258,11 @@ class Weaver:
         key = (role.dump_dir, role.namespace, role.role)
         store = self._state.stores.get(key)
         if store is None:
+            keep = role.keep
             store = StepStore(role.dump_dir, role.namespace, role.role, allow_pickle=role.allow_pickle,
                               calls_per_step=role.calls_per_step, trusted_classes=role.trusted_classes,
-                              compress=role.compress_level)
+                              compress=role.compress_level,
+                              keep=KeepRule(keep.last, keep.bytes, keep.pin if keep.pin is not None else ()))
             self._state.stores[key] = store
         return store
 
