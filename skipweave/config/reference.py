@@ -37,6 +37,7 @@ from skipweave.config.schema import (
     BypassConfig,
     BypassKind,
     FingerprintConfig,
+    KeepConfig,
     OnDiverge,
     OnMismatch,
     RoleConfig,
@@ -201,6 +202,7 @@ def _anchor(cls: type) -> str:
         StepSourceConfig: "step-source-settings",
         BypassConfig: "bypass-settings",
         FingerprintConfig: "fingerprint-settings",
+        KeepConfig: "retention-settings",
         StubSpec: "stub-settings",
     }[cls]
 
@@ -287,6 +289,7 @@ def render() -> str:
         ("Step source settings", "skip.<role>.step", StepSourceConfig, "step."),
         ("Bypass settings", "skip.<role>.bypass", BypassConfig, "bypass."),
         ("Fingerprint settings", "skip.<role>.fingerprint", FingerprintConfig, "fingerprint."),
+        ("Retention settings", "skip.<role>.keep", KeepConfig, "keep."),
         ("Stub settings", "skip.<role>.targets.<name>.stub", StubSpec, "stub."),
     ]
     for title, node, cls, prefix in sections:

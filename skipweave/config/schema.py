@@ -327,7 +327,7 @@ class RoleConfig(Declared):
         keep: which recorded steps are kept (:class:`KeepConfig`: ``last``, ``bytes``, ``pin``): after a new step is
             committed, the recording process's background writer removes whole steps beyond the newest ``last``,
             then the oldest until the role's steps hold at most ``bytes``; never a pinned step, the step just written
-            or one a writer may still be adding to (docs/cli.md#retention). Default: every step is kept.
+            or one a writer may still be adding to ([retention](cli.md#retention)). Default: every step is kept.
         compress: ``none``, or ``zstd`` / ``zstd:<level>`` (1-22, ``zstd`` meaning level 1): new entries' tensor
             files are compressed with zstandard (a verl batch shrinks about 3x; a warm replay takes about 2.5x
             as long, see docs/performance.md). Entries of either form are served whatever the setting.

@@ -319,3 +319,100 @@ def test_gc_leaves_a_runs_folder_that_is_a_symlink_or_a_file_alone(tmp_path: Pat
     assert status == 0 and "run folder" not in out
     assert f"{s.dump / '.runs'}: a " in out  # listed as ignored
     assert (outside / ".runs" / "old" / NS / ROLE / "gen.called").exists()
+
+
+# --- retention: --keep-last, --max-bytes, --pin ---------------------------------------------------------------
+
+
+def _steps_store(dump: Path, steps: int, calls: int = 1, role: str = ROLE) -> StepStore:
+    store = StepStore(str(dump), NS, role)
+    for step in range(1, steps + 1):
+        store.prepare_part(step, "gen", "r0")
+        for call in range(calls):
+            store.record(store.key(step, "gen", "r0", call), payload(step, call, "r0"), target_path="m:f",
+                         fingerprint="", rng_state=None, seconds=0.0)
+        store.close_part(step, "gen", "r0")
+    return store
+
+
+def _recorded(dump: Path, role: str = ROLE) -> list[int]:
+    from skipweave.store.layout import list_steps
+
+    return list_steps(str(dump), NS, role)
+
+
+def test_gc_retention_dry_run_lists_what_the_real_run_removes(tmp_path: Path, capsys: Any) -> None:
+    dump = tmp_path / "dump"
+    _steps_store(dump, 6)
+    _steps_store(dump, 3, role="ref")
+    before = _snapshot(dump)
+    status, out, _ = cli(capsys, "gc", str(dump), "--keep-last", "2", "--pin", "1", "--role", ROLE, "--json")
+    doc = json.loads(out)
+    assert status == 0 and _snapshot(dump) == before and doc["schema"] == "skipweave.gc/1"
+    assert doc["retention"] == {"keep_last": 2, "max_bytes": None, "pin": ["1"], "namespace": None, "role": ROLE}
+    planned = [(a["where"], a["outcome"]) for a in doc["actions"] if a["kind"] == "retention"]
+    assert planned == [(f"{NS}/{ROLE} step 1", "skipped"), *((f"{NS}/{ROLE} step {s}", "would_remove")
+                                                              for s in (2, 3, 4))]
+    assert doc["freed_bytes"] == sum(a["bytes"] for a in doc["actions"] if a["outcome"] == "would_remove") > 0
+    status, text, _ = cli(capsys, "gc", str(dump), "--keep-last", "2", "--pin", "1", "--role", ROLE)
+    assert "would remove recorded step       default/rollout step 2" in text and "kept: pinned" in text
+
+    status, out, _ = cli(capsys, "gc", str(dump), "--keep-last", "2", "--pin", "1", "--role", ROLE, "--json", "--yes")
+    done = [(a["where"], a["outcome"]) for a in json.loads(out)["actions"] if a["kind"] == "retention"]
+    assert status == 0 and done == [(w, o.replace("would_remove", "removed")) for w, o in planned]
+    assert _recorded(dump) == [1, 5, 6] and _recorded(dump, "ref") == [1, 2, 3]  # --role: the other role kept
+    status, out, _ = cli(capsys, "verify", str(dump))
+    assert status == 0, out
+
+    status, _, err = cli(capsys, "gc", str(dump), "--pin", "3")
+    assert status == 2 and "needs --keep-last or --max-bytes" in err
+    status, _, err = cli(capsys, "gc", str(dump), "--keep-last", "1", "--role", "../x")
+    assert status == 2 and "--role" in err
+    status, out, _ = cli(capsys, "gc", str(dump), "--max-bytes", "0", "--yes", "--min-age", "0")
+    assert status == 0 and _recorded(dump) == [] and _recorded(dump, "ref") == []
+
+
+def test_gc_keep_last_killed_mid_cleanup_leaves_no_partial_step(tmp_path: Path, host_module: Any) -> None:
+    import signal
+
+    dump = tmp_path / "dump"
+    _steps_store(dump, 150, calls=2)
+    role_dir = dump / NS / ROLE
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "skipweave.cli", "gc", str(dump), "--keep-last", "5", "--yes",
+                             "--min-age", "0"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while proc.poll() is None and not any(n.startswith(".trash-") for n in os.listdir(role_dir)):
+            time.sleep(0.0005)  # poll until the first step is set aside for removal
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "gc ended before it was killed"
+    left = _recorded(dump)
+    assert set(range(146, 151)) <= set(left) and len(left) > 5  # killed in the middle
+
+    # A replay serves every step left whole (both calls), and nothing of a step being removed.
+    name, _ = host_module("CALLS = []\n\ndef gen(step, call):\n    CALLS.append(step)\n    return None\n")
+    import skipweave
+
+    skipweave.weave({"skip": {ROLE: {"enable": True, "dump_dir": str(dump), "replay_only": True,
+                                     "calls_per_step": 2, "fingerprint": {"on_mismatch": "warn"},
+                                     "targets": {"gen": f"{name}:gen"}}}})
+    try:
+        host = sys.modules[name]
+        for step in left:
+            skipweave.set_step(step)
+            for call in range(2):
+                assert torch.equal(host.gen(step, call)["ids"], payload(step, call, "r0")["ids"])
+        assert host.CALLS == []
+    finally:
+        skipweave.unweave()
+    result = store_scan.scan(str(dump), checksums=True)
+    assert all(p.status is store_scan.Status.COMPLETE and len(p.entries) == 2 for p in result.parts)
+    trash = [x for x in result.leftovers if x.kind is store_scan.LeftoverKind.TRASH]
+
+    status = subprocess.run([sys.executable, "-m", "skipweave.cli", "gc", str(dump), "--keep-last", "5", "--yes"],
+                            env=env, capture_output=True, text=True)
+    assert status.returncode == 0, status.stderr
+    assert _recorded(dump) == list(range(146, 151)) and not [n for n in os.listdir(role_dir) if "trash" in n]
+    assert len(trash) <= 1  # at most the one step whose deletion the kill interrupted
