@@ -9,6 +9,7 @@ that step live and ends with the results of an uninterrupted run; a third one re
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 import skipweave
 
@@ -59,6 +61,7 @@ HOST = f"KILL_STEP, STEPS, SAMPLES = {KILL_STEP}, {STEPS}, {SAMPLES}\n" + '''
 import concurrent.futures
 import hashlib
 import json
+import logging
 import os
 import sys
 import threading
@@ -175,3 +178,107 @@ def test_a_killed_async_step_resumes_sample_by_sample(host_dir: Path, tmp_path: 
     out: dict[str, Any] = json.loads((work / "third.json").read_text())
     assert out["digests"] == expected
     assert out["counters"]["hits"] == SAMPLES * STEPS and out["counters"]["misses"] == 0
+
+
+SMALL_HOST = '''
+import torch
+
+CALLS = []
+
+
+def gen(step, prompt):
+    CALLS.append((step, prompt))
+    return {"p": prompt, "v": torch.tensor([float(sum(prompt.encode())), float(step)])}
+'''
+
+
+def _weave(name: str, dump: Path, **role: Any) -> None:
+    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(dump),
+                                          "step": {"source": "arg", "arg": "step", "path": ""},
+                                          "targets": {"gen": f"{name}:gen"}, **role}}})
+
+
+def _interrupted(name: str, dump: Path, prompts: list[str], *, fingerprinted: bool = True) -> None:
+    """Step 1 recorded whole (4 calls: a step makes 4), step 2 left short by a run that died: ``prompts``' entries
+    committed as one group, the part never closed."""
+    from skipweave.store.step_store import EntryMeta, StepStore
+    from skipweave.weaving.fingerprint import fingerprint
+
+    m = sys.modules[name]
+    _weave(name, dump)
+    for p in "abcd":
+        m.gen(1, p)
+    skipweave.unweave()
+    store = StepStore(str(dump), "default", "rollout")
+    items = [(store.key(2, "gen", "r0", c), store.stage(m.gen(2, p), rng_state=None).copied(),
+              EntryMeta(f"{name}:gen", fingerprint((2, p), {}) if fingerprinted else "", 0.0))
+             for c, p in enumerate(prompts)]
+    assert all(isinstance(r, tuple) for r in store.commit_many(items))
+    assert list((dump / "default" / "rollout" / "2" / "gen").glob("r0-0000-*.pack.json"))  # a group
+    m.CALLS.clear()
+
+
+def test_entries_whose_inputs_no_call_had_are_set_aside_as_the_resumed_part_closes(
+        host_module: Any, tmp_path: Path, caplog: Any) -> None:
+    name, _ = host_module(SMALL_HOST)
+    m = sys.modules[name]
+    dump = tmp_path / "dump"
+    _interrupted(name, dump, ["a", "b", "c"])
+    wanted = ["c", "x", "a", "y"]  # 'b' is not asked for any more: its entry must not stay in the completed part
+    _weave(name, dump)
+    with caplog.at_level(logging.WARNING, logger="skipweave"):
+        first = [m.gen(2, p) for p in wanted]
+        skipweave.unweave()
+    assert m.CALLS == [(2, "x"), (2, "y")]  # 'a' and 'c' served by their inputs, whatever their position
+    assert "1 entries the interrupted run recorded served no call of this run" in caplog.text
+    assert "left incomplete" not in caplog.text  # not the whole part
+    aside = [p for p in (dump / "default" / "rollout" / "_set_aside").iterdir() if "unclaimed" in p.name]
+    assert len(aside) == 1 and list(aside[0].glob("*.pack.json"))  # the group went, its kept calls written alone
+    folder = dump / "default" / "rollout" / "2" / "gen"
+    assert '"closed"' in (folder / "r0.part.json").read_text()
+    assert [p["p"] for p in first] == wanted
+
+    m.CALLS.clear()
+    _weave(name, dump)
+    again = [m.gen(2, p) for p in wanted]
+    skipweave.unweave()
+    assert m.CALLS == []  # the step is whole: every call served
+    assert all(torch.equal(x["v"], y["v"]) and x["p"] == y["p"] for x, y in zip(again, first, strict=True))
+
+
+@pytest.mark.parametrize("case", ["no fingerprint", "fingerprint.include"])
+def test_a_short_part_that_cannot_be_matched_by_inputs_is_set_aside_whole(host_module: Any, tmp_path: Path,
+                                                                         caplog: Any, case: str) -> None:
+    name, _ = host_module(SMALL_HOST)
+    m = sys.modules[name]
+    dump = tmp_path / "dump"
+    # "fingerprint.include": fingerprinted entries, but the role hashes only a part of the inputs
+    _interrupted(name, dump, ["a", "b"], fingerprinted=case == "fingerprint.include")
+    role: dict[str, Any] = {"fingerprint": {"include": ["1"]}} if case == "fingerprint.include" else {}
+    _weave(name, dump, **role)
+    with caplog.at_level(logging.WARNING, logger="skipweave"):
+        for p in "abcd":
+            m.gen(2, p)
+        skipweave.unweave()
+    assert m.CALLS == [(2, p) for p in "abcd"]  # today's rule: nothing of the interrupted run is mixed in
+    assert "left incomplete by an interrupted run" in caplog.text
+
+
+def test_a_replay_only_run_serves_what_a_short_part_holds_and_stops_at_the_rest(host_module: Any,
+                                                                               tmp_path: Path) -> None:
+    from skipweave.weaving.replay import ReplayMissing
+
+    name, _ = host_module(SMALL_HOST)
+    m = sys.modules[name]
+    dump = tmp_path / "dump"
+    _interrupted(name, dump, ["a", "b"])
+    before = sorted(p.name for p in (dump / "default" / "rollout" / "2" / "gen").iterdir())
+    _weave(name, dump, replay_only=True)
+    try:
+        assert m.gen(2, "b")["p"] == "b" and m.gen(2, "a")["p"] == "a"
+        with pytest.raises(ReplayMissing, match="step 2 call 2"):
+            m.gen(2, "c")
+    finally:
+        skipweave.unweave()
+    assert m.CALLS == []
+    assert sorted(p.name for p in (dump / "default" / "rollout" / "2" / "gen").iterdir()) == before  # untouched
