@@ -6,7 +6,8 @@ and no two of its threads overlapped, position ``k`` is served entry ``k``, as v
 When several writers share the shard (Ray actors or processes without their own ``RANK``, threads of one
 process), arrival order says nothing about who is who, in the recording run or the next: then a call is
 served only an entry recorded for the same inputs (same fingerprint), and a call whose inputs match none
-is a miss that records its own entry. Entries a concurrent writer made are never served
+is a miss that records its own entry. A part an interrupted run left short is matched the same way when this
+process resumes it (:mod:`skipweave.store.resume`). Entries a concurrent writer made are never served
 (:func:`skipweave.store.identity.is_concurrent_other`).
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 
-from skipweave.store.identity import Recorded, Writer, is_concurrent_other
+from skipweave.store.identity import Recorded, Writer, is_concurrent_other, is_other_of_run
 
 
 @dataclass(frozen=True)
@@ -64,9 +65,7 @@ def view_of(recorded: Sequence[Recorded], *, me: Writer, started: float) -> Part
     many entries the part holds (per-sample recording: thousands)."""
     # Another process of this very run (ended or not) is another writer, however few entries the part holds:
     # it is matched by inputs only, never by its position (children of one launcher, Ray actors of one job).
-    shared = is_shared(recorded) or any(
-        r.writer is not None and r.writer[0] == me.run and r.writer[1:] != (me.host, me.pid) for r in recorded
-    )
+    shared = is_shared(recorded) or any(is_other_of_run(r, me) for r in recorded)
     usable = [r for r in recorded if not is_concurrent_other(r, me, started)]
     by_fp: dict[str, list[int]] = {}
     for r in usable:
@@ -85,6 +84,7 @@ def match_call(
     same_step: bool,
     me: Writer,
     started: float,
+    inputs_only: bool = False,
 ) -> Match:
     """Choose the entry of a part that serves one call.
 
@@ -97,13 +97,16 @@ def match_call(
             another step (a ``repeat*`` serving step) inputs differ by nature and only call order matches.
         me: this process as a writer.
         started: when this process started (seconds since the epoch).
+        inputs_only: match by input fingerprint only, as a part of several writers (a part an interrupted run left
+            short that this process resumes, :mod:`skipweave.store.resume`: the calls of the resuming run need not
+            come in the order of the interrupted one's).
 
     Returns:
         A :class:`Match`: the exact-input entry with the lowest index when there is one; else, for a part of one
         writer, the entry at ``position``; else no entry.
     """
     view = recorded if isinstance(recorded, PartView) else view_of(recorded, me=me, started=started)
-    shared, others = view.shared, view.others
+    shared, others = view.shared or inputs_only, view.others
     if same_step and view.by_fingerprint:
         fp = fingerprint()
         for call in view.by_fingerprint.get(fp, ()) if fp else ():

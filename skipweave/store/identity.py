@@ -211,6 +211,12 @@ def writer_running(writer: tuple[str, str, int] | None) -> bool | None:
     return _alive(writer[2])
 
 
+def is_other_of_run(rec: Recorded, me: Writer) -> bool:
+    """True when ``rec`` was made by another process of this very run (ended or not): children of one launcher, Ray
+    actors of one job. Such a writer's entries are matched by inputs only, never by position."""
+    return rec.writer is not None and rec.writer[0] == me.run and rec.writer[1:] != (me.host, me.pid)
+
+
 def _alive(pid: int) -> bool:
     if pid <= 0:
         return False
@@ -227,5 +233,5 @@ def _valid_run(value: str) -> bool:
     return 1 <= len(value) <= 64 and value.isascii() and all(c.isalnum() or c in "-_" for c in value)
 
 
-__all__ = ["RUN_ENV", "Recorded", "Writer", "end_run", "is_concurrent_other", "made_here", "recorded_of",
-           "run_id", "run_started", "started_unix", "this_writer", "writer_running"]
+__all__ = ["RUN_ENV", "Recorded", "Writer", "end_run", "is_concurrent_other", "is_other_of_run", "made_here",
+           "recorded_of", "run_id", "run_started", "started_unix", "this_writer", "writer_running"]

@@ -4,7 +4,8 @@ or set aside when an interrupted run left it incomplete.
 Part of :class:`~skipweave.store.step_store.StepStore`. Any number of parts may be open at once (async rollouters keep
 many steps in flight). A part is closed (``{shard}.part.json`` says ``closed``) when a call of another step of its
 (target, shard) is prepared and none of its own calls is still running, else when its last running call ends; a part
-a call of which failed is left open, so the next run judges it by its calls.
+a call of which failed is left open, so the next run judges it by its calls. A short part an interrupted run left is
+set aside, or resumed when its calls can be matched by their inputs (:mod:`~skipweave.store.resume`).
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from skipweave.store.atomic import fsync_dir, write_bytes_atomic
 from skipweave.store.cache import ValidatedCache
 from skipweave.store.folders import RoleFolders
 from skipweave.store.fs import lock_path
-from skipweave.store.identity import is_concurrent_other, started_unix, this_writer
-from skipweave.store.index import PartIndex, StepIndex, calls_in, part_state
+from skipweave.store.identity import is_concurrent_other, is_other_of_run, started_unix, this_writer
+from skipweave.store.index import PartIndex, PartInfo, StepIndex, calls_in, part_state
 from skipweave.store.layout import MANIFEST_SUFFIX, PART_SUFFIX, TMP_PREFIX, EntryKey, group_stem, list_steps, part_path
 from skipweave.store.pending import Part, PendingWrites
+from skipweave.store.resume import Resumes
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +74,7 @@ class PartStates:
         self.lock = lock
         self._writing: set[Part] = set()  # parts this process records into
         self._checked: set[Part] = set()  # parts checked for interrupted leftovers
+        self._checking: dict[Part, threading.Event] = {}  # parts being checked now: set once judged
         # Parts that held no committed call when this process first prepared a call of them (or that it set aside):
         # whatever they hold since was written by this process or alongside it, none of which serves it.
         self._new: set[Part] = set()
@@ -87,6 +90,10 @@ class PartStates:
         # Parts seen closed, kept by their folder's mtime then: the repeat actions need not re-read every part file
         # on every call (one lstat tells whether anything in the folder changed since, by any process).
         self.closed_seen: ValidatedCache[Part, bool] = ValidatedCache()
+        self.resumes = Resumes(lock)  # short parts of an interrupted run this process resumes
+        # Sets the given calls of a part aside when a resumed part closes (the store's
+        # :meth:`~skipweave.store.step_store.StepStore.set_aside_calls`); returns False when it could not.
+        self.settle: Callable[[Part, frozenset[int]], bool] | None = None
 
     def mark_open(self, part: Part) -> None:
         """An entry of ``part`` was handed to the background writer: a call of a later step passes it (and it closes
@@ -121,7 +128,7 @@ class PartStates:
         """True when a part may be served: closed by its writer, or holding every expected call."""
         part = (step, target, shard)
         with self.lock:
-            if part in self._writing or self._pending.has(part):
+            if part in self._writing or self._pending.has(part) or self.resumes.holds(part):
                 return True
         mtime = self._folders.mtime(step, target)
         if self.closed_seen.get(part, mtime):
@@ -136,9 +143,11 @@ class PartStates:
             return False
         return info.closed or info.contiguous >= self.expected_calls(target, shard)
 
-    def prepare(self, step: int, target: str, shard: str, set_aside: Callable[..., str | None]) -> None:
-        """Before a call of a part: close this shard's other open parts that are idle, set aside leftovers (with
-        ``set_aside``, :meth:`set_aside`'s signature); see :meth:`~skipweave.store.step_store.StepStore.prepare_part`.
+    def prepare(self, step: int, target: str, shard: str, set_aside: Callable[..., str | None], *,
+                resumable: bool = False) -> None:
+        """Before a call of a part: close this shard's other open parts that are idle, resume or set aside leftovers
+        (with ``set_aside``, :meth:`set_aside`'s signature); see
+        :meth:`~skipweave.store.step_store.StepStore.prepare_part`.
         """
         part = (step, target, shard)
         with self.lock:
@@ -147,9 +156,31 @@ class PartStates:
                     self._passed.add(other)  # still being recorded (concurrent steps): closed when its calls end
                 else:
                     self.close(*other)
-            if part in self._writing or part in self._checked:
+            checking = self._checking.get(part)
+            if checking is None and (part in self._writing or part in self._checked):
                 return
-            self._checked.add(part)
+            if checking is None:
+                self._checked.add(part)
+                checking = self._checking[part] = threading.Event()
+                mine = True
+            else:
+                mine = False
+        if not mine:
+            # another thread judges the part now: its calls wait for the verdict (a call deciding before the part is
+            # resumed or set aside would take the leftovers for a recording of its own run, or record beside them)
+            checking.wait()
+            return
+        try:
+            self._judge(part, set_aside, resumable)
+        finally:
+            with self.lock:
+                self._checking.pop(part, None)
+            checking.set()
+
+    def _judge(self, part: Part, set_aside: Callable[..., str | None], resumable: bool) -> None:
+        """:meth:`prepare`'s first look at a part in this process: new, complete, or an interrupted run's leftover to
+        resume or set aside."""
+        step, target, shard = part
         info = self._parts.part_info(step, target, shard)
         if not info.calls:
             with self.lock:
@@ -162,11 +193,32 @@ class PartStates:
 
             if taken_up():
                 return
+            if resumable and self._resume(part, info.calls):
+                return
             if set_aside(step, target, shard, reason=(
                 f"{len(info.calls)} of {self.expected_calls(target, shard)} calls committed and never closed"
             ), unless=lambda: self.is_complete(step, target, shard) or taken_up()) is not None:
                 with self.lock:
                     self._new.add(part)
+
+    def _resume(self, part: Part, calls: tuple[int, ...]) -> bool:
+        """Resume a short part an interrupted run left (see :mod:`~skipweave.store.resume`) when a step makes more than
+        one call and every entry carries an input fingerprint; True when it is resumed."""
+        step, target, shard = part
+        expected = self.expected_calls(target, shard)
+        if expected <= 1 or not self.resumes.matchable(self._parts.part_calls(step, target, shard), calls):
+            return False
+        self.resumes.adopt(part, calls)
+        self._steps.add(step, target, shard)  # servable to the calls of its step (as a part this process writes)
+        logger.info("skipweave: role %s target %s step %d shard %s was left incomplete by an interrupted run (%d of "
+                    "%d calls committed); resuming it: each entry serves the call with its inputs, the other calls "
+                    "run live", self._folders.role, target, step, shard, len(calls), expected)
+        return True
+
+    def is_resumed(self, step: int, target: str, shard: str) -> bool:
+        """True while this process resumes the part (:mod:`~skipweave.store.resume`): its entries serve the calls of
+        their own step by inputs only."""
+        return self.resumes.holds((step, target, shard))
 
     def is_new(self, step: int, target: str, shard: str) -> bool:
         """True when the part held nothing when this process first prepared a call of it (or was set aside by it)."""
@@ -179,6 +231,7 @@ class PartStates:
         :meth:`~skipweave.store.step_store.StepStore.set_aside`."""
         self._folders.key(step, target, shard, 0)
         self.closed_seen.pop((step, target, shard))
+        self.resumes.forget((step, target, shard))
         self._steps.drop(target, shard)
         folder = self._folders.folder(step, target)
         when = time.strftime("%Y%m%dT%H%M%S") + f"-{uuid.uuid4().hex[:6]}"
@@ -265,10 +318,40 @@ class PartStates:
                         self._folders.role, target, step, shard)
             return
         known = self.known_calls(target)
-        if known is not None and self._parts.part_info(step, target, shard).contiguous < known:
+        info = self._parts.part_info(step, target, shard)
+        if self.resumes.holds(part):
+            if not self._settle_resumed(part, info, known):
+                return
+        elif known is not None and info.contiguous < known:
             return
         with contextlib.suppress(OSError):
             self._write_state(self._folders.key(step, target, shard, 0), "closed")
+
+    def _settle_resumed(self, part: Part, info: PartInfo, known: int | None) -> bool:
+        """Before a resumed part is closed: set aside the interrupted run's entries that served no call of this
+        process (their inputs differed). False when the part stays open: it would hold fewer calls than a step makes
+        without them, or they could not be moved (the next run resumes it again)."""
+        unclaimed = self.resumes.unclaimed(part)
+        if known is not None and len(set(info.calls) - unclaimed) < known:
+            return False
+        me = this_writer()
+        if unclaimed and any(is_other_of_run(r, me) for r in self._parts.part_calls(*part)):
+            # another process of this run records into the part too and may have been served what this one was
+            # not: nothing is moved (a part of several writers is matched by inputs only)
+            logger.info("skipweave: role %s target %s step %d shard %s: %d entries of the interrupted run served no "
+                        "call of this process; kept, other processes of this run write into the part",
+                        self._folders.role, part[1], part[0], part[2], len(unclaimed))
+        elif unclaimed:
+            try:
+                if self.settle is None or not self.settle(part, unclaimed):
+                    return False
+            except Exception as exc:  # e.g. a symlinked _set_aside: left open, never mixed into a closed part
+                logger.warning("skipweave: role %s target %s step %d shard %s: the %d entries of the interrupted run "
+                               "no call was served could not be set aside (%s: %s); the part is left open",
+                               self._folders.role, part[1], part[0], part[2], len(unclaimed), type(exc).__name__, exc)
+                return False
+        self.resumes.forget(part)
+        return True
 
     def close_all(self) -> None:
         """Close every part this process left open, but those with a call still running (they close when it ends)."""

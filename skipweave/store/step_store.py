@@ -6,6 +6,7 @@
 - :mod:`~skipweave.store.index`: what the folders hold (each part's calls, group files and entries; the steps
   recorded), kept while they are unchanged;
 - :mod:`~skipweave.store.parts`: the life of a part in this process (prepared, open, closed, set aside);
+- :mod:`~skipweave.store.resume`: short parts of an interrupted run this process resumes;
 - :mod:`~skipweave.store.read`: serving one entry; :mod:`~skipweave.store.staging` and
   :mod:`~skipweave.store.commit`: recording one, or many with one group sync;
 - :mod:`~skipweave.store.pending`: the entries handed to the background writer.
@@ -21,7 +22,8 @@ Guarantees (each has a test):
   committed entry.
 - A step left incomplete by an interrupted run (fewer calls committed than the step makes, and
   never closed) is moved to ``_set_aside/`` before anything is recorded for it again, so old and
-  new data never mix.
+  new data never mix; or, when its calls can be matched by their inputs, resumed: its entries serve the calls
+  they were recorded for, and those no call was served are set aside when the part closes.
 - Nothing leaves the dump dir: namespace, role, target and shard are checked single names, no folder
   below the root is a symlink (:func:`skipweave.store.fs.inside`), no file is opened through one.
 - An entry is judged by :func:`skipweave.store.manifest.check_manifest`, the same function ``skipweave
@@ -34,6 +36,7 @@ Guarantees (each has a test):
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import os
 import threading
 import weakref
@@ -48,11 +51,15 @@ from skipweave.store.folders import Mtime, RoleFolders
 from skipweave.store.identity import Recorded
 from skipweave.store.index import PartIndex, PartInfo, StepIndex, calls_in
 from skipweave.store.layout import MANIFEST_SUFFIX, EntryKey
+from skipweave.store.manifest import seconds_of
 from skipweave.store.parts import PartStates, part_lock
 from skipweave.store.pending import PendingWrites
 from skipweave.store.read import EntryReader, Loaded
+from skipweave.store.resume import set_aside_calls
 from skipweave.store.retention import KeepRule, Retainer, StepRemoval
 from skipweave.store.staging import EntryMeta, Staged, stage
+
+logger = logging.getLogger(__name__)
 
 
 class StepStore:
@@ -105,6 +112,7 @@ class StepStore:
                                    trusted_classes=self.trusted_classes)
         self._committer = Committer(self._folders, self._index, self._parts, compress=compress)
         self._retainer = Retainer(self, keep) if keep is not None and keep.active else None
+        self._parts.settle = self._settle
         _STORES.add(self)
 
     # ------------------------------------------------------------------ background writes
@@ -235,14 +243,72 @@ class StepStore:
         return self._reader.load(key, mtime=mtime)
 
     # ------------------------------------------------------------------ parts
-    def prepare_part(self, step: int, target: str, shard: str) -> None:
-        """Before a call of a part: close this shard's other open parts that are idle, set aside leftovers.
+    def prepare_part(self, step: int, target: str, shard: str, *, resumable: bool = False) -> None:
+        """Before a call of a part: close this shard's other open parts that are idle, resume or set aside leftovers.
 
         A part holding calls from an interrupted run (not closed, fewer calls than expected, not
         written by this process) is moved to ``_set_aside/`` (by :meth:`set_aside`) with a log line, once per
-        process.
+        process; unless ``resumable`` (the caller matches the target's calls by their inputs: no
+        ``fingerprint.include``, no fingerprint shards), a step makes more than one call and every entry of the part
+        has an input fingerprint: then the part is resumed (:mod:`~skipweave.store.resume`, :meth:`is_resumed`).
         """
-        self._parts.prepare(step, target, shard, self.set_aside)
+        self._parts.prepare(step, target, shard, self.set_aside, resumable=resumable)
+
+    def is_resumed(self, step: int, target: str, shard: str) -> bool:
+        """True while this process resumes the part (see :meth:`prepare_part`): the calls of its step are matched to
+        its entries by input fingerprint only, and those that match none are recorded into slots
+        :meth:`resumed_calls` does not hold."""
+        return self._parts.is_resumed(step, target, shard)
+
+    def resumed_calls(self, step: int, target: str, shard: str) -> frozenset[int]:
+        """The calls the interrupted run committed into a part this process resumes (empty for any other part)."""
+        return self._parts.resumes.calls((step, target, shard))
+
+    def resumed_served(self, step: int, target: str, shard: str, call: int) -> None:
+        """Entry ``call`` of a part this process resumes served one of its calls: kept when the part closes (the
+        interrupted run's entries that served none are set aside then)."""
+        self._parts.resumes.served((step, target, shard), call)
+
+    def _settle(self, part: tuple[int, str, str], calls: frozenset[int]) -> bool:
+        """Set aside the given calls of a resumed part as it closes (one WARNING); False when they could not be."""
+        kept: list[bool] = []
+
+        def keep_grouped(keys: list[EntryKey]) -> bool:
+            kept.append(self._regroup(keys))
+            return kept[-1]
+
+        self._parts.closed_seen.pop(part)
+        dest = set_aside_calls(self._folders, part, calls, lock=part_lock, keep_grouped=keep_grouped)
+        self._steps.drop(part[1], part[2])
+        self._steps.touch()
+        if dest is None:
+            return all(kept)  # nothing was left to move (gone meanwhile), or a group could not be kept apart
+        logger.warning("skipweave: role %s target %s step %d shard %s: %d entries the interrupted run recorded "
+                       "served no call of this run (their inputs differed); set aside to %s as the part closes",
+                       self.role, part[1], part[0], part[2], len(calls), dest)
+        return True
+
+    def _regroup(self, keys: list[EntryKey]) -> bool:
+        """Write grouped entries again as entries of their own (same result, RNG state, effects, fingerprint), so
+        their group file may be set aside without them; False when any could not be."""
+        items: list[Item] = []
+        for key in keys:
+            try:
+                loaded = self.load(key)
+            except Exception as exc:  # unusable now: it is left where it is, the part stays open
+                logger.warning("skipweave: %s could not be read to keep it (%s: %s)", key, type(exc).__name__, exc)
+                return False
+            m = loaded.manifest
+            fp, path = m.get("input_fingerprint"), m.get("target_path")
+            meta = EntryMeta(path if isinstance(path, str) else "", fp if isinstance(fp, str) else "",
+                             seconds_of(m), replace=True, concurrent=m.get("concurrent") is True)
+            items.append((key, self.stage(loaded.result, rng_state=loaded.rng_state, effects=loaded.effects,
+                                          appended=loaded.appended), meta))
+        results = self.commit_many(items)
+        failed = [r for r in results if not isinstance(r, tuple)]
+        if failed:
+            logger.warning("skipweave: %d grouped entries could not be written again (%s)", len(failed), failed[0])
+        return not failed
 
     def is_fresh(self, step: int, target: str, shard: str) -> bool:
         """True when the part held nothing when this process first prepared a call of it (or was set aside by

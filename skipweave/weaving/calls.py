@@ -95,6 +95,7 @@ class CallLedger:
         self.free: dict[tuple[int, str], list[int]] = {}  # indices given back by calls that raised, lowest first
         # (step, shard) -> slots this process served or recorded at that step: never served to it again
         self.claimed: dict[tuple[int, str], set[int]] = {}
+        self.cursor: dict[tuple[int, str], int] = {}  # (step, shard) -> no free slot below it (free_slot)
         # (step, shard) -> this process's real calls of that step now running (single flight, thread overlap)
         self.in_flight: dict[tuple[int, str], list[Call]] = {}
         self.validation_calls = 0
@@ -184,7 +185,7 @@ class CallLedger:
         action = Action.CACHE if d.validation or role.action is Action.VERIFY else role.action
         try:
             if role.action is not Action.VERIFY:  # a verify run reads the store and changes nothing in it
-                store.prepare_part(step, target, shard)
+                store.prepare_part(step, target, shard, resumable=self.resumable(d))
             if action is Action.CACHE:  # only this very step can serve: no scan of the store
                 recorded = [step] if store.is_complete(step, target, shard) else []
             else:
@@ -212,6 +213,28 @@ class CallLedger:
                 d.waits_for = self._recording_that_serves(d, recorded)
             if d.waits_for is None:
                 self.register(d)
+
+    def resumable(self, d: Call) -> bool:
+        """Whether a short part an interrupted run left at ``d``'s step may be resumed (:mod:`skipweave.store.resume`):
+        its entries are then matched to calls by input fingerprint, which identifies a call only when it hashes all of
+        its inputs (no ``fingerprint.include``: a phase hashing only the fields it reads gives one digest to calls that
+        differ elsewhere) and the shard is not itself the fingerprint (every call of such a part has the same one).
+        Validation calls are recorded apart and never resumed."""
+        role = self.proxy.role
+        return not d.validation and not role.fingerprint.include and role.shard is not ShardKind.FINGERPRINT
+
+    def free_slot(self, step: int, shard: str, taken: Collection[int]) -> int:
+        """Claim and return the lowest call index of ``step`` that is neither claimed by this process nor in
+        ``taken`` (the slots of a resumed part the interrupted run holds): where a live call of a resumed part is
+        recorded, so it never lands on an entry a later call of the step may still be served."""
+        with self.lock:
+            claimed = self.claimed.setdefault((step, shard), set())
+            slot = self.cursor.get((step, shard), 0)
+            while slot in claimed or slot in taken:
+                slot += 1
+            claimed.add(slot)
+            self.cursor[(step, shard)] = slot + 1  # both sets only grow while a part is resumed
+            return slot
 
     def _recording_that_serves(self, d: Call, recorded: list[int]) -> Call | None:
         """Single flight for the ``repeat*`` actions (caller holds the lock): a running call of this process whose

@@ -125,6 +125,10 @@ class Recorder:
         the writer took it (it then ends the call in the store once committed, see :meth:`written`)."""
         proxy = self.proxy
         role, target, store, ledger = proxy.role, proxy.target, proxy.store, proxy.ledger
+        if d.slot is None and not d.no_store and store.is_resumed(d.step, target.name, d.shard):
+            # a part an interrupted run left short: recorded into a slot none of its entries holds (each of them may
+            # still serve a later call of the step), not at the call's position
+            d.slot = ledger.free_slot(d.step, d.shard, store.resumed_calls(d.step, target.name, d.shard))
         try:
             key: Any = store.key(d.step, target.name, d.shard, d.call if d.slot is None else d.slot)
         except ValueError as exc:  # a name that cannot be a folder of the dump dir: never fail the call

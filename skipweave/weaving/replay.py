@@ -190,10 +190,16 @@ class Replayer:
                            d.step, d.served, type(exc).__name__, exc)
             d.no_store = True
             return None
+        # a short part of an interrupted run this process resumes: its entries serve the calls of their step by inputs
+        resumed = same and store.is_resumed(d.step, target, d.shard)
         match = match_call(self._view(d.served, d.shard, entries), d.call,
                            lambda: ledger.fingerprint(d, args, kwargs), claimed, same_step=same, me=this_writer(),
-                           started=started_unix())
-        if match.call is None and (match.shared or match.others):
+                           started=started_unix(), inputs_only=resumed)
+        if resumed:
+            if match.call is not None:
+                ledger.claim(d.step, d.shard, match.call)
+                store.resumed_served(d.step, target, d.shard, match.call)
+        elif match.call is None and (match.shared or match.others):
             if not same and match.shared:
                 what = (f"holds recordings of several writers, so step {d.served} cannot serve step {d.step} "
                         f"(action {proxy.role.action.value} serves another step by call order only)")
