@@ -69,8 +69,9 @@ def write_mark(dump_dir: str, run: str, token: str) -> str:
     """
     if not is_token(token):
         raise ValueError(f"a shared-path token must be 32 lowercase hex digits, got {token!r}")
+    check_name("run", run)  # before anything is made
     os.makedirs(dump_dir, exist_ok=True)
-    folder = inside(dump_dir, RUNS, check_name("run", run), create=True)
+    folder = inside(dump_dir, RUNS, run, create=True)
     doc = {"token": token, "host": platform.node(), "pid": os.getpid(), "written_unix": time.time()}
     tmp = tmp_name(folder, SHARED_MARK)
     try:

@@ -24,6 +24,11 @@ from typing import Any
 
 import pytest
 
+from skipweave.config.errors import ConfigError
+from skipweave.env import SHARED_MARKS_ENV
+from skipweave.integrations.ray.driver import leave_shared_marks, merge_runtime_env
+from skipweave.store.identity import run_id
+
 pytestmark = pytest.mark.timeout(300)
 
 APPS = Path(__file__).resolve().parent / "apps"
@@ -125,3 +130,31 @@ def test_ls_and_verify_ignore_the_mark_and_gc_removes_it_with_the_ended_run(repo
                           timeout=120)
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert not mark.exists()  # the driver wrote at its exit that the run ended
+
+
+def _plan(dump: Path, **role: Any) -> str:
+    return json.dumps({"skip": {"rollout": {"enable": True, "dump_dir": str(dump), "targets": {"g": "os:getcwd"},
+                                            **role}}})
+
+
+def test_the_driver_hands_its_run_and_tokens_to_the_workers_with_the_plan(tmp_path: Path) -> None:
+    plan = _plan(tmp_path / "dump")
+    marks = leave_shared_marks(plan)
+    env = merge_runtime_env({"env_vars": {"A": "1"}}, plan, shared_marks=marks)["env_vars"]
+    assert json.loads(env[SHARED_MARKS_ENV]) == {"run": run_id(), "tokens": marks}
+    [(dump_dir, token)] = marks.items()
+    mark = json.loads((Path(dump_dir) / ".runs" / run_id() / ".shared.json").read_text())
+    assert dump_dir == str(tmp_path / "dump") and mark["token"] == token
+
+
+def test_require_shared_with_a_dump_dir_the_driver_cannot_mark_fails_before_ray_init(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (dump / ".runs").symlink_to(tmp_path / "elsewhere")  # a crafted dump dir: never written through
+    with pytest.raises(ConfigError, match="skip.rollout.require_shared=True .*can leave its mark in"):
+        leave_shared_marks(_plan(dump, require_shared=True))
+    assert leave_shared_marks(_plan(dump)) == {}  # without it: not checked, and said so
+    assert "cannot check that it is the folder they use" in caplog.text
+    assert os.listdir(tmp_path / "elsewhere") == []
