@@ -12,6 +12,7 @@ app of the environment — costs no torch or ray import):
 - :class:`ReplayMissing`: a replay-only run met a call no recording serves (see ``docs/replay_only.md``).
 - :class:`FingerprintMismatch`: a recording was made for other inputs and ``fingerprint.on_mismatch`` is ``error``.
 - :class:`StubUnforeseen`: the host used a stand-in of a replay-only run in a way its profile did not declare.
+- :class:`DumpDirNotShared`: a Ray worker's dump dir is not the driver's folder and the role has ``require_shared``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from skipweave.weaving.proxy import ReplayMissing
     from skipweave.weaving.replay import FingerprintMismatch
     from skipweave.weaving.resolve import TargetNotFound
+    from skipweave.weaving.shared_dirs import DumpDirNotShared
     from skipweave.weaving.stubs import StubUnforeseen
     from skipweave.weaving.verifier import Diverged
 
@@ -43,10 +45,11 @@ _LAZY = {
     "FingerprintMismatch": "skipweave.weaving.replay",
     "StubUnforeseen": "skipweave.weaving.stubs",
     "Diverged": "skipweave.weaving.verifier",
+    "DumpDirNotShared": "skipweave.weaving.shared_dirs",
 }
 
-__all__ = ["ConfigError", "Diverged", "FingerprintMismatch", "ReplayMissing", "StubUnforeseen", "TargetNotFound",
-           "__version__", "counters", "flush", "set_step", "unweave", "weave", "woven_plan"]
+__all__ = ["ConfigError", "Diverged", "DumpDirNotShared", "FingerprintMismatch", "ReplayMissing", "StubUnforeseen",
+           "TargetNotFound", "__version__", "counters", "flush", "set_step", "unweave", "weave", "woven_plan"]
 
 
 def __getattr__(name: str) -> Any:

@@ -32,6 +32,10 @@ RUN_ENV = "SKIPWEAVE_RUN"
 RUN_STARTED_ENV = "SKIPWEAVE_RUN_STARTED"
 """When the run began (seconds since the epoch), set with :data:`RUN_ENV`."""
 
+SHARED_MARKS_ENV = "SKIPWEAVE_SHARED_MARKS"
+"""Set by a woven driver's ``ray.init`` for its workers: ``{dump_dir: token}`` as JSON, the marks it left in each dump
+dir of its plan, which each worker looks for in its own (:mod:`skipweave.weaving.shared_dirs`)."""
+
 SUMMARY_ENV = "SKIPWEAVE_SUMMARY"
 """``0`` keeps the exit summary off stderr in a program that configured no logging."""
 
@@ -42,4 +46,4 @@ PROGRESS_ENV = "SKIPWEAVE_PROGRESS"
 """``0`` turns progress bars off, ``1`` on even when stderr is no terminal; unset: on for a terminal."""
 
 __all__ = ["APP_HOOK_ENV", "APP_HOOK_PICKLE_ENV", "LOG_LEVEL_ENV", "PLAN_ENV", "PROFILE_PATH_ENV", "PROGRAM_PID_ENV",
-           "PROGRESS_ENV", "RUN_ENV", "RUN_STARTED_ENV", "SUMMARY_ENV"]
+           "PROGRESS_ENV", "RUN_ENV", "RUN_STARTED_ENV", "SHARED_MARKS_ENV", "SUMMARY_ENV"]

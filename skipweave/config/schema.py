@@ -287,6 +287,10 @@ class RoleConfig(Declared):
         steps: eligible steps; other steps run live and are not recorded.
         dump_dir: absolute path of the store root (``~`` expanded, made absolute when read).
         namespace: sub-folder of ``dump_dir`` naming the run identity.
+        require_shared: in a Ray job, a worker whose ``dump_dir`` is not the driver's folder (a node-local path such
+            as ``~/...`` or ``/tmp/...`` on another node; see docs/ray.md#several-nodes) refuses every call of the
+            role's targets with :class:`~skipweave.weaving.shared_dirs.DumpDirNotShared` before the target runs,
+            instead of one WARNING and recording where the driver never looks.
         targets: what to hijack, in config order.
         step: where the step comes from.
         bypass: which calls always run live.
@@ -359,6 +363,7 @@ class RoleConfig(Declared):
     steps: StepSet = key(parse=parse_steps, default_factory=StepSet)
     dump_dir: str = key(DEFAULT_DUMP_DIR, parse=or_default(DEFAULT_DUMP_DIR, parse_dump_dir))
     namespace: str = key("default", parse=or_default("default", parse_namespace))
+    require_shared: bool = key(False, parse=parse_bool)
     targets: tuple[TargetSpec, ...] = key((), parse=parse_targets, form=targets_form)
     step: StepSourceConfig = key(parse=mapping_parser(StepSourceConfig, shorthand=_step_shorthand, check=_check_step),
                                  default_factory=StepSourceConfig, raw_default={})

@@ -22,6 +22,7 @@ from skipweave import lifecycle, report
 from skipweave.config.errors import ConfigError
 from skipweave.config.schema import Action, ShardKind
 from skipweave.policy.actions import choose_step
+from skipweave.weaving import shared_dirs
 from skipweave.weaving.fingerprint import fingerprint
 from skipweave.weaving.notes import RESULT_NOTES
 from skipweave.weaving.shards import VALIDATION_SHARD, shard_label, shared_shard_advice
@@ -166,13 +167,25 @@ class CallLedger:
         d = Call(step, self.take_index(step, shard), shard, None)
         d.fp, d.validation = fp, validation
         if choose:
-            self.choose_first(d)
+            try:
+                self.choose_first(d)
+            except shared_dirs.DumpDirNotShared:
+                self.give_back(d)  # the call never ran: its index serves the next call of the step
+                raise
         return d
 
     def choose_first(self, d: Call) -> None:
-        """A call's first store work: its first-call mark (now, not at its hit or miss: a call that raises was
-        still called) and the serving step's choice."""
+        """A call's first store work: the check that the dump dir is the driver's (once per process and dump dir),
+        its first-call mark (now, not at its hit or miss: a call that raises was still called) and the serving step's
+        choice.
+
+        Raises:
+            DumpDirNotShared: the role has ``require_shared`` and its dump dir is not the driver's folder
+                (:mod:`skipweave.weaving.shared_dirs`); the target's ``eligible`` counter then stays unset, so every
+                later call asks again and raises too.
+        """
         if not self.proxy.counts.eligible:
+            shared_dirs.check(self.proxy.role)
             report.first_call(self.proxy.role.role, self.proxy.target.name, eligible=True)
         self.choose(d)
 

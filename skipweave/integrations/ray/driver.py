@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import wrapt
 
-from skipweave.env import APP_HOOK_ENV, APP_HOOK_PICKLE_ENV, PLAN_ENV, RUN_ENV, RUN_STARTED_ENV
+from skipweave.config.errors import ConfigError
+from skipweave.env import APP_HOOK_ENV, APP_HOOK_PICKLE_ENV, PLAN_ENV, RUN_ENV, RUN_STARTED_ENV, SHARED_MARKS_ENV
 from skipweave.integrations.ray.pickling import import_by_path, install_pickle_support
 from skipweave.integrations.ray.state import WORKER
 from skipweave.store.identity import run_id, run_started
@@ -90,7 +91,8 @@ def stop() -> None:
 
 
 def merge_runtime_env(
-    runtime_env: Mapping[str, Any] | None, plan: str, *, job_config: Any = None
+    runtime_env: Mapping[str, Any] | None, plan: str, *, job_config: Any = None,
+    shared_marks: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Return a copy of the app's runtime_env that also makes every worker weave ``plan``.
 
@@ -105,6 +107,9 @@ def merge_runtime_env(
         plan: the plan as JSON text.
         job_config: the app's ``JobConfig``; its runtime_env is the base when ``runtime_env`` is None
             (``ray.init``'s ``runtime_env`` argument replaces the job config's).
+        shared_marks: ``{dump_dir: token}`` of the marks this driver left (:func:`leave_shared_marks`), handed to
+            the workers with this driver's run id in ``SKIPWEAVE_SHARED_MARKS`` (``{"run": ..., "tokens": {...}}``),
+            so that each checks its dump dirs are the driver's folders.
 
     Raises:
         TypeError: the app's hook is neither a string nor a callable.
@@ -117,6 +122,8 @@ def merge_runtime_env(
     env_vars[PLAN_ENV] = plan
     env_vars.setdefault(RUN_ENV, run_id())  # the workers are writers of the driver's run (store.identity)
     env_vars.setdefault(RUN_STARTED_ENV, repr(run_started()))
+    if shared_marks:
+        env_vars[SHARED_MARKS_ENV] = json.dumps({"run": run_id(), "tokens": dict(shared_marks)}, sort_keys=True)
     app_hook = merged.get("worker_process_setup_hook")
     if app_hook is not None and app_hook != SETUP_HOOK:
         env_vars.pop(APP_HOOK_ENV, None)
@@ -148,7 +155,47 @@ def runtime_env_hook(runtime_env: dict[str, Any] | None) -> dict[str, Any] | Non
     plan = _DRIVER.plan or os.environ.get(PLAN_ENV)
     if not plan:
         return runtime_env
-    return merge_runtime_env(runtime_env, plan)
+    return merge_runtime_env(runtime_env, plan, shared_marks=leave_shared_marks(plan))
+
+
+def leave_shared_marks(plan: str) -> dict[str, str]:
+    """Leave this driver's mark in each dump dir of ``plan``'s enabled roles, before its workers start.
+
+    Each worker then looks for it at its first eligible call per dump dir (:mod:`skipweave.weaving.shared_dirs`): a
+    dump dir that is another folder on the worker's node gets a WARNING there, or refuses the role's calls with
+    ``require_shared``. A dump dir the mark cannot be written into (read-only) is not checked, with a WARNING here.
+
+    Args:
+        plan: the plan as JSON text.
+
+    Returns:
+        ``{dump_dir: token}`` of the dump dirs marked.
+
+    Raises:
+        ConfigError: a role with ``require_shared: true`` has a dump dir the mark cannot be written into (its workers
+            could never tell that it is the driver's folder), before any worker starts.
+    """
+    from skipweave.config.loader import load_skip_config
+    from skipweave.weaving.shared_dirs import leave_marks
+
+    if WORKER.active:  # a Ray worker starting a job of its own: its driver's marks stand
+        return {}
+    try:
+        roles = load_skip_config(json.loads(plan)).enabled_roles
+    except Exception as exc:  # noqa: BLE001 - the workers fail on the same plan, with their own message
+        logger.debug("skipweave: no shared-path marks: the plan does not load here (%s)", exc)
+        return {}
+    marked, failed = leave_marks(r.dump_dir for r in roles)
+    for dump_dir, why in failed.items():
+        strict = [r.role for r in roles if r.dump_dir == dump_dir and r.require_shared]
+        if strict:
+            raise ConfigError(f"skip.{strict[0]}.require_shared", True,
+                              f"a dump_dir the driver can leave its mark in, so that every Ray worker can tell it "
+                              f"is the driver's folder ({dump_dir}: {why}); set require_shared: false to record "
+                              f"without the check")
+        logger.warning("skipweave: could not leave the driver's mark in dump_dir %s (%s): the Ray workers of this job "
+                       "cannot check that it is the folder they use", dump_dir, why)
+    return marked
 
 
 def _on_ray_import(module: Any) -> None:
@@ -179,7 +226,7 @@ def _ray_init_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs
         return wrapped(*args, **kwargs)
     kwargs = dict(kwargs)
     kwargs["runtime_env"] = merge_runtime_env(
-        kwargs.get("runtime_env"), plan, job_config=kwargs.get("job_config")
+        kwargs.get("runtime_env"), plan, job_config=kwargs.get("job_config"), shared_marks=leave_shared_marks(plan)
     )
     logger.info("skipweave: ray.init merges the woven plan into the job's runtime_env; every Ray worker "
                 "weaves it at start-up (worker_process_setup_hook=%s)", SETUP_HOOK)
@@ -258,5 +305,5 @@ class RayPropagation:
 RAY_PROPAGATION = WEAVE_HOOKS.add(RayPropagation())
 """The registered :class:`RayPropagation`."""
 
-__all__ = ["MAX_PICKLED_HOOK_BYTES", "RAY_PROPAGATION", "SETUP_HOOK", "RayPropagation", "merge_runtime_env",
-           "propagate", "runtime_env_hook", "stop"]
+__all__ = ["MAX_PICKLED_HOOK_BYTES", "RAY_PROPAGATION", "SETUP_HOOK", "RayPropagation", "leave_shared_marks",
+           "merge_runtime_env", "propagate", "runtime_env_hook", "stop"]

@@ -16,10 +16,11 @@ import dataclasses
 import json
 import logging
 import os
+import platform
 import sys
 from typing import TYPE_CHECKING, Any
 
-from skipweave.env import APP_HOOK_ENV, APP_HOOK_PICKLE_ENV, PLAN_ENV, RUN_ENV
+from skipweave.env import APP_HOOK_ENV, APP_HOOK_PICKLE_ENV, PLAN_ENV, RUN_ENV, SHARED_MARKS_ENV
 from skipweave.integrations.ray.actors import patch_actor_class_loaders
 from skipweave.integrations.ray.failures import fail, worker_identity
 from skipweave.integrations.ray.pickling import import_by_path
@@ -72,7 +73,30 @@ def _weave_this_worker() -> None:
     # ``__main__`` here is Ray's default_worker, not the driver's script: classes defined in the
     # driver's ``__main__`` arrive by value and are woven when Ray loads them (see ray.actors).
     api.weave(_without_main_targets(plan))
+    _expect_shared_marks()
     logger.debug("skipweave: Ray worker %s woven", worker_identity())
+
+
+def _expect_shared_marks() -> None:
+    """Have this worker look for the driver's marks in its dump dirs at its first calls (see docs/ray.md#several-nodes).
+
+    ``SKIPWEAVE_SHARED_MARKS`` comes from the driver's ``ray.init`` (:func:`~skipweave.integrations.ray.driver.
+    leave_shared_marks`); a value that is not the expected JSON is ignored (nothing is checked), with a DEBUG line.
+    """
+    from skipweave.weaving.shared_dirs import expect_marks
+
+    text = os.environ.get(SHARED_MARKS_ENV)
+    if not text:
+        return
+    try:
+        doc = json.loads(text)
+        run, tokens = doc["run"], doc["tokens"]
+        if not isinstance(run, str) or not isinstance(tokens, dict):
+            raise TypeError("expected {'run': str, 'tokens': {dump_dir: token}}")
+    except (ValueError, KeyError, TypeError) as exc:
+        logger.debug("skipweave: %s is not usable (%s); the dump dirs are not checked", SHARED_MARKS_ENV, exc)
+        return
+    expect_marks(run, tokens, where=f"{worker_identity()} host={platform.node()}")
 
 
 def _join_the_jobs_run() -> None:
