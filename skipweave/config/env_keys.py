@@ -62,7 +62,7 @@ def parse_env_keys(key: str, value: Any) -> tuple[tuple[str, Any], ...]:
     """
     if value is None or (isinstance(value, (list, tuple)) and not value):
         return ()
-    if isinstance(value, (list, tuple, str)):
+    if isinstance(value, (list, tuple, str)):  # (load_skip_config resolves them: it has the whole config)
         raise ConfigError(key, value, "dotted paths resolved against the app's whole config, which was not given "
                                       "here: pass the whole config to skipweave.weave() (the Hydra callback does)")
     if not isinstance(value, Mapping):
@@ -96,6 +96,8 @@ def named_paths(skip: Any) -> list[str]:
     for role in skip.values():
         fingerprint = role.get("fingerprint") if isinstance(role, Mapping) else None
         paths = fingerprint.get("env") if isinstance(fingerprint, Mapping) else None
+        if isinstance(paths, str):
+            paths = [paths]
         if isinstance(paths, (list, tuple)):
             out.extend(p for p in paths if isinstance(p, str) and _PATH_RE.match(p) and p not in out)
     return out
@@ -163,7 +165,10 @@ def resolve_env(container: dict[str, Any]) -> dict[str, Any]:
     roles = dict(skip)
     for name, role in skip.items():
         fingerprint = role.get("fingerprint") if isinstance(role, Mapping) else None
-        if not isinstance(fingerprint, Mapping) or not isinstance(paths := fingerprint.get("env"), (list, tuple)):
+        paths = fingerprint.get("env") if isinstance(fingerprint, Mapping) else None
+        if isinstance(paths, str):
+            paths = [paths]  # a single path, as the other path lists take it
+        if not isinstance(fingerprint, Mapping) or not isinstance(paths, (list, tuple)):
             continue  # null, a resolved mapping, or a bad value parse_env_keys reports
         key = f"skip.{name}.fingerprint.env"
         values = {}

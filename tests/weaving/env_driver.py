@@ -21,8 +21,9 @@ if len(sys.argv) > 4:
 
     torch.__version__ = sys.argv[4]  # as another torch build would say (read from sys.modules, as the host's is)
 
-import skipweave  # noqa: E402
 from envhost.rollout import REAL, Batch, Rollout  # noqa: E402
+
+import skipweave  # noqa: E402
 
 skipweave.weave({
     "model": {"temperature": temperature, "path": "/models/a"},
