@@ -95,19 +95,38 @@ def source_hash(func: Callable[..., Any]) -> str | None:
 @functools.lru_cache(maxsize=64)
 def host_package(top: str) -> tuple[str, str] | None:
     """``(distribution, version)`` of the installed distribution that provides top-level package ``top``, or ``None``
-    (no distribution provides it: a script, a folder on ``sys.path``, ``__main__``). Cached per process:
-    ``packages_distributions`` reads every installed distribution's metadata once."""
+    (no distribution provides it: a script, a folder on ``sys.path``, ``__main__``). Cached per process. The
+    distribution named ``top`` is asked first (torch, verl, vllm: a few ms); only when it does not provide ``top`` is
+    every installed distribution's metadata read (``packages_distributions``: 0.33 s in a venv with verl, Dec 2026)."""
     from importlib import metadata
 
     if not top or top == "__main__":
         return None
     try:
+        same = _same_named(top)
+        if same is not None:
+            return same
         names = _distributions().get(top) or ()
         for name in names:
             return name, metadata.version(name)
     except Exception as exc:  # noqa: BLE001 - broken metadata of some distribution: the version is unknown
         logger.debug("skipweave: no version of %s (%s: %s)", top, type(exc).__name__, exc)
     return None
+
+
+def _same_named(top: str) -> tuple[str, str] | None:
+    """The distribution named ``top`` when it provides the top-level package ``top`` (its ``top_level.txt``, else its
+    file list, says so; a distribution of that name that ships other packages is not the host's)."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution(top)
+    except metadata.PackageNotFoundError:
+        return None
+    provided = (dist.read_text("top_level.txt") or "").split()
+    if top not in provided and not any(f.parts[:1] == (top,) for f in dist.files or ()):
+        return None
+    return dist.metadata["Name"] or top, dist.version
 
 
 @functools.lru_cache(maxsize=1)
