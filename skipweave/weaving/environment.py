@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import os
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -96,15 +97,17 @@ def source_hash(func: Callable[..., Any]) -> str | None:
 def host_package(top: str) -> tuple[str, str] | None:
     """``(distribution, version)`` of the installed distribution that provides top-level package ``top``, or ``None``
     (no distribution provides it: a script, a folder on ``sys.path``, ``__main__``). Cached per process. The
-    distribution named ``top`` is asked first (torch, verl, vllm: a few ms); only when it does not provide ``top`` is
-    every installed distribution's metadata read (``packages_distributions``: 0.33 s in a venv with verl, Dec 2026)."""
+    distribution named ``top`` is asked first (torch, verl, vllm: a few ms); only when it does not provide ``top`` and
+    ``top`` was imported from a ``site-packages`` folder (``yaml`` of ``PyYAML``) is every installed distribution's
+    metadata read (``packages_distributions``: 0.33 s in a venv with verl, Dec 2026). A package imported from elsewhere
+    under another distribution's name (an editable install named otherwise) is then unknown: no version recorded."""
     from importlib import metadata
 
     if not top or top == "__main__":
         return None
     try:
         same = _same_named(top)
-        if same is not None:
+        if same is not None or not _in_site_packages(top):
             return same
         names = _distributions().get(top) or ()
         for name in names:
@@ -112,6 +115,15 @@ def host_package(top: str) -> tuple[str, str] | None:
     except Exception as exc:  # noqa: BLE001 - broken metadata of some distribution: the version is unknown
         logger.debug("skipweave: no version of %s (%s: %s)", top, type(exc).__name__, exc)
     return None
+
+
+def _in_site_packages(top: str) -> bool:
+    """Whether the imported top-level package ``top`` lives in a ``site-packages`` or ``dist-packages`` folder (where
+    installed distributions put it; a script or a folder on ``sys.path`` is not installed)."""
+    module = sys.modules.get(top)
+    paths = [getattr(module, "__file__", None), *(getattr(module, "__path__", None) or ())]
+    return any(isinstance(p, str) and any(part in ("site-packages", "dist-packages") for part in p.split(os.sep))
+               for p in paths)
 
 
 def _same_named(top: str) -> tuple[str, str] | None:
