@@ -11,6 +11,8 @@ app of the environment — costs no torch or ray import):
 - :class:`TargetNotFound`: a target path that does not resolve (names the failing part).
 - :class:`ReplayMissing`: a replay-only run met a call no recording serves (see ``docs/replay_only.md``).
 - :class:`FingerprintMismatch`: a recording was made for other inputs and ``fingerprint.on_mismatch`` is ``error``.
+- :class:`EnvironmentMismatch`: a recording was made in another environment (package versions, the target's source,
+  named config keys) and ``fingerprint.on_env_mismatch`` is ``error`` (a :class:`FingerprintMismatch`).
 - :class:`StubUnforeseen`: the host used a stand-in of a replay-only run in a way its profile did not declare.
 - :class:`DumpDirNotShared`: a Ray worker's dump dir is not the driver's folder and the role has ``require_shared``.
 """
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     from skipweave.config.errors import ConfigError
     from skipweave.store.write_behind import flush
     from skipweave.weaving.proxy import ReplayMissing
-    from skipweave.weaving.replay import FingerprintMismatch
+    from skipweave.weaving.replay import EnvironmentMismatch, FingerprintMismatch
     from skipweave.weaving.resolve import TargetNotFound
     from skipweave.weaving.shared_dirs import DumpDirNotShared
     from skipweave.weaving.stubs import StubUnforeseen
@@ -43,13 +45,15 @@ _LAZY = {
     "TargetNotFound": "skipweave.weaving.resolve",
     "ReplayMissing": "skipweave.weaving.proxy",
     "FingerprintMismatch": "skipweave.weaving.replay",
+    "EnvironmentMismatch": "skipweave.weaving.replay",
     "StubUnforeseen": "skipweave.weaving.stubs",
     "Diverged": "skipweave.weaving.verifier",
     "DumpDirNotShared": "skipweave.weaving.shared_dirs",
 }
 
-__all__ = ["ConfigError", "Diverged", "DumpDirNotShared", "FingerprintMismatch", "ReplayMissing", "StubUnforeseen",
-           "TargetNotFound", "__version__", "counters", "flush", "set_step", "unweave", "weave", "woven_plan"]
+__all__ = ["ConfigError", "Diverged", "DumpDirNotShared", "EnvironmentMismatch", "FingerprintMismatch", "ReplayMissing",
+           "StubUnforeseen", "TargetNotFound", "__version__", "counters", "flush", "set_step", "unweave", "weave",
+           "woven_plan"]
 
 
 def __getattr__(name: str) -> Any:

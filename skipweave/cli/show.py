@@ -225,9 +225,11 @@ def describe(manifest_path: str, *, checksums: bool, allow_pickle: bool = False,
         "result": [],
         "rng": [],
         "summary_error": None,
+        "environment": {"fields": None, "error": None},
     }
     if manifest is None:
         return doc
+    doc["environment"] = environment_of(manifest)
     folder = os.path.dirname(manifest_path)
     doc["payload"] = [_file_state(folder, item, checksums) for item in manifest.get("payload", [])
                       if isinstance(item, dict)]
@@ -245,6 +247,22 @@ def describe(manifest_path: str, *, checksums: bool, allow_pickle: bool = False,
             doc["result"].append({**row, "path": path[len("['result']"):].lstrip(".") if
                                   path.startswith("['result']") else path})
     return doc
+
+
+def environment_of(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The ``environment`` part of the document: ``{"fields": {field: value} | None, "error": str | None}``, the
+    manifest's environment checked and flattened as a replay compares it (:mod:`skipweave.store.environment`);
+    ``fields`` is ``None`` when the entry has none (written before environments were) or it is invalid (``error``
+    says why: a replay takes it for a changed environment)."""
+    from skipweave.store.environment import EnvironmentInvalid, fields_of
+
+    recorded = manifest.get("environment")
+    if recorded is None:
+        return {"fields": None, "error": None}
+    try:
+        return {"fields": fields_of(recorded), "error": None}
+    except EnvironmentInvalid as exc:
+        return {"fields": None, "error": str(exc)}
 
 
 def _file_state(folder: str, item: dict[str, Any], checksums: bool) -> dict[str, Any]:
@@ -334,6 +352,17 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_CORRUPT if doc["status"] in ("corrupt", "refused") else EXIT_OK
 
 
+def _environment_lines(env: dict[str, Any]) -> list[str]:
+    """The human lines of the entry's environment: one per field, what a replay compares with its own."""
+    if env["error"]:
+        return [f"environment INVALID: {env['error']} (a replay takes it for another environment)"]
+    if not env["fields"]:
+        return ["environment none recorded (written before skipweave recorded environments: never compared)"]
+    rows = [[name, repr(value) if name.startswith("config ") else str(value)] for name, value in env["fields"].items()]
+    return ["environment (compared on replay, skip.<role>.fingerprint.on_env_mismatch):",
+            *("  " + r for r in table(rows))]
+
+
 def render(doc: dict[str, Any], *, all_rows: bool = False) -> str:
     """Return the human view of a ``skipweave.show/1`` document."""
     m = doc["manifest"]
@@ -362,6 +391,7 @@ def render(doc: dict[str, Any], *, all_rows: bool = False) -> str:
         f"inputs    fingerprint {m.get('input_fingerprint')}",
         f"pickled   {'yes (loading needs allow_pickle: true)' if m.get('pickled') else 'no'}",
         "versions  " + ", ".join(f"{k} {v}" for k, v in versions.items()),
+        *_environment_lines(doc.get("environment") or environment_of(m)),
         "payload files:",
     ]
     rows = [["NAME", "BYTES", "STATE", "CHECKSUM"]]

@@ -14,6 +14,7 @@ from typing import Any
 
 from skipweave import hooks
 from skipweave.config.containers import plain
+from skipweave.config.env_keys import add_named_parts
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,8 @@ CONFIG_ADAPTERS = hooks.Registry[ConfigAdapter]("config adapter")
 
 
 def relevant_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the parts of an app's whole config that skipweave reads: ``skip`` and what the adapters read.
+    """Return the parts of an app's whole config that skipweave reads: ``skip``, what the adapters read, and the keys
+    the roles' ``fingerprint.env`` names.
 
     Resolving the whole config of a large app (verl's holds hundreds of keys, some interpolating
     values that exist only inside a running job) would fail or waste time; only these parts are read.
@@ -57,7 +59,7 @@ def relevant_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
         out["skip"] = plain(cfg["skip"])
     for adapter in CONFIG_ADAPTERS:
         _merge(out, adapter.relevant(cfg))
-    return out
+    return add_named_parts(out, cfg, out.get("skip"))
 
 
 def _merge(into: dict[str, Any], part: Mapping[str, Any]) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from skipweave.config.adapters import CONFIG_ADAPTERS
 from skipweave.config.containers import MISSING, plain
+from skipweave.config.env_keys import resolve_env
 from skipweave.config.errors import ConfigError
 from skipweave.config.parse import parse_skip
 from skipweave.config.schema import SkipConfig
@@ -103,15 +104,17 @@ def load_skip_config(cfg: Any) -> SkipConfig:
         The adapters (:data:`~skipweave.config.adapters.CONFIG_ADAPTERS`) may fill a role's keys: verl's
         remaps its legacy keys, gives a role that leaves ``namespace`` unset verl's run identity and reads
         verl's shipped ``steps: []`` as unset (see :mod:`skipweave.integrations.verl.config`). A role with
-        ``follows`` then takes the followed role's unset ``dump_dir``, ``namespace`` and ``steps``.
+        ``follows`` then takes the followed role's unset ``dump_dir``, ``namespace`` and ``steps``. The keys a role's
+        ``fingerprint.env`` names are read from ``cfg`` here, once (:func:`~skipweave.config.env_keys.resolve_env`).
 
     Raises:
-        ConfigError: a bad value, naming the key, the value and what is allowed.
+        ConfigError: a bad value, naming the key, the value and what is allowed; a key ``fingerprint.env`` names that
+            ``cfg`` does not have.
 
     Warns:
         Whatever an adapter warns, e.g. verl's ``SkipweaveDeprecationWarning`` for a legacy key.
     """
-    container = drop_unset(to_container(cfg))
+    container = resolve_env(drop_unset(to_container(cfg)))
     for adapter in CONFIG_ADAPTERS:
         container = adapter.adapt(container)
     return parse_skip(follow_roles(container).get("skip"))

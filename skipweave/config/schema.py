@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skipweave.config.compare import CompareSpec, parse_compare
+from skipweave.config.env_keys import parse_env_keys
 from skipweave.config.errors import ConfigError
 from skipweave.config.fields import Declared, key, keys_of, mapping_parser
 from skipweave.config.targets import StubSpec, TargetSpec, parse_targets, targets_form
@@ -117,7 +118,8 @@ class BypassKind(str, enum.Enum):
 
 
 class OnMismatch(str, enum.Enum):
-    """What to do when a replayed entry's input fingerprint differs from the live call's."""
+    """What to do when a replayed entry's input fingerprint (``on_mismatch``) or environment (``on_env_mismatch``)
+    differs from the live call's."""
 
     WARN = "warn"
     REGENERATE = "regenerate"
@@ -246,11 +248,21 @@ class FingerprintConfig(Declared):
         include: dotted paths (as ``ignore``'s) of the only parts hashed; empty (default): every part. For a phase
             that reads a few fields of a batch the phases before it add to, e.g. reference log-probs, which read
             ``*.batch.input_ids`` and ``*.batch.attention_mask`` but not the rewards unioned into the batch.
+        env: dotted paths into the app's whole config whose values belong to each new entry's environment, e.g.
+            ``[actor_rollout_ref.model.path, actor_rollout_ref.rollout.temperature]``: read once when the config is read
+            (a path the config does not have is an error), kept as they are or, when long, as a short hash; a replay
+            compares them, with the versions of torch, transformers, vllm and sglang, the host package's version and
+            the target's source, with the recording's (docs/format.md#environment). Held as ``{path: value}`` once read.
+        on_env_mismatch: what a replayed entry recorded in another environment does: ``warn`` (serve it; one WARNING
+            per changed field), ``regenerate`` (call through, re-record) or ``error``
+            (:class:`~skipweave.weaving.replay.EnvironmentMismatch`).
     """
 
     on_mismatch: OnMismatch = key(OnMismatch.WARN, parse=or_default(OnMismatch.WARN.value, enum_parser(OnMismatch)))
     ignore: tuple[str, ...] = key(("*.non_tensor_batch.uid", "*.meta_info.timing"), parse=parse_paths)
     include: tuple[str, ...] = key((), parse=parse_paths)
+    env: tuple[tuple[str, Any], ...] = key((), parse=parse_env_keys, form=dict)
+    on_env_mismatch: OnMismatch = key(OnMismatch.WARN, parse=enum_parser(OnMismatch))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,13 +122,15 @@ def build_manifest(
     seconds: float,
     writer: dict[str, Any] | None = None,
     concurrent: bool = False,
+    environment: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Return the manifest mapping of a new entry (see the on-disk format in the docs).
 
     ``writer`` is :meth:`skipweave.store.identity.Writer.as_manifest` (this process when ``None``);
-    ``concurrent`` says another thread called the target at the same step while this call ran.
+    ``concurrent`` says another thread called the target at the same step while this call ran; ``environment`` what
+    the call ran with (:mod:`skipweave.store.environment`), left out when ``None``.
     """
-    return {
+    manifest = {
         "format_version": FORMAT_VERSION,
         "role": role,
         "target": target,
@@ -145,6 +148,9 @@ def build_manifest(
         "writer": writer if writer is not None else this_writer().as_manifest(),
         "concurrent": concurrent,
     }
+    if environment is not None:
+        manifest["environment"] = environment
+    return manifest
 
 
 def read_manifest(path: str) -> dict[str, Any]:

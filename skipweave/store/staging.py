@@ -7,6 +7,7 @@ or the background writer (:mod:`skipweave.store.write_behind`), which first make
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +85,9 @@ class EntryMeta:
     recorded, none is dropped."""
     background: bool = False
     """Written by the background writer: no progress bar of its own (``skipweave.flush()`` shows one)."""
+    environment: Mapping[str, Any] | None = None
+    """What the call ran with (the manifest's ``environment``, see :mod:`skipweave.store.environment`); ``None``: not
+    recorded. One mapping shared by every entry of a target (computed once per process), never changed."""
 
 
 def stage(result: Any, *, rng_state: dict[str, Any] | None, effects: dict[str, Any] | None = None,

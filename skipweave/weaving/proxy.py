@@ -37,9 +37,10 @@ from skipweave.store.step_store import StepStore
 from skipweave.weaving.asyncio_bridge import CORO_FLAGS, AsyncBridge, awaited_by_caller, wraps_coroutine_function
 from skipweave.weaving.calls import RUNNING_HERE, Call, CallLedger
 from skipweave.weaving.effects import DeclaredEffects
+from skipweave.weaving.environment import live_environment
 from skipweave.weaving.notes import RESULT_NOTES, annotate
 from skipweave.weaving.record import Recorder
-from skipweave.weaving.replay import VIEW_TTL_S, FingerprintMismatch, Replayer, ReplayMissing
+from skipweave.weaving.replay import VIEW_TTL_S, EnvironmentMismatch, FingerprintMismatch, Replayer, ReplayMissing
 from skipweave.weaving.shards import RANK_VARIABLES, VALIDATION_SHARD, rank_of_process, shard_label
 from skipweave.weaving.verifier import Diverged, Verifier
 
@@ -73,6 +74,8 @@ class SkipProxy:
         replayer, recorder, async_bridge: the parts that replay, record, and run the awaitable paths.
         verifier: the part that verifies calls (:class:`~skipweave.weaving.verifier.Verifier`), for a role whose
             action is ``verify``; else ``None``.
+        original: the function the weaver patched (set by the weaver; ``None`` for a proxy built otherwise): whose
+            source and package belong to :attr:`environment`.
         counts: this target's counters (:func:`skipweave.report.for_target`).
     """
 
@@ -118,6 +121,18 @@ class SkipProxy:
         self.recorder = Recorder(self)
         self.async_bridge = AsyncBridge(self)
         self.verifier = Verifier(self) if role.action is Action.VERIFY else None
+        self.original: Callable[..., Any] | None = None
+        self._environment: dict[str, Any] | None = None
+
+    @property
+    def environment(self) -> dict[str, Any]:
+        """What this target's calls run with in this process (:func:`~skipweave.weaving.environment.live_environment`
+        of :attr:`original`, the function the weaver patched): computed at the first call that records or replays, then
+        kept (two threads racing compute equal values). Recorded in each new entry's manifest; never changed."""
+        env = self._environment
+        if env is None:
+            env = self._environment = live_environment(self.role, self.target, self.original)
+        return env
 
     @property
     def defaults(self) -> Mapping[str, Any]:
@@ -382,6 +397,7 @@ def _front(proxy: SkipProxy, gate: Gate) -> Callable[..., Any]:
     return front
 
 
-__all__ = ["CORO_FLAGS", "Diverged", "FingerprintMismatch", "RANK_VARIABLES", "ReplayMissing", "SkipProxy",
+__all__ = ["CORO_FLAGS", "Diverged", "EnvironmentMismatch", "FingerprintMismatch", "RANK_VARIABLES", "ReplayMissing",
+           "SkipProxy",
            "VALIDATION_SHARD", "VIEW_TTL_S", "annotate", "awaited_by_caller", "proxy_of", "rank_of_process",
            "shard_label", "wraps_coroutine_function"]

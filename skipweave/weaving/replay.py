@@ -21,6 +21,7 @@ from skipweave.config.schema import OnMismatch
 from skipweave.policy.expressions import ExpressionFailed
 from skipweave.policy.matching import Match, PartView, match_call, view_of
 from skipweave.store import codec
+from skipweave.store.environment import EnvironmentInvalid, changes, describe, fields_of
 from skipweave.store.fs import UnsafePath
 from skipweave.store.identity import started_unix, this_writer
 from skipweave.store.manifest import EntryInvalid, seconds_of
@@ -39,9 +40,19 @@ VIEW_TTL_S = 1.0
 MAX_VIEWS = 4096
 """Part views one proxy keeps; past it they are dropped (a long run does not keep every step's view)."""
 
+MAX_WARNED = 1024
+"""Environment changes one proxy remembers having warned of; past it, further ones are logged at DEBUG."""
+
 
 class FingerprintMismatch(RuntimeError):
     """A replayed entry was recorded for other inputs and ``fingerprint.on_mismatch`` is ``error``."""
+
+
+class EnvironmentMismatch(FingerprintMismatch):
+    """A replayed entry was recorded in another environment (versions of torch, transformers, vllm, sglang or the
+    host package, the target's source, a key ``fingerprint.env`` names) and ``fingerprint.on_env_mismatch`` is
+    ``error``. The message names role, target, step, call and each changed field ``old -> new``. A subclass of
+    :class:`FingerprintMismatch`: a handler of that catches it too."""
 
 
 class ReplayMissing(RuntimeError):
@@ -65,6 +76,7 @@ class Replayer:
         self.proxy = proxy
         self.views: dict[tuple[int, str], tuple[tuple[Any, ...], PartView, float]] = {}
         self.lock = threading.Lock()
+        self.warned: frozenset[Any] = frozenset()  # the environment changes warned of (see mismatch)
 
     def try_replay(self, d: Call, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[bool, Any]:
         """Serve ``d`` from the store if an entry serves it: ``(True, result)``, else ``(False, None)``.
@@ -121,25 +133,17 @@ class Replayer:
         recorded_fp = loaded.manifest.get("input_fingerprint")  # "" for entries imported without their inputs
         if (not match.exact and d.served == d.step and recorded_fp
                 and recorded_fp != proxy.ledger.fingerprint(d, args, kwargs)):
-            policy = role.fingerprint.on_mismatch
-            where = f"role {role.role} target {target.name} step {d.step} call {d.call}"
-            if policy is OnMismatch.ERROR:
-                raise FingerprintMismatch(
-                    f"{where}: the recorded entry was made for other inputs "
-                    f"(recorded {loaded.manifest.get('input_fingerprint')}, live {d.fp}); set "
-                    f"skip.{role.role}.fingerprint.on_mismatch=warn or regenerate, or add the differing "
-                    f"fields to skip.{role.role}.fingerprint.ignore"
-                )
-            if policy is OnMismatch.REGENERATE:
-                logger.warning("skipweave: %s: inputs differ from the recording; regenerating", where)
-                d.served = None
-                d.replace = True
+            if not self.mismatch(
+                    d, role.fingerprint.on_mismatch, FingerprintMismatch, "on_mismatch",
+                    error=f"the recorded entry was made for other inputs (recorded {recorded_fp}, live {d.fp})",
+                    hint=f"add the differing fields to skip.{role.role}.fingerprint.ignore",
+                    warn=f"inputs differ from the recording (fingerprint {recorded_fp} vs {d.fp})",
+                    regenerate="inputs differ from the recording"):
                 return False, None
-            logger.warning(
-                "skipweave: %s: inputs differ from the recording (fingerprint %s vs %s); serving the "
-                "recording anyway (fingerprint.on_mismatch=warn)",
-                where, loaded.manifest.get("input_fingerprint"), d.fp,
-            )
+        recorded_env = loaded.manifest.get("environment")  # entries written before it have none: served as they were
+        if recorded_env is not None and recorded_env != proxy.environment and not self.environment_matches(
+                d, recorded_env):
+            return False, None
         try:  # the recorded RNG state is checked now and restored last: a replay that fails changes nothing
             restore_rng = (prepare_rng_state(loaded.rng_state) if role.restore_rng and loaded.rng_state
                            else None)
@@ -164,6 +168,70 @@ class Replayer:
             saved=seconds_of(loaded.manifest), call=match.call,
         )
         return True, result
+
+    def mismatch(self, d: Call, policy: OnMismatch, raises: type[FingerprintMismatch], setting: str, *, error: str,
+                 hint: str, warn: str, regenerate: str, once: frozenset[Any] | None = None) -> bool:
+        """The one decision for an entry recorded for another call: its inputs (``fingerprint.on_mismatch``) or its
+        environment (``on_env_mismatch``): raise, call through and re-record (``regenerate``), or serve it with a
+        WARNING (``warn``). Returns whether the entry is served.
+
+        Args:
+            d: the call.
+            policy: the role's setting.
+            raises: the exception raised with ``error``.
+            setting: the key of ``policy`` under ``skip.<role>.fingerprint``, for messages.
+            error, hint, warn, regenerate: what the message says with each policy (``hint``: how else to settle it).
+            once: the changes this mismatch is; a WARNING (``warn``, ``regenerate``) is logged only while one of them is
+                new to this proxy (then at DEBUG: per-sample targets replay thousands of entries). ``None``: each time.
+
+        Raises:
+            FingerprintMismatch: ``policy`` is ``error`` (an instance of ``raises``).
+        """
+        role = self.proxy.role
+        where = f"role {role.role} target {self.proxy.target.name} step {d.step} call {d.call}"
+        if policy is OnMismatch.ERROR:
+            raise raises(f"{where}: {error}; set skip.{role.role}.fingerprint.{setting}=warn or regenerate, or {hint}")
+        log = logger.warning if once is None or self._first(once) else logger.debug
+        if policy is OnMismatch.REGENERATE:
+            log("skipweave: %s: %s; regenerating", where, regenerate)
+            d.served = None
+            d.replace = True
+            return False
+        log("skipweave: %s: %s; serving the recording anyway (fingerprint.%s=warn)", where, warn, setting)
+        return True
+
+    def _first(self, changes: frozenset[Any]) -> bool:
+        """Whether one of ``changes`` was not warned of yet by this proxy (they are all remembered now). Bounded: a
+        crafted dump dir with endless distinct values warns at most :data:`MAX_WARNED` times."""
+        with self.lock:
+            new = changes - self.warned
+            if new and len(self.warned) < MAX_WARNED:
+                self.warned |= new
+                return True
+            return False
+
+    def environment_matches(self, d: Call, recorded: Any) -> bool:
+        """Compare a replayed entry's recorded ``environment`` with the live one (:mod:`skipweave.store.environment`)
+        and settle a difference with ``fingerprint.on_env_mismatch`` (:meth:`mismatch`); ``True``: serve the entry.
+        A field only one side has is no difference; an environment that is not shaped as skipweave writes it (crafted,
+        damaged) is one, named ``environment`` ("invalid: why").
+
+        Raises:
+            EnvironmentMismatch: they differ and ``on_env_mismatch`` is ``error``.
+        """
+        live = fields_of(self.proxy.environment)
+        try:
+            found = changes(fields_of(recorded), live)
+        except EnvironmentInvalid as exc:
+            found = (("environment", f"invalid ({exc})", "this process's"),)
+        if not found:
+            return True
+        role = self.proxy.role
+        text = f"the recording was made in another environment: {describe(found)}"
+        return self.mismatch(
+            d, role.fingerprint.on_env_mismatch, EnvironmentMismatch, "on_env_mismatch", error=text,
+            hint="record it again in this environment", warn=text, regenerate=text,
+            once=frozenset((name, repr(old), repr(new)) for name, old, new in found))
 
     def _match(self, d: Call, args: tuple[Any, ...],
                kwargs: Mapping[str, Any]) -> tuple[Match, tuple[int, int] | None] | None:
@@ -278,4 +346,5 @@ def recording_profile(role: str) -> str:
     return f"+skip={name}" if name in shipped_profiles() else f"skip.{role}.action=cache"
 
 
-__all__ = ["FingerprintMismatch", "MAX_VIEWS", "Read", "ReplayMissing", "Replayer", "VIEW_TTL_S", "recording_profile"]
+__all__ = ["EnvironmentMismatch", "FingerprintMismatch", "MAX_VIEWS", "MAX_WARNED",
+           "Read", "ReplayMissing", "Replayer", "VIEW_TTL_S", "recording_profile"]

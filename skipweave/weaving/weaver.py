@@ -308,6 +308,7 @@ class Weaver:
         proxy = proxy_cls(patch.role, patch.target, self._store(patch.role), bypass, is_async=is_async,
                           bridge=bridge, positions=positions)
         proxy.defaults = _defaults(original)
+        proxy.original = func  # its source and package: the entries' environment
         handle = wrapt.wrap_function_wrapper(owner, attr, proxy.wrapper())
         patch.proxy, patch.owner, patch.attr, patch.handle, patch.pending = proxy, owner, attr, handle, False
         store = self._store(patch.role)  # for a driver whose workers alone weave it: no never-woven warning

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from skipweave.store.step_store import StepStore
+from skipweave.store.step_store import EntryMeta, StepStore
 from skipweave.weaving.rng import capture_rng_state
 from tests.cli.test_ls import NS, ROLE, cli, make_store
 
@@ -63,7 +63,7 @@ def test_show_json_schema_and_path_forms(tmp_path: Path, capsys: Any) -> None:
     doc = json.loads(out)
     assert status == 0
     assert set(doc) == {"schema", "path", "status", "reason", "checksums_checked", "manifest", "payload", "result",
-                        "rng", "summary_error"}
+                        "rng", "summary_error", "environment"}
     assert doc["schema"] == "skipweave.show/1" and doc["status"] == "valid" and doc["checksums_checked"] is True
     assert doc["manifest"] == json.loads(manifest.read_text())
     assert [f["state"] for f in doc["payload"]] == ["ok", "ok"]
@@ -174,3 +174,36 @@ def test_show_of_a_group_claiming_a_size_that_is_no_count_reports_it_corrupt(tmp
     for path in (group, next(p for p in folder.iterdir() if p.name.endswith(".pack.safetensors"))):
         status, out, err = cli(capsys, "show", "--call", "0", str(path))
         assert status == 1 and "CORRUPT" in out and "Traceback" not in err, (path, err)
+
+
+ENVIRONMENT = {"packages": {"torch": "2.13.0", "vllm": "0.8.5"}, "host": {"name": "verl", "version": "0.9.1"},
+               "source": "xxh3_128:" + "ab" * 16, "config": {"actor_rollout_ref.rollout.temperature": 0.7}}
+
+
+def test_show_prints_an_entrys_environment_and_says_when_it_has_none_or_an_invalid_one(tmp_path: Path,
+                                                                                     capsys: Any) -> None:
+    store = StepStore(str(tmp_path), NS, ROLE)
+    for call, env in enumerate((ENVIRONMENT, None, {"packages": {"vllm": 8}})):
+        store.commit(store.key(3, "gen", "r0", call), store.stage({"ids": torch.arange(4)}, rng_state=None),
+                     EntryMeta("m:f", "fp", 0.1, environment=env))
+    store.close_all()
+    folder = tmp_path / NS / ROLE / "3" / "gen"
+    status, out, _ = cli(capsys, "show", str(folder / "r0-0000.manifest.json"))
+    assert status == 0
+    rows = [line.split() for line in out.split("environment (compared on replay", 1)[1].splitlines()[1:6]]
+    assert rows == [["package", "torch", "2.13.0"], ["package", "vllm", "0.8.5"], ["host", "package", "verl", "0.9.1"],
+                    ["target", "source", "xxh3_128:" + "ab" * 16], ["config", "actor_rollout_ref.rollout.temperature",
+                                                                     "0.7"]]
+    status, out, _ = cli(capsys, "show", str(folder / "r0-0000.manifest.json"), "--json")
+    doc = json.loads(out)
+    assert doc["manifest"]["environment"] == ENVIRONMENT
+    assert doc["environment"] == {"error": None, "fields": {
+        "package torch": "2.13.0", "package vllm": "0.8.5", "host package": "verl 0.9.1",
+        "target source": "xxh3_128:" + "ab" * 16, "config actor_rollout_ref.rollout.temperature": 0.7}}
+    status, out, _ = cli(capsys, "show", str(folder / "r0-0001.manifest.json"))
+    assert status == 0 and "environment none recorded" in out
+    status, out, _ = cli(capsys, "show", str(folder / "r0-0002.manifest.json"), "--json")
+    assert status == 0 and json.loads(out)["environment"] == {
+        "fields": None, "error": "environment.packages['vllm'] is not a string of 1 to 256 characters"}
+    status, out, _ = cli(capsys, "show", str(folder / "r0-0002.manifest.json"))
+    assert "environment INVALID: environment.packages['vllm'] is not a string" in out

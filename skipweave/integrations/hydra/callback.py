@@ -67,17 +67,19 @@ class SkipweaveCallback(Callback):
 
 def job_skip_config(config: Any) -> dict[str, Any]:
     """Return what skipweave reads of a job's config: ``skip`` (with the callback node's ``skip`` merged
-    over it) and the legacy verl keys, as plain containers.
+    over it), the legacy verl keys and the keys ``fingerprint.env`` names, as plain containers.
     """
     from omegaconf import OmegaConf
 
     from skipweave.config.adapters import relevant_config
+    from skipweave.config.env_keys import add_named_parts
 
     source = relevant_config(config)
     extra = OmegaConf.select(config, f"{CALLBACK_NODE}.skip", default=None)
     if extra is not None:
         own = OmegaConf.to_container(extra, resolve=True) if OmegaConf.is_config(extra) else extra
         source["skip"] = _merge(source.get("skip"), own)
+        add_named_parts(source, config, own)  # the app keys the callback node's fingerprint.env names
     return source
 
 

@@ -1,0 +1,124 @@
+"""The ``environment`` a manifest records: what a recorded call ran with, besides its inputs.
+
+Shape (every part optional; see docs/format.md#environment)::
+
+    {"packages": {"torch": "2.13.0", "vllm": "0.8.5"},    # imported in the recording process
+     "host": {"name": "verl", "version": "0.9.1"},         # the distribution of the target's top-level package
+     "source": "xxh3_128:<32 hex>",                        # of the target's source text
+     "config": {"actor_rollout_ref.model.path": "/models/a", ...}}   # skip.<role>.fingerprint.env
+
+A dump dir is untrusted: :func:`fields_of` checks a recorded environment's shape and sizes before anything reads it
+and flattens it into comparable fields (``package vllm``, ``host package``, ``target source``, ``config <path>``);
+:func:`changes` says which fields two environments both have and disagree on. Neither raises for a crafted value
+other than :class:`EnvironmentInvalid`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+MAX_ITEMS = 256
+"""Packages or config keys an environment may list; more is not one skipweave wrote."""
+
+MAX_CHARS = 256
+"""Characters a name, version, source hash or config value (or path) may have."""
+
+Field = str | int | float | bool | None
+"""A flattened field's value (as JSON holds it)."""
+
+
+class EnvironmentInvalid(ValueError):
+    """A recorded ``environment`` is not shaped as skipweave writes it (wrong types, too large); the message says
+    where."""
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_CHARS:
+        raise EnvironmentInvalid(f"{where} is not a string of 1 to {MAX_CHARS} characters")
+    return value
+
+
+def _scalar(value: Any, where: str) -> Field:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if abs(value) >= 1 << 63:
+            raise EnvironmentInvalid(f"{where} is an integer beyond 64 bits")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise EnvironmentInvalid(f"{where} is not a finite number")
+        return value
+    if isinstance(value, str) and len(value) <= MAX_CHARS:
+        return value
+    raise EnvironmentInvalid(f"{where} is not a string of at most {MAX_CHARS} characters, a number, a bool or null")
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise EnvironmentInvalid(f"{where} is not a mapping")
+    if len(value) > MAX_ITEMS:
+        raise EnvironmentInvalid(f"{where} holds more than {MAX_ITEMS} items")
+    return value
+
+
+def fields_of(environment: Any) -> dict[str, Field]:
+    """Check a recorded (or live) environment and flatten it into ``{field: value}``: ``package <name>`` per package,
+    ``host package`` (``"<name> <version>"``), ``target source`` and ``config <path>`` per named key. Parts this
+    skipweave does not know are ignored (a later version may add some).
+
+    Args:
+        environment: the manifest's ``environment`` value, as parsed from JSON.
+
+    Raises:
+        EnvironmentInvalid: it is not a mapping, a part has the wrong type, or it is larger than skipweave writes
+            (:data:`MAX_ITEMS`, :data:`MAX_CHARS`).
+    """
+    env = _mapping(environment, "environment")
+    out: dict[str, Field] = {}
+    if env.get("packages") is not None:
+        for name, version in _mapping(env["packages"], "environment.packages").items():
+            out[f"package {_text(name, 'a package name')}"] = _text(version, f"environment.packages[{name!r}]")
+    if env.get("host") is not None:
+        host = _mapping(env["host"], "environment.host")
+        out["host package"] = f"{_text(host.get('name'), 'environment.host.name')} " \
+                              f"{_text(host.get('version'), 'environment.host.version')}"
+    if env.get("source") is not None:
+        out["target source"] = _text(env["source"], "environment.source")
+    if env.get("config") is not None:
+        for path, value in _mapping(env["config"], "environment.config").items():
+            out[f"config {_text(path, 'a config key')}"] = _scalar(value, f"environment.config[{path!r}]")
+    return out
+
+
+Change = tuple[str, Field, Field]
+"""A field two environments disagree on: ``(field, recorded, live)``."""
+
+
+def changes(recorded: Mapping[str, Field], live: Mapping[str, Field]) -> tuple[Change, ...]:
+    """The fields both flattened environments have and disagree on (by value and type: ``1`` is not ``true``), in the
+    recorded order. A field only one side has is no change: a package imported on one side only says nothing of what
+    the call used (a replay need not load the engine at all), an unavailable source or an unknown host package
+    version is unknown, and a config key named on one side only was not asked about on the other."""
+    out = []
+    for name, old in recorded.items():
+        if name in live:
+            new = live[name]
+            if old != new or type(old) is not type(new):
+                out.append((name, old, new))
+    return tuple(out)
+
+
+def describe(found: tuple[Change, ...]) -> str:
+    """``field old -> new, ...`` for a message (a source hash cut to its first 12 hex digits)."""
+    def short(name: str, value: Field) -> str:
+        if name == "target source" and isinstance(value, str):
+            return value.split(":", 1)[-1][:12]
+        return repr(value) if name.startswith("config ") else str(value)
+
+    return ", ".join(f"{name} {short(name, old)} -> {short(name, new)}" for name, old, new in found)
+
+
+__all__ = ["Change", "EnvironmentInvalid", "Field", "MAX_CHARS", "MAX_ITEMS", "changes", "describe", "fields_of"]

@@ -1,0 +1,59 @@
+"""The manifest's ``environment`` (skipweave.store.environment): written into every entry, grouped ones included, and
+checked before a replay compares it, however it was crafted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from skipweave.store.environment import EnvironmentInvalid, changes, describe, fields_of
+from skipweave.store.layout import parse_group_name
+from skipweave.store.step_store import EntryMeta, StepStore
+
+ENV = {"packages": {"torch": "2.13.0"}, "host": {"name": "verl", "version": "0.9.1"}, "source": "xxh3_128:" + "0" * 32,
+       "config": {"model.path": "/m", "rollout.n": 8}}
+
+
+def test_every_entry_of_a_group_carries_the_environment_and_reads_it_back(tmp_path: Path) -> None:
+    store = StepStore(str(tmp_path), "ns", "rollout", calls_per_step=6)
+    items = [(store.key(1, "gen", "r0", c), store.stage({"ids": torch.arange(4) + c}, rng_state=None).copied(),
+              EntryMeta("m:f", f"fp{c}", 0.1, background=True, environment=ENV)) for c in range(6)]
+    assert all(isinstance(r, tuple) for r in store.commit_many(items))
+    store.close_all()
+    folder = tmp_path / "ns" / "rollout" / "1" / "gen"
+    assert [p.name for p in folder.iterdir() if parse_group_name(p.name)] == ["r0-0000-0005.pack.json"]
+    reader = StepStore(str(tmp_path), "ns", "rollout", calls_per_step=6)
+    for c in range(6):
+        loaded = reader.load(reader.key(1, "gen", "r0", c))
+        assert loaded.manifest["environment"] == ENV and fields_of(loaded.manifest["environment"])["host package"] \
+            == "verl 0.9.1"
+
+
+def test_an_entry_recorded_without_an_environment_has_no_field(tmp_path: Path) -> None:
+    store = StepStore(str(tmp_path), "ns", "rollout")
+    store.commit(store.key(1, "gen", "r0", 0), store.stage([1], rng_state=None), EntryMeta("m:f", "fp", 0.1))
+    assert "environment" not in store.load(store.key(1, "gen", "r0", 0)).manifest
+
+
+@pytest.mark.parametrize("crafted", [
+    7, [], "torch 2", {"packages": []}, {"packages": {"vllm": 1}}, {"packages": {"": "1"}},
+    {"packages": {"vllm": "x" * 10_000}}, {"packages": {f"p{i}": "1" for i in range(300)}},
+    {"host": "verl"}, {"host": {"name": "verl"}}, {"source": 5}, {"config": {"k": [1, 2]}}, {"config": {"k": {}}},
+    {"config": {"k": float("nan")}}, {"config": {"k": 1 << 80}}, {"config": {"k": "v" * 1000}},
+])
+def test_a_crafted_environment_is_refused_with_where_it_is_wrong(crafted: Any) -> None:
+    with pytest.raises(EnvironmentInvalid, match="environment|package|config"):
+        fields_of(crafted)
+
+
+def test_fields_only_one_side_has_are_no_change_and_types_count() -> None:
+    recorded = fields_of(ENV)
+    live = fields_of({"packages": {"vllm": "0.8.5"}, "config": {"model.path": "/m", "rollout.n": 8, "extra": 1},
+                      "future_part": {"anything": ["goes"]}})  # parts a later skipweave adds are ignored
+    assert changes(recorded, live) == ()
+    flipped = fields_of({**ENV, "config": {"model.path": "/m", "rollout.n": True}})
+    assert changes(recorded, flipped) == (("config rollout.n", 8, True),)
+    assert describe(changes(recorded, flipped)) == "config rollout.n 8 -> True"
