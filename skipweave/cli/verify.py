@@ -2,8 +2,8 @@
 
 Reads every payload byte and judges every entry as a run would (the same function). Exits 0 when
 nothing would be served wrongly: every entry is valid, and parts that are only incomplete (an interrupted
-run; a run sets them aside and records them afresh) are listed as a note. Exits 1 when some entry is
-corrupt, belongs to another place, or is refused (pickled, without --allow-pickle); 2 when the dump dir
+run; a run resumes them by inputs, or sets them aside and records them afresh) are listed as a note. Exits 1 when
+some entry is corrupt, belongs to another place, or is refused (pickled, without --allow-pickle); 2 when the dump dir
 cannot be read. Leftovers and ignored names are listed but are not errors. See docs/cli.md for the
 ``--json`` schema.
 """
@@ -105,7 +105,8 @@ def render(result: Any, found: list[dict[str, Any]]) -> str:
             lines.append(f"REFUSED     {where} call {p['call']}: {p['reason']} (or pass --allow-pickle)")
         else:
             n = plural(len(p["entries"]), "entry", "entries")
-            lines.append(f"INCOMPLETE  {where}: {p['reason']} ({n}; never served, a run records it afresh)")
+            lines.append(f"INCOMPLETE  {where}: {p['reason']} "
+                         f"({n}; not served as a whole step: a run resumes it by inputs or records it afresh)")
     if result.leftovers:
         lines.append(f"leftovers (not errors): {leftover_summary(result.leftovers)}")
     lines += ignored_lines(result)
@@ -115,11 +116,13 @@ def render(result: Any, found: list[dict[str, Any]]) -> str:
     if corrupt or refused:
         lines.append(f"FAILED: {plural(corrupt, 'corrupt entry', 'corrupt entries')}, "
                      f"{plural(refused, 'refused entry', 'refused entries')}, "
-                     f"{plural(incomplete, 'incomplete part')}. A run sets them aside and records them afresh; "
+                     f"{plural(incomplete, 'incomplete part')}. A run sets corrupt entries aside and records them "
+                     f"afresh, and resumes an incomplete part by inputs (or records it afresh); "
                      f"`skipweave gc {result.dump_dir}` shows what it would remove.")
     elif incomplete:
         lines.append(f"OK: nothing would be served wrongly; {plural(incomplete, 'incomplete part')} (an interrupted "
-                     f"run) will be recorded afresh; `skipweave gc {result.dump_dir}` shows what it would remove")
+                     f"run) will be resumed by inputs or recorded afresh; "
+                     f"`skipweave gc {result.dump_dir}` shows what it would remove")
     else:
         lines.append("OK: every entry is complete and matches its checksums" if result.parts
                      else "OK: nothing recorded yet")

@@ -26,7 +26,7 @@ def test_verify_lists_each_corrupt_entry_and_incomplete_part(tmp_path: Path, cap
     assert status == 1
     lines = out.splitlines()
     assert "INCOMPLETE  default/rollout gen step 3 shard r0: 1 of 2 calls committed and never closed " \
-           "(1 entry; never served, a run records it afresh)" in lines
+           "(1 entry; not served as a whole step: a run resumes it by inputs or records it afresh)" in lines
     corrupt = [line for line in lines if line.startswith("CORRUPT")]
     assert [c.split(":")[0] for c in corrupt] == [
         "CORRUPT     default/rollout gen step 4 shard r0 call 1",
