@@ -375,9 +375,10 @@ def trash_folders(dump_dir: str, namespace: str, role: str) -> list[str]:
 
 
 class Retainer:
-    """Runs a role's retention in a recording process, after its background writer committed entries of a step
-    newer than any it committed before (so once per step, not once per commit: per-sample recording commits
-    thousands of entries a step), in the writer's thread, never in a recorded call's. A round is skipped when
+    """Runs a role's retention in a recording process, after it committed entries of a step newer than any it
+    committed before (so once per step, not once per commit: per-sample recording commits thousands of entries a
+    step), in the background writer's thread (:meth:`after_commit`) or a thread of its own for an entry committed
+    in the caller's thread (:meth:`after_commit_soon`), never in a recorded call's. A round is skipped when
     another process cleans the role (``.retention.lock`` held) or a part's lock is held.
 
     Args:
@@ -414,6 +415,25 @@ class Retainer:
         except Exception:  # noqa: BLE001 - a failed cleanup must never stop the writer or the host
             logger.exception("skipweave: role %s: retention round failed", self.store.role)
             return []
+
+    def after_commit_soon(self, steps: Iterable[int], pending: Collection[int] = ()) -> threading.Thread | None:
+        """As :meth:`after_commit`, on a thread of its own, for an entry committed in a recorded call's thread (a
+        Ray worker outside a task, ``write_buffer: 0``): the call returns without waiting for the round.
+
+        The thread is a daemon: a process that ends in the middle of a round leaves at most a ``.trash-`` folder
+        (never part of a served step), which the next round or ``skipweave gc`` removes.
+
+        Returns:
+            The thread started, or ``None`` when no round is due (no step newer than the last round saw).
+        """
+        steps = set(steps)
+        with self._lock:
+            if not steps or (self._newest is not None and max(steps) <= self._newest):
+                return None
+        thread = threading.Thread(target=self.after_commit, args=(steps, tuple(pending)), daemon=True,
+                                  name=f"skipweave-retention-{self.store.role}")
+        thread.start()
+        return thread
 
     def _round(self, protect: set[int]) -> list[StepRemoval]:
         store = self.store

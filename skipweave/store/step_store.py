@@ -141,6 +141,13 @@ class StepStore:
             return []
         return self._retainer.after_commit(steps, self._pending.all_steps())
 
+    def after_commit_soon(self, steps: Collection[int]) -> None:
+        """Entries of ``steps`` were just committed in a recorded call's thread (no background writer): apply the
+        role's ``keep`` rule as :meth:`after_commit` does, on a thread of its own, so the call does not wait for
+        it. Never raises."""
+        if self._retainer is not None:
+            self._retainer.after_commit_soon(steps, self._pending.all_steps())
+
     def _after_fork(self) -> None:
         """In a forked child: the parent's background writes are the parent's (never waited for here); fresh
         locks (another thread may have held the parent's)."""

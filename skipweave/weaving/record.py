@@ -171,6 +171,7 @@ class Recorder:
                 nbytes, committed = store.commit(key, staged, meta)
                 self.written(d, key, (nbytes, committed), end=False)
                 slot = committed.call
+                store.after_commit_soon((committed.step,))  # retention (skip.<role>.keep), off this call
         except codec.PickleRefused as exc:
             report.record_failed(role.role, target.name)
             logger.warning("skipweave: not recording %s: %s", key, exc)

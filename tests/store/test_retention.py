@@ -191,3 +191,28 @@ def test_two_writer_processes_with_keep_last(tmp_path: Path, host_module: Any, c
     capsys.readouterr()
     assert list_steps(dump, NS, ROLE) == [10, 11, 12]
     check()
+
+
+def test_a_process_recording_in_the_callers_thread_applies_keep_on_a_thread_of_its_own(tmp_path: Path,
+                                                                                     host_module: Any) -> None:
+    # write_buffer: 0 commits in the recorded call's thread, as a Ray worker outside a task does: no background
+    # writer runs a round, so the store starts one per new step on a daemon thread of its own.
+    import threading
+
+    import skipweave
+
+    name, _ = host_module("import torch\n\ndef gen(step):\n    return {'ids': torch.full((64,), step)}\n")
+    dump = str(tmp_path / "dump")
+    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": dump, "write_buffer": 0, "keep": {"last": 2},
+                                          "targets": {"gen": f"{name}.gen"}}}})
+    try:
+        host = sys.modules[name]
+        for step in range(1, 7):
+            skipweave.set_step(step)
+            host.gen(step)
+            for thread in [t for t in threading.enumerate() if t.name.startswith("skipweave-retention-")]:
+                thread.join(timeout=30)
+    finally:
+        skipweave.unweave()
+    assert list_steps(dump, NS, ROLE) == [5, 6]
+    assert not trash_folders(dump, NS, ROLE)
