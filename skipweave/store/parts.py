@@ -51,6 +51,15 @@ def part_lock(folder: str, shard: str, *, timeout: float = LOCK_TIMEOUT_S) -> fi
     return filelock.FileLock(lock_path(folder, f".{shard}.part.lock"), timeout=timeout)
 
 
+def calls_committed(calls: int, expected: int | None) -> str:
+    """How a part never closed reads in messages: ``3 of 4 calls committed and never closed``, or with ``expected``
+    unknown (``None``, see :meth:`PartStates.expected_calls`) ``3 calls committed (calls per step unknown) and never
+    closed``."""
+    if expected is None:
+        return f"{calls} call{'s' if calls != 1 else ''} committed (calls per step unknown) and never closed"
+    return f"{calls} of {expected} calls committed and never closed"
+
+
 class PartStates:
     """Which parts this process prepares, records into, keeps open and closes; and whether a part may be served.
 
@@ -110,9 +119,9 @@ class PartStates:
         """Calls one shard makes per step of ``target`` when told (:meth:`expect_calls`, else ``calls_per_step``)."""
         return self._expected.get(target, self.calls_per_step)
 
-    def expected_calls(self, target: str, shard: str) -> int:
-        """Calls one shard makes per step: as told (:meth:`known_calls`), else the most seen in a closed part, else
-        1."""
+    def expected_calls(self, target: str, shard: str) -> int | None:
+        """Calls one shard makes per step: as told (:meth:`known_calls`), else the most seen in a closed part of the
+        newest 8 steps, else ``None`` (unknown: nothing told, no closed part, e.g. retention removed them)."""
         known = self.known_calls(target)
         if known is not None:
             return known
@@ -122,10 +131,13 @@ class PartStates:
             info = self._parts.part_info(step, target, shard)
             if info.closed:
                 best = max(best, info.contiguous)
-        return best or 1
+        return best or None
 
     def is_complete(self, step: int, target: str, shard: str) -> bool:
-        """True when a part may be served: closed by its writer, or holding every expected call."""
+        """True when a part may be served: closed by its writer, or holding every expected call; when the calls a step
+        makes are unknown (:meth:`expected_calls`), only a part of one call (call 0) that was never closed: a part of
+        more calls never closed may be a step a killed run left short, which is resumed by inputs or set aside, never
+        served by position."""
         part = (step, target, shard)
         with self.lock:
             if part in self._writing or self._pending.has(part) or self.resumes.holds(part):
@@ -141,7 +153,12 @@ class PartStates:
             self.closed_seen.pop(part)
         if not info.calls:
             return False
-        return info.closed or info.contiguous >= self.expected_calls(target, shard)
+        if info.closed:
+            return True
+        expected = self.expected_calls(target, shard)
+        if expected is None:
+            return info.calls == (0,)
+        return info.contiguous >= expected
 
     def prepare(self, step: int, target: str, shard: str, set_aside: Callable[..., str | None], *,
                 resumable: bool = False) -> None:
@@ -195,9 +212,9 @@ class PartStates:
                 return
             if resumable and self._resume(part, info.calls):
                 return
-            if set_aside(step, target, shard, reason=(
-                f"{len(info.calls)} of {self.expected_calls(target, shard)} calls committed and never closed"
-            ), unless=lambda: self.is_complete(step, target, shard) or taken_up()) is not None:
+            reason = calls_committed(len(info.calls), self.expected_calls(target, shard))
+            if set_aside(step, target, shard, reason=reason,
+                         unless=lambda: self.is_complete(step, target, shard) or taken_up()) is not None:
                 with self.lock:
                     self._new.add(part)
 
@@ -206,14 +223,21 @@ class PartStates:
         one call and every entry carries an input fingerprint; True when it is resumed."""
         step, target, shard = part
         expected = self.expected_calls(target, shard)
-        if expected <= 1 or not self.resumes.matchable(self._parts.part_calls(step, target, shard), calls):
+        # a step of one call has nothing to resume; unknown: the part's own calls show a step makes several
+        if (expected if expected is not None else len(calls)) <= 1 \
+                or not self.resumes.matchable(self._parts.part_calls(step, target, shard), calls):
             return False
         self.resumes.adopt(part, calls)
         self._steps.add(step, target, shard)  # servable to the calls of its step (as a part this process writes)
-        logger.info("skipweave: role %s target %s step %d shard %s was left incomplete by an interrupted run (%d of "
-                    "%d calls committed); resuming it: each entry serves the call with its inputs, the other calls "
-                    "run live", self._folders.role, target, step, shard, len(calls), expected)
+        logger.info("skipweave: role %s target %s step %d shard %s was left incomplete by an interrupted run (%s); "
+                    "resuming it: each entry serves the call with its inputs, the other calls run live",
+                    self._folders.role, target, step, shard, calls_committed(len(calls), expected))
         return True
+
+    def held_steps(self) -> set[int]:
+        """Steps with a part this process records into, keeps open or resumes: retention never removes them."""
+        with self.lock:
+            return {p[0] for p in self._writing | self._open} | self.resumes.steps()
 
     def is_resumed(self, step: int, target: str, shard: str) -> bool:
         """True while this process resumes the part (:mod:`~skipweave.store.resume`): its entries serve the calls of
@@ -400,4 +424,4 @@ class PartStates:
         self._steps.touch()
 
 
-__all__ = ["LOCK_TIMEOUT_S", "PartStates", "part_lock"]
+__all__ = ["LOCK_TIMEOUT_S", "PartStates", "calls_committed", "part_lock"]

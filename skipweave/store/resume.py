@@ -70,6 +70,11 @@ class Resumes:
         """True while this process resumes ``part`` (adopted and not closed)."""
         return part in self._calls
 
+    def steps(self) -> set[int]:
+        """The steps of the parts being resumed."""
+        with self.lock:
+            return {part[0] for part in self._calls}
+
     def calls(self, part: Part) -> frozenset[int]:
         """The calls the interrupted run committed into ``part`` (empty when it is not resumed)."""
         return self._calls.get(part, frozenset())

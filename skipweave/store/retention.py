@@ -411,7 +411,7 @@ class Retainer:
                 return []
             self._newest = newest
         try:
-            return self._round(steps | set(pending))
+            return self._round(steps | set(pending))  # (and the store's held steps, read when the round runs)
         except Exception:  # noqa: BLE001 - a failed cleanup must never stop the writer or the host
             logger.exception("skipweave: role %s: retention round failed", self.store.role)
             return []
@@ -447,6 +447,7 @@ class Retainer:
             logger.debug("skipweave: role %s: another process cleans it; this round is skipped", store.role)
             return []
         try:
+            protect = protect | store.held_steps()  # read under the role lock: what this process writes or resumes now
             plan = plan_retention(store, self.rule, protect=protect)
             for item in plan.remove:
                 remove_step(store, item, lock_timeout=0, protect=protect)

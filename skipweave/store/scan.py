@@ -51,6 +51,7 @@ from skipweave.store.layout import (
     role_dir,
 )
 from skipweave.store.manifest import seconds_of
+from skipweave.store.parts import calls_committed
 from skipweave.store.retention import is_trash_name
 from skipweave.store.step_store import StepStore
 from skipweave.store.validity import check_entry, check_group, group_data_names, payload_names, payload_stem
@@ -140,7 +141,7 @@ class PartScan:
         entries: committed entries, by call index.
         closed: its writer marked it closed (``{shard}.part.json`` says ``"closed"``).
         complete: the store would serve it (:meth:`StepStore.is_complete`).
-        expected_calls: calls a step makes for this target and shard, as the store reckons it.
+        expected_calls: calls a step makes for this target and shard, as the store reckons it; ``None`` when unknown.
         part_file: path of ``{shard}.part.json`` when it exists.
         modified: newest modification time of the part's files (unix seconds).
     """
@@ -154,7 +155,7 @@ class PartScan:
     entries: list[EntryScan]
     closed: bool
     complete: bool
-    expected_calls: int
+    expected_calls: int | None
     part_file: str | None
     modified: float
 
@@ -181,7 +182,7 @@ class PartScan:
         if not self.entries:
             return "no entry committed"
         return (
-            f"{self.contiguous} of {self.expected_calls} calls committed and never closed"
+            calls_committed(self.contiguous, self.expected_calls)
             if self.contiguous == len(self.entries)
             else f"calls {[e.key.call for e in self.entries]} committed (a gap) and never closed"
         )

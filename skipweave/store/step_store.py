@@ -139,14 +139,19 @@ class StepStore:
         never removed. Returns what the round removed or kept (empty when none ran); never raises."""
         if self._retainer is None:
             return []
-        return self._retainer.after_commit(steps, self._pending.all_steps())
+        return self._retainer.after_commit(steps)
+
+    def held_steps(self) -> set[int]:
+        """Steps this process is still writing (background writes pending), keeps a part of open, or resumes a part
+        of: retention (:mod:`skipweave.store.retention`) never removes them."""
+        return self._pending.all_steps() | self._parts.held_steps()
 
     def after_commit_soon(self, steps: Collection[int]) -> None:
         """Entries of ``steps`` were just committed in a recorded call's thread (no background writer): apply the
         role's ``keep`` rule as :meth:`after_commit` does, on a thread of its own, so the call does not wait for
         it. Never raises."""
         if self._retainer is not None:
-            self._retainer.after_commit_soon(steps, self._pending.all_steps())
+            self._retainer.after_commit_soon(steps)
 
     def _after_fork(self) -> None:
         """In a forked child: the parent's background writes are the parent's (never waited for here); fresh
@@ -211,8 +216,9 @@ class StepStore:
         it here; a part of ``target`` is then complete, and is closed, only with that many calls."""
         self._parts.expect_calls(target, calls)
 
-    def expected_calls(self, target: str, shard: str) -> int:
-        """Calls one shard makes per step: ``calls_per_step``, else the most seen in a closed part, else 1."""
+    def expected_calls(self, target: str, shard: str) -> int | None:
+        """Calls one shard makes per step: ``calls_per_step``, else the most seen in a closed part of the newest 8
+        steps, else ``None`` (unknown; see :meth:`is_complete`)."""
         return self._parts.expected_calls(target, shard)
 
     def is_complete(self, step: int, target: str, shard: str) -> bool:

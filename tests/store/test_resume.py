@@ -282,3 +282,67 @@ def test_a_replay_only_run_serves_what_a_short_part_holds_and_stops_at_the_rest(
         skipweave.unweave()
     assert m.CALLS == []
     assert sorted(p.name for p in (dump / "default" / "rollout" / "2" / "gen").iterdir()) == before  # untouched
+
+
+def _short_part(name: str, dump: Path, step: int, prompts: list[str]) -> None:
+    """``prompts``' entries of ``step`` committed as a run that died leaves them (a forked child that exits at once):
+    one group, the part never closed."""
+    import multiprocessing
+
+    from skipweave.store.step_store import EntryMeta, StepStore
+    from skipweave.weaving.fingerprint import fingerprint
+
+    def commit() -> None:
+        m = sys.modules[name]
+        store = StepStore(str(dump), "default", "rollout")
+        items = [(store.key(step, "gen", "r0", c), store.stage(m.gen(step, p), rng_state=None).copied(),
+                  EntryMeta(f"{name}:gen", fingerprint((step, p), {}), 0.0)) for c, p in enumerate(prompts)]
+        os._exit(0 if all(isinstance(r, tuple) for r in store.commit_many(items)) else 1)
+
+    child = multiprocessing.get_context("fork").Process(target=commit)
+    child.start()
+    child.join()
+    assert child.exitcode == 0
+
+
+def test_a_short_part_with_no_closed_step_beside_it_is_resumed_not_served_by_position(host_module: Any,
+                                                                                     tmp_path: Path) -> None:
+    # Nothing tells how many calls a step makes (no calls_per_step, no closed part left: retention removed them, or
+    # the run died in its first step): a part of several calls never closed is not a whole step served by position.
+    name, _ = host_module(SMALL_HOST)
+    m = sys.modules[name]
+    dump = tmp_path / "dump"
+    _short_part(name, dump, 3, ["a", "b", "c"])
+    _weave(name, dump)
+    served = [m.gen(3, p) for p in "dabc"]  # another order than the recording's
+    skipweave.unweave()
+    assert [s["p"] for s in served] == list("dabc")
+    assert m.CALLS == [(3, "d")]
+
+
+def test_retention_never_removes_a_step_this_process_resumes(host_module: Any, tmp_path: Path) -> None:
+    import threading
+
+    name, _ = host_module(SMALL_HOST)
+    m = sys.modules[name]
+    dump = tmp_path / "dump"
+    _weave(name, dump, calls_per_step=4)
+    for step in (1, 2):
+        for p in "abcd":
+            m.gen(step, p)
+    skipweave.unweave()
+    _short_part(name, dump, 3, ["a", "b", "c"])
+    m.CALLS.clear()
+    _weave(name, dump, calls_per_step=4, keep={"last": 1}, write_buffer=0)
+    try:
+        first = m.gen(3, "a")  # served: step 3 is resumed
+        m.gen(4, "a")  # another step in flight (an async rollouter): its commit starts a retention round
+        for thread in [t for t in threading.enumerate() if t.name.startswith("skipweave-retention-")]:
+            thread.join(timeout=30)
+        rest = [m.gen(3, p) for p in "bcd"]
+    finally:
+        skipweave.unweave()
+    assert m.CALLS == [(4, "a"), (3, "d")]  # b and c served from the resumed part, not regenerated
+    assert [r["p"] for r in [first, *rest]] == list("abcd")
+    steps = sorted(int(p.name) for p in (dump / "default" / "rollout").iterdir() if p.name.isdigit())
+    assert 3 in steps and 1 not in steps and 2 not in steps
