@@ -396,7 +396,9 @@ class Retainer:
         """Run a round when ``steps`` (just committed) hold a step newer than the last round saw.
 
         Args:
-            steps: the steps of the entries just committed (never removed).
+            steps: the steps of the entries just committed. The newest is never removed; the others (one batch of the
+                background writer can hold many steps of a fast host) are steps the process moved on from, judged as
+                any other (one it still keeps open is held, see :meth:`StepStore.held_steps`).
             pending: steps this process is still writing (never removed).
 
         Returns:
@@ -411,7 +413,7 @@ class Retainer:
                 return []
             self._newest = newest
         try:
-            return self._round(steps | set(pending))  # (and the store's held steps, read when the round runs)
+            return self._round({newest} | set(pending))  # (and the store's held steps, read when the round runs)
         except Exception:  # noqa: BLE001 - a failed cleanup must never stop the writer or the host
             logger.exception("skipweave: role %s: retention round failed", self.store.role)
             return []
