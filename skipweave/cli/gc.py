@@ -102,8 +102,8 @@ def _size(text: str) -> int:
 
     try:
         return parse_bytes("--max-bytes", text)
-    except ConfigError:
-        raise argparse.ArgumentTypeError(f"expected a size such as 500GB or 2GiB, got {text!r}") from None
+    except ConfigError as exc:  # (argparse names the flag: "argument --max-bytes: ...", exit status 2)
+        raise argparse.ArgumentTypeError(f"expected {exc.allowed}, got {text!r}") from None
 
 
 def _rule(args: argparse.Namespace) -> Any:

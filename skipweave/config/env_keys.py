@@ -6,6 +6,11 @@ resolved here, when the config is read, into a mapping ``{path: value}``; that m
 and what :meth:`~skipweave.config.schema.SkipConfig.to_config` hands Ray workers, whose own config has no such keys.
 Long values (and lists or mappings) are kept as a short hash (:func:`env_value`), so a manifest stays small.
 
+What a recorded environment may hold (:data:`MAX_ITEMS`, :data:`MAX_CHARS`, :func:`scalar_problem`) is defined here,
+once: the store judges a manifest's ``environment`` by it (:mod:`skipweave.store.environment`), and every value this
+module keeps as it is passes that judgement (a value that would not is hashed, a path that would not is an error), so a
+replay never finds this process's own environment refused.
+
 A named key the config does not have is a :class:`~skipweave.config.errors.ConfigError` naming it, before anything
 is patched, not a warning: the key exists to notice a change, and a typo would silently notice nothing, on every
 replay of the run. See docs/format.md (the manifest's ``environment``).
@@ -24,8 +29,19 @@ import xxhash
 from skipweave.config.containers import MISSING, is_dictconfig, plain
 from skipweave.config.errors import ConfigError
 
+MAX_ITEMS = 256
+"""Keys one role's ``fingerprint.env`` may name; packages or config keys a recorded environment may list."""
+
+MAX_CHARS = 256
+"""Characters a named key's path may have; and a recorded environment's names, versions, source hash and text values."""
+
+INT_LIMIT = 1 << 63
+"""An integer is recorded as it is only while its magnitude is below this (64-bit signed: what every JSON reader holds
+exactly); a larger one (a seed of ``2**64``) is hashed."""
+
 VALUE_MAX_CHARS = 128
-"""A named key's value is kept as it is up to this many characters of text; longer ones as :func:`env_value`'s hash."""
+"""A named key's value is kept as it is up to this many characters of text (at most :data:`MAX_CHARS`); longer ones
+as :func:`env_value`'s hash."""
 
 HASH_PREFIX = "xxh3_64:"
 """What a hashed value starts with: ``xxh3_64:`` and 16 hex digits of the value's canonical JSON."""
@@ -35,21 +51,46 @@ _PATH_RE = re.compile(r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*$")
 _ABSENT = object()
 
 
+def scalar_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be a recorded environment's config value as it is (``"is an integer beyond 64 bits"``,
+    said of it), or ``None`` when it can: ``None``, a ``bool``, an ``int`` of magnitude below :data:`INT_LIMIT`, a
+    finite ``float`` or a string of at most :data:`MAX_CHARS` characters."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return "is an integer beyond 64 bits" if abs(value) >= INT_LIMIT else None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "is not a finite number"
+    if isinstance(value, str) and len(value) <= MAX_CHARS:
+        return None
+    return f"is not a string of at most {MAX_CHARS} characters, a number, a bool or null"
+
+
 def env_value(value: Any) -> Any:
-    """The form in which a named key's value is recorded and compared: a string, ``int``, ``bool``, finite ``float``
-    or ``None`` whose text is at most :data:`VALUE_MAX_CHARS` long as it is; anything else (a long string, a list, a
-    mapping, ``nan``) as ``xxh3_64:<16 hex>`` of its canonical JSON (keys sorted). Idempotent.
+    """The form in which a named key's value is recorded and compared: a value :func:`scalar_problem` accepts, a
+    string only up to :data:`VALUE_MAX_CHARS` characters, as it is; anything else (a long string, an integer beyond 64
+    bits, a list, a mapping, ``nan``) as ``xxh3_64:<16 hex>`` of its canonical JSON (keys sorted). Idempotent.
 
     Args:
         value: a plain value (OmegaConf nodes already converted by :func:`~skipweave.config.containers.plain`).
     """
-    if value is None or isinstance(value, (bool, int)) or (isinstance(value, float) and math.isfinite(value)):
-        if len(str(value)) <= VALUE_MAX_CHARS:
-            return value
-    elif isinstance(value, str) and len(value) <= VALUE_MAX_CHARS:
+    if scalar_problem(value) is None and not (isinstance(value, str) and len(value) > VALUE_MAX_CHARS):
         return value
-    text = json.dumps(value, sort_keys=True, default=repr, allow_nan=True)
+    try:
+        text = json.dumps(value, sort_keys=True, default=repr, allow_nan=True)
+    except ValueError:  # an integer past Python's limit of digits for decimal text: such ints written in hex
+        text = json.dumps(_hex_ints(value), sort_keys=True, default=repr, allow_nan=True)
     return HASH_PREFIX + xxhash.xxh3_64_hexdigest(text.encode("utf-8", "surrogatepass"))
+
+
+def _hex_ints(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= INT_LIMIT:
+        return {"int": hex(value)}
+    if isinstance(value, Mapping):
+        return {k: _hex_ints(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_hex_ints(v) for v in value]
+    return value
 
 
 def parse_env_keys(key: str, value: Any) -> tuple[tuple[str, Any], ...]:
@@ -58,7 +99,8 @@ def parse_env_keys(key: str, value: Any) -> tuple[tuple[str, Any], ...]:
 
     Raises:
         ConfigError: a list of paths (only the whole app config can resolve it: the config was read without it, e.g.
-            ``parse_skip`` given the ``skip`` node alone), a path that is no dotted path, or another type.
+            ``parse_skip`` given the ``skip`` node alone), a path that is no dotted path or longer than
+            :data:`MAX_CHARS`, more than :data:`MAX_ITEMS` paths, or another type.
     """
     if value is None or (isinstance(value, (list, tuple)) and not value):
         return ()
@@ -68,6 +110,7 @@ def parse_env_keys(key: str, value: Any) -> tuple[tuple[str, Any], ...]:
     if not isinstance(value, Mapping):
         raise ConfigError(key, value, "a list of dotted paths into the app's config, e.g. "
                                       "[actor_rollout_ref.model.path, actor_rollout_ref.rollout.temperature]")
+    check_count(key, value)
     out = []
     for path, found in value.items():
         check_path(key, path)
@@ -76,7 +119,8 @@ def parse_env_keys(key: str, value: Any) -> tuple[tuple[str, Any], ...]:
 
 
 def check_path(key: str, path: Any) -> str:
-    """Return ``path`` if it is a dotted path of names or list indices (``a.b.0.c``).
+    """Return ``path`` if it is a dotted path of names or list indices (``a.b.0.c``) of at most :data:`MAX_CHARS`
+    characters.
 
     Raises:
         ConfigError: naming ``key`` and the path.
@@ -84,7 +128,19 @@ def check_path(key: str, path: Any) -> str:
     if not isinstance(path, str) or not _PATH_RE.match(path):
         raise ConfigError(key, path, "dotted paths into the app's config such as 'actor_rollout_ref.model.path' "
                                      "(letters, digits, '_', '-'; no empty parts)")
+    if len(path) > MAX_CHARS:  # a replay would refuse the environment recorded with it
+        raise ConfigError(key, path, f"dotted paths of at most {MAX_CHARS} characters (this one has {len(path)})")
     return path
+
+
+def check_count(key: str, paths: Any) -> None:
+    """Check that ``paths`` (a list or mapping of paths) names at most :data:`MAX_ITEMS` keys.
+
+    Raises:
+        ConfigError: naming ``key`` and how many there are.
+    """
+    if len(paths) > MAX_ITEMS:  # a replay would refuse the environment recorded with them
+        raise ConfigError(key, f"{len(paths)} paths", f"at most {MAX_ITEMS} keys per role")
 
 
 def named_paths(skip: Any) -> list[str]:
@@ -156,8 +212,8 @@ def resolve_env(container: dict[str, Any]) -> dict[str, Any]:
     modified; a mapping is kept: it is resolved already).
 
     Raises:
-        ConfigError: ``skip.<role>.fingerprint.env`` names a key the config does not have (or one left ``???``), or an
-            item that is no dotted path.
+        ConfigError: ``skip.<role>.fingerprint.env`` names a key the config does not have (or one left ``???``), an
+            item that is no dotted path or longer than :data:`MAX_CHARS`, or more than :data:`MAX_ITEMS` keys.
     """
     skip = container.get("skip")
     if not isinstance(skip, Mapping):
@@ -171,6 +227,7 @@ def resolve_env(container: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(fingerprint, Mapping) or not isinstance(paths, (list, tuple)):
             continue  # null, a resolved mapping, or a bad value parse_env_keys reports
         key = f"skip.{name}.fingerprint.env"
+        check_count(key, paths)
         values = {}
         for path in paths:
             value = lookup(container, check_path(key, path))
@@ -182,5 +239,6 @@ def resolve_env(container: dict[str, Any]) -> dict[str, Any]:
     return {**container, "skip": roles}
 
 
-__all__ = ["HASH_PREFIX", "VALUE_MAX_CHARS", "add_named_parts", "check_path", "env_value", "found", "lookup",
-           "named_paths", "parse_env_keys", "resolve_env"]
+__all__ = ["HASH_PREFIX", "INT_LIMIT", "MAX_CHARS", "MAX_ITEMS", "VALUE_MAX_CHARS", "add_named_parts", "check_count",
+           "check_path", "env_value", "found", "lookup", "named_paths", "parse_env_keys", "resolve_env",
+           "scalar_problem"]

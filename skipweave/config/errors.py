@@ -21,4 +21,12 @@ class ConfigError(ValueError):
         self.key = key
         self.value = value
         self.allowed = allowed
-        super().__init__(f"{key}={value!r} is not allowed: {allowed}")
+        super().__init__(f"{key}={_shown(value)} is not allowed: {allowed}")
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``; an integer past Python's limit of digits for decimal text (``10**5000``) by its size."""
+    try:
+        return repr(value)
+    except ValueError:
+        return f"<an integer of {value.bit_length()} bits>" if isinstance(value, int) else f"<{type(value).__name__}>"

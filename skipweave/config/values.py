@@ -11,6 +11,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from skipweave.config.errors import ConfigError
@@ -23,6 +24,11 @@ _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
                "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 _COMPRESS_RE = re.compile(r"^zstd(?::(\d+))?$")
+
+MAX_BYTES = (1 << 63) - 1
+"""The largest size a size key takes (8 EiB): what a 64-bit signed count of bytes holds; larger is no real size."""
+
+_SIZE_ALLOWED = "a size in bytes from 0 to 2**63 - 1 (an integer, or e.g. '512MB', '2GiB')"
 
 
 @dataclass(frozen=True)
@@ -145,15 +151,25 @@ def optional_count(key: str, value: Any) -> int | None:
 
 
 def parse_bytes(key: str, value: Any) -> int:
-    """A size in bytes: an integer >= 0, or a number with a unit (``512MB``, ``1.5GiB``; powers of 1000 or 1024)."""
+    """A size in bytes: an integer from 0 to :data:`MAX_BYTES`, or a number with a unit (``512MB``, ``1.5GiB``; powers
+    of 1000 or 1024) that comes to one.
+
+    Raises:
+        ConfigError: naming ``key``: another type, a negative size, a fraction of a byte (``0.5B``), or a size beyond
+            :data:`MAX_BYTES`.
+    """
     if isinstance(value, int) and not isinstance(value, bool):
-        if value < 0:
-            raise ConfigError(key, value, "a size in bytes >= 0 (an integer, or e.g. '512MB', '2GiB')")
+        if not 0 <= value <= MAX_BYTES:
+            raise ConfigError(key, value, _SIZE_ALLOWED)
         return value
     m = _SIZE_RE.match(value) if isinstance(value, str) else None
-    size = float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()] if m is not None else -1.0
-    if size < 0 or size != int(size):  # '0.5B' is no number of bytes
-        raise ConfigError(key, value, "a size in bytes >= 0 (an integer, or e.g. '512MB', '2GiB')")
+    # exact arithmetic (a float of 400 digits is inf, and loses bytes past 2**53); the length is bounded first:
+    # Fraction of a text of thousands of digits is slow or refused
+    if m is None or len(m.group(1)) > 64:
+        raise ConfigError(key, value, _SIZE_ALLOWED)
+    size = Fraction(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()]
+    if size.denominator != 1 or size > MAX_BYTES:  # '0.5B' is no number of bytes
+        raise ConfigError(key, value, _SIZE_ALLOWED)
     return int(size)
 
 
@@ -346,7 +362,7 @@ def parse_effects(key: str, value: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-__all__ = ["StepSet", "enum_parser", "optional_count", "optional_steps", "optional_str", "or_default",
+__all__ = ["MAX_BYTES", "StepSet", "enum_parser", "optional_count", "optional_steps", "optional_str", "or_default",
            "parse_arg_ref", "parse_bool", "parse_bytes", "parse_class_refs", "parse_compress", "parse_dump_dir",
            "parse_echo", "parse_effects", "parse_expr", "parse_int", "parse_namespace", "parse_optional_path",
            "parse_paths", "parse_report_path", "parse_steps", "parse_str", "default_report_path"]

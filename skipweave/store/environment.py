@@ -15,15 +15,13 @@ other than :class:`EnvironmentInvalid`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
-MAX_ITEMS = 256
-"""Packages or config keys an environment may list; more is not one skipweave wrote."""
+from skipweave.config.env_keys import MAX_CHARS, MAX_ITEMS, scalar_problem
 
-MAX_CHARS = 256
-"""Characters a name, version, source hash or config value (or path) may have."""
+# The limits are the config layer's (skipweave.config.env_keys), which keeps or hashes what it records by them: one
+# definition, so a replay never refuses the environment its own process records.
 
 Field = str | int | float | bool | None
 """A flattened field's value (as JSON holds it)."""
@@ -41,19 +39,10 @@ def _text(value: Any, where: str) -> str:
 
 
 def _scalar(value: Any, where: str) -> Field:
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        if abs(value) >= 1 << 63:
-            raise EnvironmentInvalid(f"{where} is an integer beyond 64 bits")
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise EnvironmentInvalid(f"{where} is not a finite number")
-        return value
-    if isinstance(value, str) and len(value) <= MAX_CHARS:
-        return value
-    raise EnvironmentInvalid(f"{where} is not a string of at most {MAX_CHARS} characters, a number, a bool or null")
+    problem = scalar_problem(value)
+    if problem is not None:
+        raise EnvironmentInvalid(f"{where} {problem}")
+    return value  # type: ignore[no-any-return]
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
@@ -74,7 +63,8 @@ def fields_of(environment: Any) -> dict[str, Field]:
 
     Raises:
         EnvironmentInvalid: it is not a mapping, a part has the wrong type, or it is larger than skipweave writes
-            (:data:`MAX_ITEMS`, :data:`MAX_CHARS`).
+            (:data:`~skipweave.config.env_keys.MAX_ITEMS`, :data:`~skipweave.config.env_keys.MAX_CHARS`,
+            :func:`~skipweave.config.env_keys.scalar_problem`).
     """
     env = _mapping(environment, "environment")
     out: dict[str, Field] = {}

@@ -21,7 +21,7 @@ from skipweave.config.schema import OnMismatch
 from skipweave.policy.expressions import ExpressionFailed
 from skipweave.policy.matching import Match, PartView, match_call, view_of
 from skipweave.store import codec
-from skipweave.store.environment import EnvironmentInvalid, changes, describe, fields_of
+from skipweave.store.environment import EnvironmentInvalid, Field, changes, describe, fields_of
 from skipweave.store.fs import UnsafePath
 from skipweave.store.identity import started_unix, this_writer
 from skipweave.store.manifest import EntryInvalid, seconds_of
@@ -77,6 +77,8 @@ class Replayer:
         self.views: dict[tuple[int, str], tuple[tuple[Any, ...], PartView, float]] = {}
         self.lock = threading.Lock()
         self.warned: frozenset[Any] = frozenset()  # the environment changes warned of (see mismatch)
+        self.live: dict[str, Field] | None = None  # the live environment flattened, once (see live_fields)
+        self.live_unchecked = False  # it could not be: environments are not compared
 
     def try_replay(self, d: Call, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[bool, Any]:
         """Serve ``d`` from the store if an entry serves it: ``(True, result)``, else ``(False, None)``.
@@ -219,7 +221,9 @@ class Replayer:
         Raises:
             EnvironmentMismatch: they differ and ``on_env_mismatch`` is ``error``.
         """
-        live = fields_of(self.proxy.environment)
+        live = self.live_fields()
+        if live is None:
+            return True
         try:
             found = changes(fields_of(recorded), live)
         except EnvironmentInvalid as exc:
@@ -232,6 +236,24 @@ class Replayer:
             d, role.fingerprint.on_env_mismatch, EnvironmentMismatch, "on_env_mismatch", error=text,
             hint="record it again in this environment", warn=text, regenerate=text,
             once=frozenset((name, repr(old), repr(new)) for name, old, new in found))
+
+    def live_fields(self) -> dict[str, Field] | None:
+        """This process's environment of the target, flattened as a recorded one is (once per proxy); ``None`` when
+        it cannot be (a host package whose name or version is longer than skipweave records): one WARNING then, and
+        replays of this proxy are served without comparing environments, for the host's call must not fail."""
+        if self.live is None and not self.live_unchecked:
+            try:
+                live = fields_of(self.proxy.environment)
+            except Exception as exc:  # noqa: BLE001 - EnvironmentInvalid, or whatever a host's odd metadata provokes
+                with self.lock:
+                    first, self.live_unchecked = not self.live_unchecked, True
+                if first:
+                    logger.warning("skipweave: role %s target %s: this process's environment cannot be compared "
+                                   "(%s: %s); replays are served without checking it", self.proxy.role.role,
+                                   self.proxy.target.name, type(exc).__name__, exc)
+                return None
+            self.live = live
+        return self.live
 
     def _match(self, d: Call, args: tuple[Any, ...],
                kwargs: Mapping[str, Any]) -> tuple[Match, tuple[int, int] | None] | None:

@@ -15,6 +15,7 @@ import filelock
 import pytest
 import torch
 
+from skipweave.cli.main import main
 from skipweave.store import gc as store_gc
 from skipweave.store import scan as store_scan
 from skipweave.store.manifest import file_checksum
@@ -370,6 +371,17 @@ def test_gc_retention_dry_run_lists_what_the_real_run_removes(tmp_path: Path, ca
     assert status == 2 and "--role" in err
     status, out, _ = cli(capsys, "gc", str(dump), "--max-bytes", "0", "--yes", "--min-age", "0")
     assert status == 0 and _recorded(dump) == [] and _recorded(dump, "ref") == []
+
+
+@pytest.mark.parametrize("size", ["9" * 400, "9" * 400 + "GiB", "-1", "0.5B", "lots"])
+def test_gc_max_bytes_that_is_no_size_is_a_usage_error_naming_it(tmp_path: Path, capsys: Any, size: str) -> None:
+    dump = tmp_path / "dump"
+    _steps_store(dump, 2)
+    with pytest.raises(SystemExit) as exc:  # 400 digits were an OverflowError traceback (float infinity)
+        main(["gc", str(dump), "--max-bytes", size, "--yes", "--min-age", "0"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "argument --max-bytes: expected a size in bytes from 0 to 2**63 - 1" in err, err
+    assert _recorded(dump) == [1, 2]
 
 
 def test_gc_keep_last_killed_mid_cleanup_leaves_no_partial_step(tmp_path: Path, host_module: Any) -> None:

@@ -7,9 +7,10 @@ from omegaconf import OmegaConf
 
 from skipweave.config import load_skip_config
 from skipweave.config.adapters import relevant_config
-from skipweave.config.env_keys import HASH_PREFIX, env_value
+from skipweave.config.env_keys import HASH_PREFIX, MAX_CHARS, MAX_ITEMS, env_value
 from skipweave.config.errors import ConfigError
 from skipweave.config.parse import parse_skip
+from skipweave.store.environment import fields_of
 
 ROLLOUT = {"enable": True, "targets": {"gen": "m:C.f"}}
 
@@ -37,6 +38,40 @@ def test_long_values_and_containers_are_kept_as_a_short_hash() -> None:
     assert long.startswith(HASH_PREFIX) and len(long) == len(HASH_PREFIX) + 16
     assert nested != long and nested == env_value({"k": [1, 2]}) != env_value({"k": [1, 3]})
     assert env_value(long) == long and env_value(None) is None and env_value(True) is True
+
+
+def test_values_a_replay_would_refuse_are_hashed_so_every_kept_environment_passes_its_judgement() -> None:
+    app = {"seed": 2**64, "low": -(2**63), "fits": 2**63 - 1, "huge": 10**5000, "text": "t" * 300, "nan": float("nan")}
+    plan = load_skip_config(_config([f"a.{k}" for k in app], a=app))
+    env = dict(plan.roles["rollout"].fingerprint.env)
+    assert env["a.fits"] == 2**63 - 1
+    for name in ("a.seed", "a.low", "a.huge", "a.text", "a.nan"):
+        assert env[name].startswith(HASH_PREFIX), name
+    assert len({env["a.seed"], env["a.huge"], env_value(2**64 + 1)}) == 3
+    assert fields_of({"config": env})["config a.seed"] == env["a.seed"]  # what the store reads back, unrefused
+
+
+def test_a_path_longer_than_a_recorded_key_may_be_is_an_error_naming_it() -> None:
+    fits = "a." + "k" * (MAX_CHARS - 2)
+    assert load_skip_config(_config([fits], a={fits[2:]: 5})).roles["rollout"].fingerprint.env == ((fits, 5),)
+    long = fits + "k"
+    for load in (lambda: load_skip_config(_config([long], a={long[2:]: 5})),
+                 lambda: parse_skip({"rollout": {**ROLLOUT, "fingerprint": {"env": {long: 5}}}})):  # a worker's plan
+        with pytest.raises(ConfigError, match=f"at most {MAX_CHARS} characters") as info:
+            load()
+        assert info.value.key == "skip.rollout.fingerprint.env" and long in str(info.value)
+
+
+def test_more_keys_than_a_recorded_environment_may_list_is_an_error() -> None:
+    app = {f"k{i}": i for i in range(MAX_ITEMS + 1)}
+    assert len(load_skip_config(_config([f"a.k{i}" for i in range(MAX_ITEMS)], a=app))
+               .roles["rollout"].fingerprint.env) == MAX_ITEMS
+    resolved = {f"a.k{i}": i for i in range(MAX_ITEMS + 1)}
+    for load in (lambda: load_skip_config(_config(list(resolved), a=app)),
+                 lambda: parse_skip({"rollout": {**ROLLOUT, "fingerprint": {"env": resolved}}})):
+        with pytest.raises(ConfigError, match=f"at most {MAX_ITEMS} keys") as info:
+            load()
+        assert info.value.key == "skip.rollout.fingerprint.env"
 
 
 @pytest.mark.parametrize("path", ["a.missing", "a.b.c", "nope", "a.list.5"])

@@ -27,6 +27,12 @@ from skipweave.config.schema import Action, StepSet
         ({"colour": "red"}, "skip.rollout.colour", "no such key"),
         ({"calls_per_step": 0}, "skip.rollout.calls_per_step", ">= 1"),
         ({"namespace": "../x"}, "skip.rollout.namespace", "folder name"),
+        ({"keep": {"bytes": "9" * 400}}, "skip.rollout.keep.bytes", "from 0 to 2**63 - 1"),  # float(..) was inf
+        ({"keep": {"bytes": "9" * 400 + "TB"}}, "skip.rollout.keep.bytes", "from 0 to 2**63 - 1"),
+        ({"keep": {"bytes": 10**5000}}, "skip.rollout.keep.bytes", "<an integer of 16610 bits>"),
+        ({"write_buffer": "8388608TiB"}, "skip.rollout.write_buffer", "from 0 to 2**63 - 1"),  # 2**63
+        ({"write_buffer": 1 << 63}, "skip.rollout.write_buffer", "from 0 to 2**63 - 1"),
+        ({"write_buffer": "0.5B"}, "skip.rollout.write_buffer", "'512MB'"),
     ],
 )
 def test_bad_values_name_key_value_and_allowed(role: dict[str, object], key: str, fragment: str) -> None:
@@ -34,6 +40,15 @@ def test_bad_values_name_key_value_and_allowed(role: dict[str, object], key: str
         parse_skip({"rollout": role})
     assert info.value.key == key
     assert key in str(info.value) and fragment in str(info.value)
+
+
+def test_sizes_are_exact_up_to_the_largest_64_bit_count() -> None:
+    def size(value: object) -> object:
+        return parse_skip({"r": {"write_buffer": value}}).roles["r"].write_buffer
+
+    assert size("1.5GiB") == 3 << 29 and size(" 2 mb ") == 2 * 10**6 and size(0) == 0
+    assert size(str(2**53 + 1)) == 2**53 + 1  # a float would have lost the last byte
+    assert size(str((1 << 63) - 1)) == size((1 << 63) - 1) == (1 << 63) - 1
 
 
 def test_steps_forms() -> None:

@@ -2,7 +2,8 @@
 
 ``python env_driver.py DUMP ON_ENV_MISMATCH TEMPERATURE [TORCH_VERSION]``, with the host package ``envhost`` (and any
 stand-in engine modules named in ``$IMPORT``, comma-separated) on ``PYTHONPATH``. The app's whole config holds
-``model.temperature``, which the role's ``fingerprint.env`` names. Prints ``REAL [steps that ran live]``, ``OUT
+``model.temperature``, which the role's ``fingerprint.env`` names, and the keys of the JSON mapping ``$EXTRA``, named
+too (as ``model.<key>``). Prints ``REAL [steps that ran live]``, ``OUT
 [results]`` and, when the replay stopped on a changed environment, ``MISMATCH <message>``.
 """
 
@@ -25,10 +26,12 @@ from envhost.rollout import REAL, Batch, Rollout  # noqa: E402
 
 import skipweave  # noqa: E402
 
+extra = json.loads(os.environ.get("EXTRA", "{}"))
 skipweave.weave({
-    "model": {"temperature": temperature, "path": "/models/a"},
+    "model": {"temperature": temperature, "path": "/models/a", **extra},
     "skip": {"rollout": {"enable": True, "dump_dir": dump, "targets": {"gen": "envhost.rollout:Rollout.generate"},
-                         "fingerprint": {"env": ["model.temperature", "model.path"], "on_env_mismatch": policy}}},
+                         "fingerprint": {"env": ["model.temperature", "model.path", *(f"model.{k}" for k in extra)],
+                                         "on_env_mismatch": policy}}},
 })
 out = []
 try:

@@ -59,14 +59,15 @@ def _install(root: Path, *, host_version: str = "1.0", vllm: str = "0.8.4", tran
 
 
 def _run(root: Path, dump: Path, policy: str = "warn", temperature: float = 1.0, *extra: str,
-         imports: str = ENGINES) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(REPO)]), "IMPORT": imports}
+         imports: str = ENGINES, keys: str = "{}") -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(REPO)]), "IMPORT": imports, "EXTRA": keys}
     proc = subprocess.run([sys.executable, str(DRIVER), str(dump), policy, str(temperature), *extra],
                           capture_output=True, text=True, timeout=120, env=env, cwd=root)
     assert proc.returncode == 0, proc.stderr
     lines = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in proc.stdout.splitlines() if " " in line}
     return {"real": json.loads(lines["REAL"]), "out": json.loads(lines["OUT"]), "mismatch": lines.get("MISMATCH"),
-            "warnings": [line for line in proc.stderr.splitlines() if "another environment" in line],
+            "warnings": [line for line in proc.stderr.splitlines() if "another environment" in line
+                         or "cannot be compared" in line],
             "stderr": proc.stderr}
 
 
@@ -196,3 +197,29 @@ def test_entries_without_an_environment_replay_silently_and_a_crafted_one_is_a_c
     crafted, changed = got["warnings"]
     assert "step 2 call 0" in crafted and "environment invalid (environment.packages['vllm'] is not a string" in crafted
     assert "step 3 call 0" in changed and "config model.temperature 1.0 -> 0.7" in changed
+
+
+def test_a_named_integer_beyond_64_bits_is_recorded_hashed_and_a_replay_compares_the_rest(tmp_path: Path) -> None:
+    root = _install(tmp_path)  # a seed of 2**64 once made every replay with another temperature raise in the host
+    keys = json.dumps({"seed": 2**64})
+    first = _run(root, root / "dump", "warn", 0.7, keys=keys)
+    assert first["real"] == [1, 2, 3], first["stderr"]
+    seed = json.loads(_manifests(root / "dump", 1)[0].read_text())["environment"]["config"]["model.seed"]
+    assert re.fullmatch(r"xxh3_64:[0-9a-f]{16}", seed)
+    got = _run(root, root / "dump", "warn", 0.9, keys=keys)
+    assert got["real"] == [] and got["out"] == first["out"] and "Traceback" not in got["stderr"], got["stderr"]
+    (warning,) = got["warnings"]
+    assert "config model.temperature 0.7 -> 0.9" in warning and "model.seed" not in warning
+
+
+def test_a_live_environment_that_cannot_be_flattened_is_one_warning_never_the_hosts_error(tmp_path: Path) -> None:
+    root = _install(tmp_path)
+    metadata = root / "envhost-1.0.dist-info" / "METADATA"  # a version longer than a recorded one may be
+    metadata.write_text(metadata.read_text().replace("Version: 1.0", "Version: 1." + "9" * 300))
+    first = _run(root, root / "dump", "error")
+    assert first["real"] == [1, 2, 3], first["stderr"]
+    got = _run(root, root / "dump", "error", 0.7)  # a changed temperature is not noticed: nothing is compared
+    assert got["real"] == [] and got["out"] == first["out"] and got["mismatch"] is None, got["stderr"]
+    (warning,) = got["warnings"]
+    assert "role rollout target gen: this process's environment cannot be compared" in warning
+    assert "environment.host.version" in warning and "Traceback" not in got["stderr"]
