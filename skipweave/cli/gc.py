@@ -9,8 +9,9 @@ Anything a running writer may still own (temporary files, orphan payload files, 
 set-aside folders, run marks) is kept while it was modified less than ``--min-age`` seconds ago (default 3600).
 Pass ``--min-age 0`` when no run is writing to the dump dir. A run's marks go once its first process is known
 to have ended, or, when that cannot be checked (it ran on another host), once nothing in them changed for 7
-days. Exits 0, 1 when some removal failed, 2 when the dump dir cannot be read. See docs/cli.md for the
-``--json`` schema.
+days -- unless they hold a Ray driver's mark (``.shared.json``), which workers its run starts later check: kept
+until the run is known to have ended. Exits 0, 1 when some removal failed, 2 when the dump dir cannot be read.
+See docs/cli.md for the ``--json`` schema.
 
 Retention (``--keep-last N``, ``--max-bytes SIZE``, as ``skip.<role>.keep`` in a run): in each role (of
 ``--namespace``, ``--role`` when given), whole steps beyond the newest N go, then the oldest until the role's steps
@@ -221,19 +222,22 @@ def render(dump_dir: str, actions: list[Any], *, dry_run: bool, freed: int, kept
 
 
 def _run_mark_lines(dump_dir: str, actions: list[Any]) -> list[str]:
-    """The run-mark actions, one line per outcome: a shared store holds a folder per run, too many to list
-    one by one (``--json`` has each, with why its run counts as ended)."""
+    """The run-mark actions, one line per outcome (and apart, the folders kept for a driver's mark): a shared store
+    holds a folder per run, too many to list one by one (``--json`` has each, with why its run counts as ended)."""
     from skipweave.store.fs import RUNS
 
     lines = []
-    for outcome, word in _OUTCOMES.items():
-        group = [a for a in actions if a.outcome == outcome]
+    groups = [(outcome, word, marked) for outcome, word in _OUTCOMES.items() for marked in (False, True)]
+    for outcome, word, marked in groups:
+        group = [a for a in actions if a.outcome == outcome and (a.kept is not None) is marked]
         if not group:
             continue
         size = human_bytes(sum(a.bytes for a in group))
         lines.append(f"{word:<12} {_LABELS['run_marks']:<19} {os.path.join(dump_dir, RUNS)}  "
                      f"({plural(len(group), 'run folder')}, {size})")
-        lines.append(f"{'':<13}why: the runs ended; their processes left these marks for each other's exit summary")
+        lines.append(f"{'':<13}why: " + (
+            "nothing in them changed for days, but their runs are not known to have ended" if marked else
+            "the runs ended; their processes left these marks for each other's exit summary"))
         details = list(dict.fromkeys(a.detail for a in group if a.detail))
         if details:
             more = f" (and {len(details) - 1} more)" if len(details) > 1 else ""

@@ -78,6 +78,8 @@ class GcAction:
         entry: the corrupt entry, else ``None``.
         modified: newest modification time of what is removed (unix seconds), against ``min_age``.
         removal: the step a retention action removes (:mod:`skipweave.store.retention`), else ``None``.
+        kept: why the plan keeps it, whatever :func:`apply_gc` would find (a run folder holding a driver's mark,
+            whose run is not known to have ended), else ``None``.
     """
 
     kind: GcKind
@@ -92,14 +94,16 @@ class GcAction:
     entry: EntryScan | None = None
     modified: float = 0.0
     removal: StepRemoval | None = None
+    kept: str | None = None
 
 
 def plan_gc(result: DumpScan) -> list[GcAction]:
     """List what gc removes: incomplete parts, corrupt entries, leftovers, then ended runs' marks. Nothing is touched.
 
-    A corrupt entry inside an incomplete part goes with its part. Orphan payload files written for an
-    entry that is removed go with that entry. Complete, valid entries never appear. What gc leaves alone under
-    ``.runs`` (symlinks, files, odd names) is added to ``result.ignored``.
+    A run folder that age alone would take but that holds a driver's mark is listed as kept (``outcome="skipped"``,
+    ``kept`` and ``detail`` say why). A corrupt entry inside an incomplete part goes with its part. Orphan payload
+    files written for an entry that is removed go with that entry. Complete, valid entries never appear. What gc
+    leaves alone under ``.runs`` (symlinks, files, odd names) is added to ``result.ignored``.
     """
     actions: list[GcAction] = []
     owner: dict[tuple[str, str], GcAction] = {}  # (folder, stem) -> the action removing that entry
@@ -140,6 +144,11 @@ def plan_gc(result: DumpScan) -> list[GcAction]:
     ended, ignored = runs.ended_runs(result.dump_dir)
     result.ignored.extend(i for i in ignored if i not in result.ignored)  # (planned twice: listed once)
     for r in ended:
+        if r.kept is not None:
+            actions.append(GcAction(GcKind.RUN_MARKS, r.path, [r.path], r.bytes, f"run may have ended: {r.reason}",
+                                    where=f"run {r.run}", outcome="skipped", detail=r.kept, modified=r.modified,
+                                    kept=r.kept))
+            continue
         actions.append(GcAction(GcKind.RUN_MARKS, r.path, [r.path], r.bytes, f"run ended: {r.reason}",
                                 where=f"run {r.run}", modified=r.modified))
     return actions
@@ -224,6 +233,9 @@ def apply_gc(result: DumpScan, action: GcAction, *, min_age: float, dry_run: boo
     now = time.time() if now is None else now
     if action.kind is GcKind.RETENTION and action.outcome == "skipped":
         return  # kept by the plan (busy, or its role is cleaned by another process): said so already
+    if action.kept is not None:  # kept by the plan whatever its age (a driver's mark): said why
+        action.outcome, action.detail = "skipped", action.kept
+        return
     # A corrupt entry is never served, and a trash folder is written by nobody: either goes at any age.
     if action.kind not in (GcKind.CORRUPT_ENTRY, GcKind.TRASH, GcKind.RETENTION) and now - action.modified < min_age:
         action.outcome = "skipped"
