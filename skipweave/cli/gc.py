@@ -134,6 +134,23 @@ def _rule(args: argparse.Namespace) -> Any:
     return KeepRule(args.keep_last, args.max_bytes, pin)
 
 
+def _scope_problem(args: argparse.Namespace, result: Any) -> str | None:
+    """Why ``--namespace`` / ``--role`` name no role with recorded steps in the scanned dump dir ``result`` (then
+    retention would remove nothing, silently), naming what the dump dir has; ``None`` when they name one."""
+    roles = list(dict.fromkeys((p.namespace, p.role) for p in result.parts))  # (retention acts on these only)
+    namespaces = sorted({ns for ns, _ in roles})
+    if args.namespace is not None and args.namespace not in namespaces:
+        return (f"--namespace {args.namespace!r} names no namespace with recorded steps in {result.dump_dir}; "
+                f"it has: {', '.join(namespaces) or 'none'}")
+    if args.role is not None:
+        names = sorted({name for ns, name in roles if args.namespace in (None, ns)})
+        if args.role not in names:
+            where = f"namespace {args.namespace} of " if args.namespace is not None else ""
+            return (f"--role {args.role!r} names no role with recorded steps in {where}{result.dump_dir}; "
+                    f"it has: {', '.join(names) or 'none'}")
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     """Plan and (with ``--yes``) carry out the removals; return 0, 1 (a removal failed) or 2."""
     from skipweave.store.gc import apply_gc, hold_role_locks, plan_gc, plan_retention_gc, without_removed_steps
@@ -144,6 +161,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     result = scan_or_explain("gc", args, checksums=True)
     if result is None or misplaced("gc", result):
+        return EXIT_USAGE
+    if rule is not None and (problem := _scope_problem(args, result)) is not None:
+        print(f"skipweave gc: {problem}", file=sys.stderr)  # a typo would else remove nothing and exit 0
         return EXIT_USAGE
     dry_run = not args.yes
     now = time.time()

@@ -433,6 +433,25 @@ def test_gc_retention_dry_run_lists_what_the_real_run_removes(tmp_path: Path, ca
     assert status == 0 and _recorded(dump) == [] and _recorded(dump, "ref") == []
 
 
+def test_gc_retention_scoped_to_a_role_or_namespace_the_dump_dir_lacks_is_a_usage_error(
+        tmp_path: Path, capsys: Any) -> None:
+    dump = tmp_path / "dump"
+    _steps_store(dump, 2)
+    _steps_store(dump, 2, role="ref")
+    before = _snapshot(dump)
+    status, out, err = cli(capsys, "gc", str(dump), "--keep-last", "1", "--role", "rollotu", "--yes")
+    assert status == 2 and out == "" and _snapshot(dump) == before
+    assert err.strip() == (f"skipweave gc: --role 'rollotu' names no role with recorded steps in {dump}; "
+                           "it has: ref, rollout")
+    status, _, err = cli(capsys, "gc", str(dump), "--keep-last", "1", "--namespace", "defualt", "--yes")
+    assert status == 2 and "--namespace 'defualt'" in err and err.strip().endswith("it has: default")
+    status, _, err = cli(capsys, "gc", str(dump), "--keep-last", "1", "--namespace", NS, "--role", "rollotu")
+    assert status == 2 and f"in namespace {NS} of {dump}; it has: ref, rollout" in err
+    assert _snapshot(dump) == before
+    status, _, _ = cli(capsys, "gc", str(dump), "--keep-last", "1", "--namespace", NS, "--role", "ref", "--yes")
+    assert status == 0 and _recorded(dump, "ref") == [2] and _recorded(dump) == [1, 2]
+
+
 def test_gc_keep_last_killed_mid_cleanup_leaves_no_partial_step(tmp_path: Path, host_module: Any) -> None:
     import signal
 
