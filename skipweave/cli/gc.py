@@ -1,17 +1,21 @@
 """``skipweave gc DUMP_DIR [--yes] [--min-age SECONDS] [--json] [--keep-last N] [--max-bytes SIZE] [--pin STEPS ...]
-[--namespace NS] [--role ROLE]``: remove what no run will ever serve, and recorded steps a retention rule selects.
+[--namespace NS] [--role ROLE]``: remove broken, leftover and incomplete data, and recorded steps a retention rule
+selects.
 
-Removes corrupt entries, incomplete parts, leftover temporary files, orphan payload files, set-aside
-folders and the marks of runs that ended (``.runs/{run}``). A dry run unless ``--yes``. Never touches a
-complete, valid entry: each entry is checked again under its writer's lock right before it is removed.
+Removes corrupt entries, incomplete parts (a run whose calls are matched by inputs would resume one, its entries
+serving the calls with the same inputs: removing it loses that, and its "why" line says so), leftover temporary
+files, orphan payload files, set-aside folders and the marks of runs that ended (``.runs/{run}``). A dry run
+unless ``--yes``. Never touches a complete, valid entry: each entry is checked again under its writer's lock right
+before it is removed.
 
 Anything a running writer may still own (temporary files, orphan payload files, incomplete parts,
 set-aside folders, run marks) is kept while it was modified less than ``--min-age`` seconds ago (default 3600).
 Pass ``--min-age 0`` when no run is writing to the dump dir. A run's marks go once its first process is known
 to have ended, or, when that cannot be checked (it ran on another host), once nothing in them changed for 7
 days -- unless they hold a Ray driver's mark (``.shared.json``), which workers its run starts later check: kept
-until the run is known to have ended. Exits 0, 1 when some removal failed, 2 when the dump dir cannot be read.
-See docs/cli.md for the ``--json`` schema.
+until the run is known to have ended. Exits 0, 1 when some removal failed, 2 when the dump dir cannot be read
+or an argument is bad (a ``--namespace`` or ``--role`` naming no role with recorded steps, too). See docs/cli.md for
+the ``--json`` schema.
 
 Retention (``--keep-last N``, ``--max-bytes SIZE``, as ``skip.<role>.keep`` in a run): in each role (of
 ``--namespace``, ``--role`` when given), whole steps beyond the newest N go, then the oldest until the role's steps

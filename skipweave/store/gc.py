@@ -1,4 +1,5 @@
-"""What ``skipweave gc`` removes, and the removal itself: only what no run will ever serve.
+"""What ``skipweave gc`` removes, and the removal itself: what no run serves as it is -- and, with incomplete parts,
+what a resume would serve.
 
 :func:`plan_gc` lists, from a :class:`~skipweave.store.scan.DumpScan`, the incomplete parts, corrupt entries and
 leftovers (see :mod:`skipweave.store.scan`), then the ``.runs`` marks of runs that ended
@@ -113,6 +114,7 @@ def plan_gc(result: DumpScan) -> list[GcAction]:
             files += [part.part_file] if part.part_file else []
             reasons = [part.incomplete_reason or "incomplete"]
             reasons += [f"call {e.key.call} is corrupt: {e.reason}" for e in part.entries if e.reason]
+            reasons += [note] if (note := _resume_note(part)) else []
             action = GcAction(
                 GcKind.INCOMPLETE_PART, part.folder, files, sum(size_and_mtime(f)[0] for f in files),
                 "; ".join(reasons), where=part.where, part=part, modified=part.modified,
@@ -214,6 +216,24 @@ _LEFTOVER_REASONS = {
     GcKind.SET_ASIDE: "set aside by a run (interrupted part or corrupt entry); never served",
     GcKind.TRASH: "a step retention was removing when it stopped; never served",
 }
+
+
+def _resume_note(part: PartScan) -> str | None:
+    """What removing the incomplete ``part`` costs a resume (docs/format.md "Completeness"), ``None`` when nothing.
+
+    A run resumes a short part when a step makes more than one call and every entry of the part has a readable
+    manifest with an input fingerprint (:meth:`skipweave.store.resume.Resumes.matchable`; its role must also match
+    calls by inputs, which gc cannot see): its entries then serve the calls with the same inputs.
+    """
+    sound = sum(1 for e in part.entries if e.reason is None)
+    if not sound or part.expected_calls <= 1:
+        return None  # nothing a resume would serve
+    if not all(isinstance(fp := (e.manifest or {}).get("input_fingerprint"), str) and fp for e in part.entries):
+        return ("no run resumes it (an entry has no input fingerprint or no readable manifest): a run sets it aside "
+                "and records the step afresh")
+    return ("removing it loses what a resume would serve: a run whose calls are matched by inputs resumes the part, "
+            + ("its entry serving the call" if sound == 1 else f"its {sound} entries serving the calls")
+            + " with the same inputs")
 
 
 def _stem_of(entry: EntryScan) -> str:

@@ -1,4 +1,5 @@
-"""``skipweave gc``: dry run by default, removes only what no run serves, never a complete valid entry."""
+"""``skipweave gc``: dry run by default, removes broken, leftover and incomplete data, never a complete valid
+entry."""
 
 from __future__ import annotations
 
@@ -70,10 +71,31 @@ def test_dry_run_changes_nothing_and_keeps_young_leftovers(tmp_path: Path, capsy
     action = next(a for a in doc["actions"] if a["kind"] == "incomplete_part")
     assert set(action) == {"kind", "path", "where", "files", "bytes", "reason", "outcome", "detail"}
     assert action["where"] == "default/rollout gen step 3 shard r0" and action["path"] == str(s.incomplete)
-    assert action["reason"] == "1 of 2 calls committed and never closed"
+    assert action["reason"] == ("1 of 2 calls committed and never closed; removing it loses what a resume would "
+                                "serve: a run whose calls are matched by inputs resumes the part, its entry serving "
+                                "the call with the same inputs")
     assert sorted(Path(f).name for f in action["files"])[-1] == "r0.part.json" and len(action["files"]) == 4
     assert doc["complete_entries_kept"] == 12
     assert doc["freed_bytes"] == sum(a["bytes"] for a in doc["actions"])
+
+
+def test_gc_says_whether_removing_an_incomplete_part_loses_what_a_resume_would_serve(
+        tmp_path: Path, capsys: Any) -> None:
+    dump = tmp_path / "dump"
+    store = StepStore(str(dump), NS, ROLE, calls_per_step=3)
+    for step, fingerprint in ((1, "f" * 32), (2, "")):  # interrupted runs: 2 of 3 calls, never closed
+        store.prepare_part(step, "gen", "r0")
+        for call in range(2):
+            store.record(store.key(step, "gen", "r0", call), payload(step, call, "r0"), target_path="m:f",
+                         fingerprint=fingerprint, rng_state=None, seconds=0.0)
+    status, out, _ = cli(capsys, "gc", str(dump), "--calls-per-step", "3", "--min-age", "0", "--json")
+    why = {a["where"]: a["reason"] for a in json.loads(out)["actions"]}
+    assert status == 0 and why == {
+        f"{NS}/{ROLE} gen step 1 shard r0": "2 of 3 calls committed and never closed; removing it loses what a resume "
+        "would serve: a run whose calls are matched by inputs resumes the part, its 2 entries serving the calls with "
+        "the same inputs",
+        f"{NS}/{ROLE} gen step 2 shard r0": "2 of 3 calls committed and never closed; no run resumes it (an entry has "
+        "no input fingerprint or no readable manifest): a run sets it aside and records the step afresh"}
 
 
 def test_gc_yes_removes_broken_items_and_never_a_valid_entry(tmp_path: Path, capsys: Any) -> None:
