@@ -1,16 +1,21 @@
 """``skipweave gc DUMP_DIR [--yes] [--min-age SECONDS] [--json] [--keep-last N] [--max-bytes SIZE] [--pin STEPS ...]
-[--namespace NS] [--role ROLE]``: remove what no run will ever serve, and recorded steps a retention rule selects.
+[--namespace NS] [--role ROLE]``: remove broken, leftover and incomplete data, and recorded steps a retention rule
+selects.
 
-Removes corrupt entries, incomplete parts, leftover temporary files, orphan payload files, set-aside
-folders and the marks of runs that ended (``.runs/{run}``). A dry run unless ``--yes``. Never touches a
-complete, valid entry: each entry is checked again under its writer's lock right before it is removed.
+Removes corrupt entries, incomplete parts (a run whose calls are matched by inputs would resume one, its entries
+serving the calls with the same inputs: removing it loses that, and its "why" line says so), leftover temporary
+files, orphan payload files, set-aside folders and the marks of runs that ended (``.runs/{run}``). A dry run
+unless ``--yes``. Never touches a complete, valid entry: each entry is checked again under its writer's lock right
+before it is removed.
 
 Anything a running writer may still own (temporary files, orphan payload files, incomplete parts,
 set-aside folders, run marks) is kept while it was modified less than ``--min-age`` seconds ago (default 3600).
 Pass ``--min-age 0`` when no run is writing to the dump dir. A run's marks go once its first process is known
 to have ended, or, when that cannot be checked (it ran on another host), once nothing in them changed for 7
-days. Exits 0, 1 when some removal failed, 2 when the dump dir cannot be read. See docs/cli.md for the
-``--json`` schema.
+days -- unless they hold a Ray driver's mark (``.shared.json``), which workers its run starts later check: kept
+until the run is known to have ended. Exits 0, 1 when some removal failed, 2 when the dump dir cannot be read
+or an argument is bad (a ``--namespace`` or ``--role`` naming no role with recorded steps, too). See docs/cli.md for
+the ``--json`` schema.
 
 Retention (``--keep-last N``, ``--max-bytes SIZE``, as ``skip.<role>.keep`` in a run): in each role (of
 ``--namespace``, ``--role`` when given), whole steps beyond the newest N go, then the oldest until the role's steps
@@ -133,6 +138,23 @@ def _rule(args: argparse.Namespace) -> Any:
     return KeepRule(args.keep_last, args.max_bytes, pin)
 
 
+def _scope_problem(args: argparse.Namespace, result: Any) -> str | None:
+    """Why ``--namespace`` / ``--role`` name no role with recorded steps in the scanned dump dir ``result`` (then
+    retention would remove nothing, silently), naming what the dump dir has; ``None`` when they name one."""
+    roles = list(dict.fromkeys((p.namespace, p.role) for p in result.parts))  # (retention acts on these only)
+    namespaces = sorted({ns for ns, _ in roles})
+    if args.namespace is not None and args.namespace not in namespaces:
+        return (f"--namespace {args.namespace!r} names no namespace with recorded steps in {result.dump_dir}; "
+                f"it has: {', '.join(namespaces) or 'none'}")
+    if args.role is not None:
+        names = sorted({name for ns, name in roles if args.namespace in (None, ns)})
+        if args.role not in names:
+            where = f"namespace {args.namespace} of " if args.namespace is not None else ""
+            return (f"--role {args.role!r} names no role with recorded steps in {where}{result.dump_dir}; "
+                    f"it has: {', '.join(names) or 'none'}")
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     """Plan and (with ``--yes``) carry out the removals; return 0, 1 (a removal failed) or 2."""
     from skipweave.store.gc import apply_gc, hold_role_locks, plan_gc, plan_retention_gc, without_removed_steps
@@ -143,6 +165,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     result = scan_or_explain("gc", args, checksums=True)
     if result is None or misplaced("gc", result):
+        return EXIT_USAGE
+    if rule is not None and (problem := _scope_problem(args, result)) is not None:
+        print(f"skipweave gc: {problem}", file=sys.stderr)  # a typo would else remove nothing and exit 0
         return EXIT_USAGE
     dry_run = not args.yes
     now = time.time()
@@ -221,19 +246,22 @@ def render(dump_dir: str, actions: list[Any], *, dry_run: bool, freed: int, kept
 
 
 def _run_mark_lines(dump_dir: str, actions: list[Any]) -> list[str]:
-    """The run-mark actions, one line per outcome: a shared store holds a folder per run, too many to list
-    one by one (``--json`` has each, with why its run counts as ended)."""
+    """The run-mark actions, one line per outcome (and apart, the folders kept for a driver's mark): a shared store
+    holds a folder per run, too many to list one by one (``--json`` has each, with why its run counts as ended)."""
     from skipweave.store.fs import RUNS
 
     lines = []
-    for outcome, word in _OUTCOMES.items():
-        group = [a for a in actions if a.outcome == outcome]
+    groups = [(outcome, word, marked) for outcome, word in _OUTCOMES.items() for marked in (False, True)]
+    for outcome, word, marked in groups:
+        group = [a for a in actions if a.outcome == outcome and (a.kept is not None) is marked]
         if not group:
             continue
         size = human_bytes(sum(a.bytes for a in group))
         lines.append(f"{word:<12} {_LABELS['run_marks']:<19} {os.path.join(dump_dir, RUNS)}  "
                      f"({plural(len(group), 'run folder')}, {size})")
-        lines.append(f"{'':<13}why: the runs ended; their processes left these marks for each other's exit summary")
+        lines.append(f"{'':<13}why: " + (
+            "nothing in them changed for days, but their runs are not known to have ended" if marked else
+            "the runs ended; their processes left these marks for each other's exit summary"))
         details = list(dict.fromkeys(a.detail for a in group if a.detail))
         if details:
             more = f" (and {len(details) - 1} more)" if len(details) > 1 else ""

@@ -1,4 +1,5 @@
-"""What ``skipweave gc`` removes, and the removal itself: only what no run will ever serve.
+"""What ``skipweave gc`` removes, and the removal itself: what no run serves as it is -- and, with incomplete parts,
+what a resume would serve.
 
 :func:`plan_gc` lists, from a :class:`~skipweave.store.scan.DumpScan`, the incomplete parts, corrupt entries and
 leftovers (see :mod:`skipweave.store.scan`), then the ``.runs`` marks of runs that ended
@@ -78,6 +79,8 @@ class GcAction:
         entry: the corrupt entry, else ``None``.
         modified: newest modification time of what is removed (unix seconds), against ``min_age``.
         removal: the step a retention action removes (:mod:`skipweave.store.retention`), else ``None``.
+        kept: why the plan keeps it, whatever :func:`apply_gc` would find (a run folder holding a driver's mark,
+            whose run is not known to have ended), else ``None``.
     """
 
     kind: GcKind
@@ -92,14 +95,16 @@ class GcAction:
     entry: EntryScan | None = None
     modified: float = 0.0
     removal: StepRemoval | None = None
+    kept: str | None = None
 
 
 def plan_gc(result: DumpScan) -> list[GcAction]:
     """List what gc removes: incomplete parts, corrupt entries, leftovers, then ended runs' marks. Nothing is touched.
 
-    A corrupt entry inside an incomplete part goes with its part. Orphan payload files written for an
-    entry that is removed go with that entry. Complete, valid entries never appear. What gc leaves alone under
-    ``.runs`` (symlinks, files, odd names) is added to ``result.ignored``.
+    A run folder that age alone would take but that holds a driver's mark is listed as kept (``outcome="skipped"``,
+    ``kept`` and ``detail`` say why). A corrupt entry inside an incomplete part goes with its part. Orphan payload
+    files written for an entry that is removed go with that entry. Complete, valid entries never appear. What gc
+    leaves alone under ``.runs`` (symlinks, files, odd names) is added to ``result.ignored``.
     """
     actions: list[GcAction] = []
     owner: dict[tuple[str, str], GcAction] = {}  # (folder, stem) -> the action removing that entry
@@ -109,6 +114,7 @@ def plan_gc(result: DumpScan) -> list[GcAction]:
             files += [part.part_file] if part.part_file else []
             reasons = [part.incomplete_reason or "incomplete"]
             reasons += [f"call {e.key.call} is corrupt: {e.reason}" for e in part.entries if e.reason]
+            reasons += [note] if (note := _resume_note(part)) else []
             action = GcAction(
                 GcKind.INCOMPLETE_PART, part.folder, files, sum(size_and_mtime(f)[0] for f in files),
                 "; ".join(reasons), where=part.where, part=part, modified=part.modified,
@@ -140,6 +146,11 @@ def plan_gc(result: DumpScan) -> list[GcAction]:
     ended, ignored = runs.ended_runs(result.dump_dir)
     result.ignored.extend(i for i in ignored if i not in result.ignored)  # (planned twice: listed once)
     for r in ended:
+        if r.kept is not None:
+            actions.append(GcAction(GcKind.RUN_MARKS, r.path, [r.path], r.bytes, f"run may have ended: {r.reason}",
+                                    where=f"run {r.run}", outcome="skipped", detail=r.kept, modified=r.modified,
+                                    kept=r.kept))
+            continue
         actions.append(GcAction(GcKind.RUN_MARKS, r.path, [r.path], r.bytes, f"run ended: {r.reason}",
                                 where=f"run {r.run}", modified=r.modified))
     return actions
@@ -207,6 +218,25 @@ _LEFTOVER_REASONS = {
 }
 
 
+def _resume_note(part: PartScan) -> str | None:
+    """What removing the incomplete ``part`` costs a resume (docs/format.md "Completeness"), ``None`` when nothing.
+
+    A run resumes a short part when a step makes more than one call and every entry of the part has a readable
+    manifest with an input fingerprint (:meth:`skipweave.store.resume.Resumes.matchable`; its role must also match
+    calls by inputs, which gc cannot see): its entries then serve the calls with the same inputs.
+    """
+    sound = sum(1 for e in part.entries if e.reason is None)
+    expected = part.expected_calls if part.expected_calls is not None else len(part.entries)  # unknown: as parts.py
+    if not sound or expected <= 1:
+        return None  # nothing a resume would serve
+    if not all(isinstance(fp := (e.manifest or {}).get("input_fingerprint"), str) and fp for e in part.entries):
+        return ("no run resumes it (an entry has no input fingerprint or no readable manifest): a run sets it aside "
+                "and records the step afresh")
+    return ("removing it loses what a resume would serve: a run whose calls are matched by inputs resumes the part, "
+            + ("its entry serving the call" if sound == 1 else f"its {sound} entries serving the calls")
+            + " with the same inputs")
+
+
 def _stem_of(entry: EntryScan) -> str:
     """The stem of the files an entry's removal takes: its own (``r0-0003``), or its group's (``r0-0000-0063``)."""
     name = os.path.basename(entry.path)
@@ -224,6 +254,9 @@ def apply_gc(result: DumpScan, action: GcAction, *, min_age: float, dry_run: boo
     now = time.time() if now is None else now
     if action.kind is GcKind.RETENTION and action.outcome == "skipped":
         return  # kept by the plan (busy, or its role is cleaned by another process): said so already
+    if action.kept is not None:  # kept by the plan whatever its age (a driver's mark): said why
+        action.outcome, action.detail = "skipped", action.kept
+        return
     # A corrupt entry is never served, and a trash folder is written by nobody: either goes at any age.
     if action.kind not in (GcKind.CORRUPT_ENTRY, GcKind.TRASH, GcKind.RETENTION) and now - action.modified < min_age:
         action.outcome = "skipped"

@@ -22,11 +22,17 @@ The marks are read only while their run runs (each process reads them at its own
   owner file says the run ended; or its owner ran on this host, in this pid namespace, and that process is
   gone (its pid is free, or now another process's: the start time differs); or, when that cannot be checked
   (another host or container, no readable owner file), nothing in the folder changed for
-  :data:`RUN_MAX_AGE_S`. ``gc`` then still keeps a folder in which anything changed less than ``--min-age`` ago.
+  :data:`RUN_MAX_AGE_S` -- unless the folder holds a Ray driver's mark (:mod:`skipweave.store.shared_mark`): such
+  a folder goes only once its run is known to have ended, and gc lists it as kept meanwhile (``kept`` of
+  :class:`EndedRun`); gc on the owner's host (in its container) removes it once the owner is gone. ``gc`` then
+  still keeps a folder in which anything changed less than ``--min-age`` ago.
 
 Age alone never proves that a run of this host ended: its processes mark only their first calls, and a run lasts
-days. What removal can cost is a false "never called" warning, in a process of the run that outlived the first
-one (a subprocess nobody waited for) and called less than the others; never an entry or a replay.
+days. What removing the marks of a run that still runs can cost is a false "never called" warning, in a process of
+the run that outlived the first one (a subprocess nobody waited for) and called less than the others; never an entry
+or a replay. Removing a driver's mark would cost more -- every worker the run starts afterwards (a restarted actor in
+a job of several days) would find its dump dir not shared (``DumpDirNotShared`` with ``require_shared: true``, a
+false WARNING without) -- so age never takes it.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from skipweave.store import shared_mark
 from skipweave.store.atomic import tmp_name
 from skipweave.store.fs import (
     RUNS,
@@ -207,14 +214,16 @@ def _process_start(pid: int) -> int | None:
 # ---------------------------------------------------------------------------------------------- gc
 @dataclass(frozen=True)
 class EndedRun:
-    """The folder of a run that has ended: what gc removes.
+    """The folder of a run that has ended, what gc removes; or (``kept``) one gc keeps though age would take it.
 
     Attributes:
         run: the run id (the folder's name).
         path: the folder, ``{dump_dir}/.runs/{run}``.
         bytes: the size of the files in it.
         modified: the newest modification time of anything in it (seconds since the epoch).
-        reason: why the run is known to have ended, for people.
+        reason: why the run is known to have ended, for people; when ``kept``, why age would count it ended.
+        kept: ``None``, else why gc keeps it all the same (it holds a driver's mark and its run is not known to
+            have ended), for people.
     """
 
     run: str
@@ -222,6 +231,7 @@ class EndedRun:
     bytes: int
     modified: float
     reason: str
+    kept: str | None = None
 
 
 @dataclass(frozen=True)
@@ -235,7 +245,8 @@ class _Owner:
 
 def ended_runs(dump_dir: str, *, now: float | None = None,
                max_age: float = RUN_MAX_AGE_S) -> tuple[list[EndedRun], list[tuple[str, str]]]:
-    """List the run folders of ``dump_dir`` whose run has ended (the rule: module docstring). Nothing is touched.
+    """List the run folders of ``dump_dir`` whose run has ended (the rule: module docstring), and those gc keeps
+    though age alone would take them (``kept``: a driver's mark in them). Nothing is touched.
 
     Args:
         dump_dir: the store root.
@@ -243,7 +254,7 @@ def ended_runs(dump_dir: str, *, now: float | None = None,
         max_age: seconds without a change after which a run whose owner cannot be checked counts as ended.
 
     Returns:
-        ``(ended, ignored)``: the ended runs, by name; and ``(path, why)`` of what gc leaves alone below
+        ``(ended, ignored)``: the ended (and kept) runs, by name; and ``(path, why)`` of what gc leaves alone below
         ``.runs`` -- symlinks (never followed), files, names skipweave never writes, folders it cannot read.
         Never raises for what it finds: the dump dir is untrusted input.
     """
@@ -275,12 +286,12 @@ def ended_runs(dump_dir: str, *, now: float | None = None,
             ignored.append((entry.path, "a folder name skipweave never writes"))
         else:
             try:
-                why, size, newest = _judge(entry.path, now, max_age)
+                why, kept, size, newest = _judge(entry.path, now, max_age)
             except OSError as exc:
                 ignored.append((entry.path, f"cannot be read ({exc.strerror or exc})"))
                 continue
             if why is not None:
-                ended.append(EndedRun(entry.name, entry.path, size, newest, why))
+                ended.append(EndedRun(entry.name, entry.path, size, newest, why, kept))
     return ended, ignored
 
 
@@ -308,17 +319,20 @@ def remove_ended(path: str, *, min_age: float, now: float | None = None,
         return "already gone"
     if not is_real_dir(path):
         return "no longer a real folder"
-    why, _, newest = _judge(path, now, max_age)
+    why, kept, _, newest = _judge(path, now, max_age)
     if why is None:
         return "its run is no longer known to have ended"
+    if kept is not None:
+        return kept
     if now - newest < min_age:
         return f"changed {now - newest:.0f} s ago, less than --min-age {min_age:.0f} s"
     remove_tree(path)
     return None
 
 
-def _judge(folder: str, now: float, max_age: float) -> tuple[str | None, int, float]:
-    """``(why the run of ``folder`` ended or None while it may live, bytes in it, newest change in it)``.
+def _judge(folder: str, now: float, max_age: float) -> tuple[str | None, str | None, int, float]:
+    """``(why the run of ``folder`` ended or None while it may live, why gc keeps it all the same or None, bytes in
+    it, newest change in it)``.
 
     Raises:
         OSError: the folder cannot be read.
@@ -326,20 +340,28 @@ def _judge(folder: str, now: float, max_age: float) -> tuple[str | None, int, fl
     _, size, newest = _walk(folder)
     owner = _read_owner(os.path.join(folder, OWNER))
     if owner is not None and owner.ended is not None:
-        return "its first process wrote at its exit that the run ended", size, newest
+        return "its first process wrote at its exit that the run ended", None, size, newest
     if owner is not None and owner.host == platform.node() and owner.pid_namespace == _pid_namespace():
         if _alive(owner.pid, owner.start):
-            return None, size, newest
-        return f"its first process (pid {owner.pid} on this host) is gone", size, newest
+            return None, None, size, newest
+        return f"its first process (pid {owner.pid} on this host) is gone", None, size, newest
     if now - newest < max_age:
-        return None, size, newest  # its owner cannot be asked: it may run for days yet
+        return None, None, size, newest  # its owner cannot be asked: it may run for days yet
     if owner is None:
-        who = "it names no first process"
+        who, asker = "it names no first process", None
     elif owner.host == platform.node():
-        who = "its first process ran in another pid namespace (container) of this host"
+        who, asker = "its first process ran in another pid namespace (container) of this host", "in that container"
     else:
-        who = f"its first process ran on host {owner.host!r}"
-    return f"{who}, and nothing in it changed for {(now - newest) / 86400:.1f} days", size, newest
+        who, asker = f"its first process ran on host {owner.host!r}", f"on host {owner.host!r}"
+    why = f"{who}, and nothing in it changed for {(now - newest) / 86400:.1f} days"
+    if not shared_mark.holds_mark(folder):
+        return why, None, size, newest
+    # A driver's mark: a worker the run starts days later (a restarted actor) checks it, so age is no proof here.
+    kept = (f"it holds the Ray driver's mark {shared_mark.SHARED_MARK}, which workers its run starts later still "
+            "check; ")
+    kept += (f"gc {asker} removes it once the run's first process is gone" if asker is not None else
+             "no owner file will say that its run ended: remove the folder by hand once it has")
+    return why, kept, size, newest
 
 
 def _read_owner(path: str) -> _Owner | None:

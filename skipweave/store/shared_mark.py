@@ -11,9 +11,10 @@ and hands the token to its workers; a worker that does not find that file with t
 the folder, or a node-local folder left by an earlier run with the same run id, does not pass for the driver's.
 
 The mark lives in the run's folder of :mod:`skipweave.store.runs`, so it shares its lifecycle: removed at the
-driver's exit when no process of the run recorded anything, else by ``skipweave gc`` once the run ended; ``ls`` and
-``verify`` skip ``.runs``. A mark read from disk is untrusted: it is opened without following a symlink, read up to
-:data:`_MAX_BYTES`, and only a JSON object whose ``token`` is 32 hex digits counts.
+driver's exit when no process of the run recorded anything, else by ``skipweave gc`` once the run is known to have
+ended -- never by age alone, as other run folders are (:func:`holds_mark`: workers a long job restarts days later
+check it again); ``ls`` and ``verify`` skip ``.runs``. A mark read from disk is untrusted: it is opened without
+following a symlink, read up to :data:`_MAX_BYTES`, and only a JSON object whose ``token`` is 32 hex digits counts.
 """
 
 from __future__ import annotations
@@ -106,21 +107,12 @@ def mark_problem(dump_dir: str, run: str, token: str) -> str | None:
     try:
         path = mark_path(dump_dir, run)
         inside(dump_dir, RUNS, run)  # no symlinked .runs or run folder
-        fd = open_regular(path)
-        try:
-            data = os.read(fd, _MAX_BYTES + 1)
-        finally:
-            os.close(fd)
+        found = _token_at(path)
     except FileNotFoundError:
         return f"the driver's mark {RUNS}/{run}/{SHARED_MARK} is not in it"
     except (OSError, ValueError, UnsafePath) as exc:
         return f"the driver's mark {RUNS}/{run}/{SHARED_MARK} cannot be read ({exc})"
-    try:
-        doc = json.loads(data) if len(data) <= _MAX_BYTES else None
-    except (ValueError, RecursionError):
-        doc = None
-    found = doc.get("token") if isinstance(doc, dict) else None
-    if not is_token(found):
+    if found is None:
         return f"{RUNS}/{run}/{SHARED_MARK} in it is not a mark skipweave wrote"
     if found != token:
         return (f"{RUNS}/{run}/{SHARED_MARK} in it holds another driver's token (a copy of the folder, or one an "
@@ -128,4 +120,40 @@ def mark_problem(dump_dir: str, run: str, token: str) -> str | None:
     return None
 
 
-__all__ = ["SHARED_MARK", "is_token", "mark_path", "mark_problem", "write_mark"]
+def holds_mark(folder: str) -> bool:
+    """True when the run's folder ``folder`` (``{dump_dir}/.runs/{run}``) may hold a driver's mark its workers check.
+
+    True for a mark skipweave wrote, and for a :data:`SHARED_MARK` file that cannot be read here (another user's:
+    a worker may read it); false when there is none, or what is there is no mark (a symlink, a folder, a FIFO, junk
+    content), which no worker would accept either. Never raises: the folder is untrusted input.
+    """
+    try:
+        return _token_at(os.path.join(folder, SHARED_MARK)) is not None
+    except (FileNotFoundError, UnsafePath):
+        return False
+    except (OSError, ValueError):
+        return True  # unreadable to this process, not shown to be no mark: keep what a worker may yet check
+
+
+def _token_at(path: str) -> str | None:
+    """The token of the mark at ``path``, ``None`` when the file is not a mark skipweave wrote.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        UnsafePath: a symlink, a folder or another non-regular file is there.
+        OSError: it cannot be read.
+    """
+    fd = open_regular(path)
+    try:
+        data = os.read(fd, _MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    try:
+        doc = json.loads(data) if len(data) <= _MAX_BYTES else None
+    except (ValueError, RecursionError):
+        doc = None
+    found = doc.get("token") if isinstance(doc, dict) else None
+    return found if is_token(found) else None
+
+
+__all__ = ["SHARED_MARK", "holds_mark", "is_token", "mark_path", "mark_problem", "write_mark"]

@@ -1,4 +1,5 @@
-"""``skipweave gc``: dry run by default, removes only what no run serves, never a complete valid entry."""
+"""``skipweave gc``: dry run by default, removes broken, leftover and incomplete data, never a complete valid
+entry."""
 
 from __future__ import annotations
 
@@ -71,10 +72,31 @@ def test_dry_run_changes_nothing_and_keeps_young_leftovers(tmp_path: Path, capsy
     action = next(a for a in doc["actions"] if a["kind"] == "incomplete_part")
     assert set(action) == {"kind", "path", "where", "files", "bytes", "reason", "outcome", "detail"}
     assert action["where"] == "default/rollout gen step 3 shard r0" and action["path"] == str(s.incomplete)
-    assert action["reason"] == "1 of 2 calls committed and never closed"
+    assert action["reason"] == ("1 of 2 calls committed and never closed; removing it loses what a resume would "
+                                "serve: a run whose calls are matched by inputs resumes the part, its entry serving "
+                                "the call with the same inputs")
     assert sorted(Path(f).name for f in action["files"])[-1] == "r0.part.json" and len(action["files"]) == 4
     assert doc["complete_entries_kept"] == 12
     assert doc["freed_bytes"] == sum(a["bytes"] for a in doc["actions"])
+
+
+def test_gc_says_whether_removing_an_incomplete_part_loses_what_a_resume_would_serve(
+        tmp_path: Path, capsys: Any) -> None:
+    dump = tmp_path / "dump"
+    store = StepStore(str(dump), NS, ROLE, calls_per_step=3)
+    for step, fingerprint in ((1, "f" * 32), (2, "")):  # interrupted runs: 2 of 3 calls, never closed
+        store.prepare_part(step, "gen", "r0")
+        for call in range(2):
+            store.record(store.key(step, "gen", "r0", call), payload(step, call, "r0"), target_path="m:f",
+                         fingerprint=fingerprint, rng_state=None, seconds=0.0)
+    status, out, _ = cli(capsys, "gc", str(dump), "--calls-per-step", "3", "--min-age", "0", "--json")
+    why = {a["where"]: a["reason"] for a in json.loads(out)["actions"]}
+    assert status == 0 and why == {
+        f"{NS}/{ROLE} gen step 1 shard r0": "2 of 3 calls committed and never closed; removing it loses what a resume "
+        "would serve: a run whose calls are matched by inputs resumes the part, its 2 entries serving the calls with "
+        "the same inputs",
+        f"{NS}/{ROLE} gen step 2 shard r0": "2 of 3 calls committed and never closed; no run resumes it (an entry has "
+        "no input fingerprint or no readable manifest): a run sets it aside and records the step afresh"}
 
 
 def test_gc_yes_removes_broken_items_and_never_a_valid_entry(tmp_path: Path, capsys: Any) -> None:
@@ -307,6 +329,67 @@ def test_gc_survives_crafted_run_marks_and_never_acts_outside(tmp_path: Path, ca
     assert (outside / "run" / NS).is_dir() and (runs / "evil").is_symlink() and (runs / "a-file").is_file()
 
 
+def test_gc_never_takes_a_driver_s_mark_by_age_and_removes_it_once_its_run_ended(
+        tmp_path: Path, capsys: Any, host_module: Any) -> None:
+    # A Ray driver on another host marked the dump dir at ray.init; nothing in its run folder changed for 8 days
+    # (its workers mark only their first calls); gc, here, must not take the mark a worker started now checks.
+    import skipweave
+    from skipweave.store.identity import run_id
+    from skipweave.store.shared_mark import write_mark
+    from skipweave.weaving import shared_dirs
+
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    name, _ = host_module("def gen(step):\n    return {'step': step}\n")
+    skipweave.weave({"skip": {ROLE: {"enable": True, "dump_dir": str(dump), "require_shared": True,
+                                     "step": {"source": "arg", "arg": 0, "path": ""},
+                                     "targets": {"gen": f"{name}:gen"}}}})
+    marks, failed = shared_dirs.leave_marks([str(dump)])
+    assert failed == {}
+    run = run_id()
+    driver = dump / ".runs" / run
+    remote = {"host": "head-node", "pid": 4242, "pid_namespace": "x", "process_start": 1, "ended_unix": None}
+    (driver / ".owner.json").write_text(json.dumps(remote))
+    _age(driver, 8)
+    unmarked = _run_folder(dump, "remote-unmarked", owner={"host": "head-node", "pid": 1}, age_days=8)
+    junk = _run_folder(dump, "remote-junk-mark", owner={"host": "head-node", "pid": 1})
+    (junk / ".shared.json").write_text('{"token": "not one skipweave wrote"}')  # no worker accepts it: no mark
+    no_owner = _run_folder(dump, "marked-no-owner")
+    write_mark(str(dump), "marked-no-owner", "a" * 32)
+    here_gone = _run_folder(dump, "marked-here-gone", owner={"pid": _dead_pid()})
+    write_mark(str(dump), "marked-here-gone", "b" * 32)
+    for folder in (junk, no_owner, here_gone):
+        _age(folder, 8)
+
+    status, out, _ = cli(capsys, "gc", str(dump), "--yes", "--min-age", "0", "--json")
+    marks_doc = {a["where"]: a for a in json.loads(out)["actions"] if a["kind"] == "run_marks"}
+    assert status == 0 and driver.is_dir() and no_owner.is_dir()
+    assert {w: a["outcome"] for w, a in marks_doc.items()} == {
+        f"run {run}": "skipped", "run marked-no-owner": "skipped", "run remote-unmarked": "removed",
+        "run remote-junk-mark": "removed", "run marked-here-gone": "removed"}
+    kept = marks_doc[f"run {run}"]
+    assert "host 'head-node'" in kept["reason"] and "8.0 days" in kept["reason"]
+    assert ".shared.json" in kept["detail"] and "gc on host 'head-node' removes it" in kept["detail"]
+    assert "remove the folder by hand" in marks_doc["run marked-no-owner"]["detail"]
+    assert not any(f.exists() for f in (unmarked, junk, here_gone))  # the age rule and the host rule still apply
+
+    shared_dirs.expect_marks(run, marks, where="pid=1 node=restarted-actor")  # a worker started after that gc
+    try:
+        assert sys.modules[name].gen(1) == {"step": 1}  # no DumpDirNotShared: its dump dir is the driver's
+    finally:
+        shared_dirs.expect_marks("", {}, where="")
+
+    _age(driver, 8)  # (the worker's call marked it afresh)
+    status, out, _ = cli(capsys, "gc", str(dump), "--min-age", "0")
+    assert status == 0 and "kept         run marks" in out and "their runs are not known to have ended" in out
+    assert "gc on host 'head-node' removes it once the run's first process is gone (and 1 more)" in out
+    (driver / ".owner.json").write_text(json.dumps(remote | {"ended_unix": time.time() - DAY}))  # the run ended
+    _age(driver, 1)
+    status, out, _ = cli(capsys, "gc", str(dump), "--yes", "--min-age", "0")
+    assert status == 0 and f"removed      run marks           {dump / '.runs'}  (1 run folder, " in out
+    assert not driver.exists() and no_owner.is_dir()
+
+
 @pytest.mark.parametrize("kind", ["symlink", "file"])
 def test_gc_leaves_a_runs_folder_that_is_a_symlink_or_a_file_alone(tmp_path: Path, capsys: Any, kind: str) -> None:
     s = make_store(tmp_path / "dump", damage=False)
@@ -382,6 +465,25 @@ def test_gc_max_bytes_that_is_no_size_is_a_usage_error_naming_it(tmp_path: Path,
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "argument --max-bytes: expected a size in bytes from 0 to 2**63 - 1" in err, err
     assert _recorded(dump) == [1, 2]
+
+
+def test_gc_retention_scoped_to_a_role_or_namespace_the_dump_dir_lacks_is_a_usage_error(
+        tmp_path: Path, capsys: Any) -> None:
+    dump = tmp_path / "dump"
+    _steps_store(dump, 2)
+    _steps_store(dump, 2, role="ref")
+    before = _snapshot(dump)
+    status, out, err = cli(capsys, "gc", str(dump), "--keep-last", "1", "--role", "rollotu", "--yes")
+    assert status == 2 and out == "" and _snapshot(dump) == before
+    assert err.strip() == (f"skipweave gc: --role 'rollotu' names no role with recorded steps in {dump}; "
+                           "it has: ref, rollout")
+    status, _, err = cli(capsys, "gc", str(dump), "--keep-last", "1", "--namespace", "defualt", "--yes")
+    assert status == 2 and "--namespace 'defualt'" in err and err.strip().endswith("it has: default")
+    status, _, err = cli(capsys, "gc", str(dump), "--keep-last", "1", "--namespace", NS, "--role", "rollotu")
+    assert status == 2 and f"in namespace {NS} of {dump}; it has: ref, rollout" in err
+    assert _snapshot(dump) == before
+    status, _, _ = cli(capsys, "gc", str(dump), "--keep-last", "1", "--namespace", NS, "--role", "ref", "--yes")
+    assert status == 0 and _recorded(dump, "ref") == [2] and _recorded(dump) == [1, 2]
 
 
 def test_gc_keep_last_killed_mid_cleanup_leaves_no_partial_step(tmp_path: Path, host_module: Any) -> None:
