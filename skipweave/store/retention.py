@@ -30,7 +30,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Collection, Container, Iterable
+from collections.abc import Callable, Collection, Container, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -392,7 +392,8 @@ class Retainer:
         self._newest: int | None = None  # the newest step a round ran after
         self._lock = threading.Lock()
 
-    def after_commit(self, steps: Iterable[int], pending: Collection[int] = ()) -> list[StepRemoval]:
+    def after_commit(self, steps: Iterable[int], pending: Collection[int] = (), *,
+                     stop: Callable[[], bool] | None = None) -> list[StepRemoval]:
         """Run a round when ``steps`` (just committed) hold a step newer than the last round saw.
 
         Args:
@@ -400,6 +401,8 @@ class Retainer:
                 background writer can hold many steps of a fast host) are steps the process moved on from, judged as
                 any other (one it still keeps open is held, see :meth:`StepStore.held_steps`).
             pending: steps this process is still writing (never removed).
+            stop: polled before each step the round removes; True ends the round there (the process is ending: its
+                exit must not wait for deletions, which the next round or ``skipweave gc`` finishes).
 
         Returns:
             What the round removed or kept (empty when no round ran). Never raises: a failure is logged.
@@ -413,7 +416,7 @@ class Retainer:
                 return []
             self._newest = newest
         try:
-            return self._round({newest} | set(pending))  # (and the store's held steps, read when the round runs)
+            return self._round({newest} | set(pending), stop)  # (and the store's held steps, read when the round runs)
         except Exception:  # noqa: BLE001 - a failed cleanup must never stop the writer or the host
             logger.exception("skipweave: role %s: retention round failed", self.store.role)
             return []
@@ -437,7 +440,7 @@ class Retainer:
         thread.start()
         return thread
 
-    def _round(self, protect: set[int]) -> list[StepRemoval]:
+    def _round(self, protect: set[int], stop: Callable[[], bool] | None = None) -> list[StepRemoval]:
         store = self.store
         rdir = role_dir(store.dump_dir, store.namespace, store.role)
         if not is_real_dir(rdir):
@@ -452,6 +455,9 @@ class Retainer:
             protect = protect | store.held_steps()  # read under the role lock: what this process writes or resumes now
             plan = plan_retention(store, self.rule, protect=protect)
             for item in plan.remove:
+                if stop is not None and stop():
+                    item.outcome, item.detail = "skipped", "the process is ending"
+                    continue
                 remove_step(store, item, lock_timeout=0, protect=protect)
             for trash in trash_folders(store.dump_dir, store.namespace, store.role):  # a killed round's leftovers
                 with contextlib.suppress(OSError):

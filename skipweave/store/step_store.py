@@ -132,14 +132,15 @@ class StepStore:
         reads it once committed."""
         self._pending.wait((step, target, shard), skip=skip)
 
-    def after_commit(self, steps: Collection[int]) -> list[StepRemoval]:
+    def after_commit(self, steps: Collection[int], *, stop: Callable[[], bool] | None = None) -> list[StepRemoval]:
         """Entries of ``steps`` were just committed (by the background writer, off any recorded call): apply the
         role's ``keep`` rule when one of them is a step newer than any before (see
         :class:`~skipweave.store.retention.Retainer`). Those steps, and the ones this process is still writing, are
-        never removed. Returns what the round removed or kept (empty when none ran); never raises."""
+        never removed. ``stop``: polled between the steps a round removes; True ends the round (the process is ending).
+        Returns what the round removed or kept (empty when none ran); never raises."""
         if self._retainer is None:
             return []
-        return self._retainer.after_commit(steps)
+        return self._retainer.after_commit(steps, stop=stop)
 
     def held_steps(self) -> set[int]:
         """Steps this process is still writing (background writes pending), keeps a part of open, or resumes a part

@@ -353,10 +353,12 @@ class WriteBehind:
         for future, outcome in zip(futures, outcomes, strict=True):
             future.set_result(outcome)
         # Retention after the commit, in this thread: nobody waits for it (the futures are set), and a round runs
-        # once per new step only (the store's Retainer), not after each of thousands of per-sample commits.
+        # once per new step only (the store's Retainer), not after each of thousands of per-sample commits. Not once
+        # the process is ending (close() joins this thread: the host's exit would wait for the deletions); a round
+        # under way stops after the step it is removing.
         steps = {o[1].step for o in outcomes if not isinstance(o, BaseException)}
-        if retain and steps:
-            store.after_commit(steps)
+        if retain and steps and not self._closed:
+            store.after_commit(steps, stop=lambda: self._closed)
 
     def _after_fork(self) -> None:
         self._reset()

@@ -78,6 +78,8 @@ class Replayer:
         self.lock = threading.Lock()
         self.warned: frozenset[Any] = frozenset()  # the environment changes warned of (see mismatch)
         self.live: dict[str, Field] | None = None  # the live environment flattened, once (see live_fields)
+        self._vanished: set[int] = set()  # recorded steps removed while this run served them (warned once)
+        self._served_from: dict[int, int] = {}  # step -> the recorded step that served a call of it
         self.live_unchecked = False  # it could not be: environments are not compared
 
     def try_replay(self, d: Call, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[bool, Any]:
@@ -94,6 +96,8 @@ class Replayer:
         or ``None`` when nothing is served (``d`` says why). Touches no host object: an ``async`` target runs it
         in a worker thread, off the event loop."""
         if d.served is None or d.no_store:
+            if d.served is None and not d.no_store and d.step in self._served_from:
+                self._gone(d)
             return None
         store = self.proxy.store
         matched = self._match(d, args, kwargs)
@@ -106,6 +110,7 @@ class Replayer:
         try:
             return match, key, store.load(key, mtime=mtime)
         except FileNotFoundError:  # removed since the part was read: a plain miss, recorded at the call's position
+            self.vanished(d, key.step)
             d.served = d.slot = None
         except UnsafePath as exc:  # a symlink or a file where a folder should be: never touched
             logger.warning("skipweave: entry %s is not served: %s; running live without recording", key, exc)
@@ -118,6 +123,29 @@ class Replayer:
         except Exception as exc:  # whatever a crafted or damaged entry provokes: a miss, never the host's error
             self.unusable(d, key, f"{type(exc).__name__}: {exc}")
         return None
+
+    def _gone(self, d: Call) -> None:
+        """``d`` finds no recording, yet an earlier call of its step was served from step ``src``: when ``src`` is
+        no longer recorded, another process removed it meanwhile (:meth:`vanished`)."""
+        src = self._served_from[d.step]
+        if src not in self.proxy.store.recorded_steps(self.proxy.target.name, d.shard):
+            self.vanished(d, src)
+
+    def vanished(self, d: Call, step: int) -> None:
+        """Recorded step ``step``, which served (or was about to serve) calls of ``d``'s step, was removed while this
+        run served it (retention or ``gc`` in another process): ``d`` and the step's other calls run live (or, in a
+        replay-only run, stop with this as the reason). Said once per step, as a WARNING that names the cause."""
+        role = self.proxy.role.role
+        d.unserved = (f"step {step}, which served this step's calls, was removed while this run served it (by "
+                      f"retention or gc in another process? skip.{role}.keep.pin keeps the steps other runs replay)")
+        with self.lock:
+            if step in self._vanished:
+                return
+            self._vanished.add(step)
+        logger.warning("skipweave: role %s target %s: recorded step %d was removed while this run served it (retention "
+                       "or gc in another process?); the calls it would have served run live. Pin the steps other runs "
+                       "replay (skip.%s.keep.pin) or give them a dump dir of their own", role, self.proxy.target.name,
+                       step, role)
 
     def serve(self, d: Call, read: Read | None, args: tuple[Any, ...], kwargs: Mapping[str, Any],
               t0: float) -> tuple[bool, Any]:
@@ -164,6 +192,7 @@ class Replayer:
         if restore_rng is not None:
             restore_rng()
         annotate(result, report.HIT, d.step, d.served, role.note)
+        self._served_from[d.step] = d.served
         report.event(
             report.HIT, role=role.role, target=target.name, step=d.step, served=d.served,
             nbytes=loaded.bytes, seconds=time.perf_counter() - t0,

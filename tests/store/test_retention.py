@@ -216,3 +216,39 @@ def test_a_process_recording_in_the_callers_thread_applies_keep_on_a_thread_of_i
         skipweave.unweave()
     assert list_steps(dump, NS, ROLE) == [5, 6]
     assert not trash_folders(dump, NS, ROLE)
+
+
+@pytest.mark.parametrize("replay_only", [False, True])
+def test_a_step_removed_while_a_run_serves_it_is_named(tmp_path: Path, host_module: Any, caplog: Any,
+                                                       replay_only: bool) -> None:
+    # Another process's retention (or gc) removes a step this run is halfway through serving: the rest of the step
+    # runs live (or, replay-only, stops) with words that name the cause, not a bare miss or "never recorded".
+    import shutil
+
+    import skipweave
+    from skipweave.weaving.replay import ReplayMissing
+
+    name, _ = host_module("import torch\nCALLS = []\n\ndef gen(step, i):\n    CALLS.append((step, i))\n"
+                          "    return {'ids': torch.full((8,), step * 100 + i)}\n")
+    host = sys.modules[name]
+    dump = str(tmp_path / "dump")
+    role = {"enable": True, "dump_dir": dump, "step": {"source": "arg", "arg": "step", "path": ""},
+            "targets": {"gen": f"{name}.gen"}}
+    skipweave.weave({"skip": {"rollout": role}})
+    for i in range(3):
+        host.gen(1, i)
+    skipweave.unweave()
+    host.CALLS.clear()
+    skipweave.weave({"skip": {"rollout": {**role, "replay_only": replay_only}}})
+    try:
+        assert torch.equal(host.gen(1, 0)["ids"], torch.full((8,), 100))
+        shutil.rmtree(os.path.join(dump, NS, ROLE, "1"))  # what another process's round does (rename, delete)
+        with caplog.at_level("WARNING", logger="skipweave"):
+            if replay_only:
+                with pytest.raises(ReplayMissing, match="step 1, which served this step's calls, was removed while"):
+                    host.gen(1, 1)
+            else:
+                assert torch.equal(host.gen(1, 1)["ids"], torch.full((8,), 101)) and host.CALLS == [(1, 1)]
+    finally:
+        skipweave.unweave()
+    assert "recorded step 1 was removed while this run served it" in caplog.text
