@@ -29,14 +29,20 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skipweave.store.atomic import fsync_dir
 from skipweave.store.folders import RoleFolders
 from skipweave.store.identity import Recorded
 from skipweave.store.index import calls_in
 from skipweave.store.layout import TMP_PREFIX, EntryKey, group_stem
+from skipweave.store.manifest import seconds_of
 from skipweave.store.pending import Part
+from skipweave.store.staging import EntryMeta
+
+if TYPE_CHECKING:
+    from skipweave.store.commit import Item
+    from skipweave.store.step_store import StepStore
 
 logger = logging.getLogger(__name__)
 
@@ -144,4 +150,29 @@ def set_aside_calls(folders: RoleFolders, part: Part, calls: frozenset[int], *,
     return dest
 
 
-__all__ = ["Resumes", "set_aside_calls"]
+def write_apart(store: StepStore, keys: list[EntryKey]) -> bool:
+    """Write grouped entries of ``store`` again as entries of their own (same result, RNG state, effects,
+    fingerprint), so their group file may be set aside without them (a resumed part closing with a group that holds
+    an unclaimed entry too); False when any could not be read or written (each failure logged as a WARNING)."""
+    items: list[Item] = []
+    for key in keys:
+        try:
+            loaded = store.load(key)
+        except Exception as exc:  # unusable now: it is left where it is, the part stays open
+            logger.warning("skipweave: %s could not be read to keep it (%s: %s)", key, type(exc).__name__, exc)
+            return False
+        m = loaded.manifest
+        fp, path, env = m.get("input_fingerprint"), m.get("target_path"), m.get("environment")
+        meta = EntryMeta(path if isinstance(path, str) else "", fp if isinstance(fp, str) else "",
+                         seconds_of(m), replace=True, concurrent=m.get("concurrent") is True,
+                         environment=env if isinstance(env, dict) else None)  # as recorded: judged on replay
+        items.append((key, store.stage(loaded.result, rng_state=loaded.rng_state, effects=loaded.effects,
+                                      appended=loaded.appended), meta))
+    results = store.commit_many(items)
+    failed = [r for r in results if not isinstance(r, tuple)]
+    if failed:
+        logger.warning("skipweave: %d grouped entries could not be written again (%s)", len(failed), failed[0])
+    return not failed
+
+
+__all__ = ["Resumes", "set_aside_calls", "write_apart"]

@@ -51,11 +51,10 @@ from skipweave.store.folders import Mtime, RoleFolders
 from skipweave.store.identity import Recorded
 from skipweave.store.index import PartIndex, PartInfo, StepIndex, calls_in
 from skipweave.store.layout import MANIFEST_SUFFIX, EntryKey
-from skipweave.store.manifest import seconds_of
 from skipweave.store.parts import PartStates, part_lock
 from skipweave.store.pending import PendingWrites
 from skipweave.store.read import EntryReader, Loaded
-from skipweave.store.resume import set_aside_calls
+from skipweave.store.resume import set_aside_calls, write_apart
 from skipweave.store.retention import KeepRule, Retainer, StepRemoval
 from skipweave.store.staging import EntryMeta, Staged, stage
 
@@ -288,7 +287,7 @@ class StepStore:
         kept: list[bool] = []
 
         def keep_grouped(keys: list[EntryKey]) -> bool:
-            kept.append(self._regroup(keys))
+            kept.append(write_apart(self, keys))
             return kept[-1]
 
         self._parts.closed_seen.pop(part)
@@ -301,28 +300,6 @@ class StepStore:
                        "served no call of this run (their inputs differed); set aside to %s as the part closes",
                        self.role, part[1], part[0], part[2], len(calls), dest)
         return True
-
-    def _regroup(self, keys: list[EntryKey]) -> bool:
-        """Write grouped entries again as entries of their own (same result, RNG state, effects, fingerprint), so
-        their group file may be set aside without them; False when any could not be."""
-        items: list[Item] = []
-        for key in keys:
-            try:
-                loaded = self.load(key)
-            except Exception as exc:  # unusable now: it is left where it is, the part stays open
-                logger.warning("skipweave: %s could not be read to keep it (%s: %s)", key, type(exc).__name__, exc)
-                return False
-            m = loaded.manifest
-            fp, path = m.get("input_fingerprint"), m.get("target_path")
-            meta = EntryMeta(path if isinstance(path, str) else "", fp if isinstance(fp, str) else "",
-                             seconds_of(m), replace=True, concurrent=m.get("concurrent") is True)
-            items.append((key, self.stage(loaded.result, rng_state=loaded.rng_state, effects=loaded.effects,
-                                          appended=loaded.appended), meta))
-        results = self.commit_many(items)
-        failed = [r for r in results if not isinstance(r, tuple)]
-        if failed:
-            logger.warning("skipweave: %d grouped entries could not be written again (%s)", len(failed), failed[0])
-        return not failed
 
     def is_fresh(self, step: int, target: str, shard: str) -> bool:
         """True when the part held nothing when this process first prepared a call of it (or was set aside by

@@ -192,7 +192,8 @@ class Replayer:
         if restore_rng is not None:
             restore_rng()
         annotate(result, report.HIT, d.step, d.served, role.note)
-        self._served_from[d.step] = d.served
+        if d.served is not None:
+            self._served_from[d.step] = d.served
         report.event(
             report.HIT, role=role.role, target=target.name, step=d.step, served=d.served,
             nbytes=loaded.bytes, seconds=time.perf_counter() - t0,
