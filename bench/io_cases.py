@@ -59,7 +59,7 @@ def _write_all(fd: int, view: memoryview) -> None:
 
 def raw_buffers(obj: DataProto) -> list[memoryview]:
     """The bytes skipweave would write for ``obj``: every tensor's buffer plus the codec's JSON tree."""
-    from skipweave.store import codec
+    from skipweave.store.format import codec
 
     enc = codec.encode({"result": obj, "rng": None})
     tree = json.dumps(enc.tree, separators=(",", ":")).encode()

@@ -284,8 +284,8 @@ def test_no_generic_module_imports_an_integration_or_a_host() -> None:
 
 
 def test_the_import_check_sees_a_host() -> None:
-    results = forbidden_after_import([f"{PACKAGE}.integrations.verl.coexist", f"{PACKAGE}.store.layout"])
-    assert results[f"{PACKAGE}.store.layout"] == []
+    results = forbidden_after_import([f"{PACKAGE}.integrations.verl.coexist", f"{PACKAGE}.store.format.layout"])
+    assert results[f"{PACKAGE}.store.format.layout"] == []
     assert f"{PACKAGE}.integrations.verl.coexist" in results[f"{PACKAGE}.integrations.verl.coexist"]
 
 
@@ -400,7 +400,7 @@ def private_uses(importer: str, roots: tuple[str, ...]) -> list[str]:
         module, attribute = bound[parts[0]]
         rest = parts[1:-1]
         if attribute is None and module.split(".")[0] == PACKAGE:
-            # walk a dotted module path as far as it names modules: skipweave.store.codec._x
+            # walk a dotted module path as far as it names modules: skipweave.store.format.codec._x
             while rest and f"{module}.{rest[0]}" in MODULES:
                 module = f"{module}.{rest.pop(0)}"
         elif attribute is None:
@@ -426,14 +426,14 @@ def test_no_module_uses_a_private_name_of_wrapt() -> None:
 
 def test_the_private_name_check_sees_each_form(tmp_path: Path) -> None:
     source = (
-        "import skipweave.store.codec\n"
+        "import skipweave.store.format.codec\n"
         "import skipweave.weaving.weaver as w\n"
-        "from skipweave.store import layout\n"
+        "from skipweave.store.format import layout\n"
         "from skipweave.weaving.weaver import WEAVER\n"
-        "from skipweave.store.codec import _Encoder\n"
+        "from skipweave.store.format.codec import _Encoder\n"
         "def f():\n"
         "    from skipweave.report import _lock\n"
-        "    return (skipweave.store.codec._flat_bytes, w._x, layout._y, WEAVER._lock, WEAVER.plan,\n"
+        "    return (skipweave.store.format.codec._flat_bytes, w._x, layout._y, WEAVER._lock, WEAVER.plan,\n"
         "            layout.__name__, WEAVER._value_, WEAVER._replace, getattr(layout, '_z', None))\n"
     )
     name = f"{PACKAGE}._layering_probe"
@@ -444,11 +444,11 @@ def test_the_private_name_check_sees_each_form(tmp_path: Path) -> None:
     finally:
         del MODULES[name]
     assert sorted(found) == sorted([
-        "from skipweave.store.codec import _Encoder",
+        "from skipweave.store.format.codec import _Encoder",
         "from skipweave.report import _lock",
-        "skipweave.store.codec._flat_bytes (private name of skipweave.store.codec)",
+        "skipweave.store.format.codec._flat_bytes (private name of skipweave.store.format.codec)",
         "w._x (private name of skipweave.weaving.weaver)",
-        "layout._y (private name of skipweave.store.layout)",
+        "layout._y (private name of skipweave.store.format.layout)",
         "WEAVER._lock (private name of skipweave.weaving.weaver.WEAVER)",
-        "layout._z (private name of skipweave.store.layout)",
+        "layout._z (private name of skipweave.store.format.layout)",
     ])

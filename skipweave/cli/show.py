@@ -55,7 +55,13 @@ def resolve_manifest(path: str, call: int | None = None) -> tuple[str, int | Non
         NotAnEntry: ``path`` does not exist, or is a file or folder that names no single entry; or it is a group
             file (or its data file) and ``call`` is not one of its calls.
     """
-    from skipweave.store.layout import GROUP_SUFFIX, MANIFEST_SUFFIX, TMP_PREFIX, parse_group_name, parse_manifest_name
+    from skipweave.store.format.layout import (
+        GROUP_SUFFIX,
+        MANIFEST_SUFFIX,
+        TMP_PREFIX,
+        parse_group_name,
+        parse_manifest_name,
+    )
     from skipweave.store.validity import payload_stem
 
     path = os.path.abspath(path)
@@ -188,7 +194,7 @@ def _step_ranges(steps: list[int]) -> str:
 
 def _next_steps(dump: str, parts: list[Any]) -> str:
     """Point to the first entry of ``parts`` (as ``show`` takes it: a grouped one by its manifest name) and to ls."""
-    from skipweave.store.layout import manifest_path
+    from skipweave.store.format.layout import manifest_path
 
     first = next(e for p in parts for e in p.entries)
     return (f"show one entry with `skipweave show {manifest_path(dump, first.key)}`, or list them with "
@@ -203,7 +209,7 @@ def describe(manifest_path: str, *, checksums: bool, allow_pickle: bool = False,
     Raises:
         FileNotFoundError: the manifest does not exist (a payload file whose entry was never committed).
     """
-    from skipweave.store.layout import EntryKey, parse_group_name
+    from skipweave.store.format.layout import EntryKey, parse_group_name
     from skipweave.store.validity import check_entry
 
     key = None
@@ -251,10 +257,10 @@ def describe(manifest_path: str, *, checksums: bool, allow_pickle: bool = False,
 
 def environment_of(manifest: dict[str, Any]) -> dict[str, Any]:
     """The ``environment`` part of the document: ``{"fields": {field: value} | None, "error": str | None}``, the
-    manifest's environment checked and flattened as a replay compares it (:mod:`skipweave.store.environment`);
+    manifest's environment checked and flattened as a replay compares it (:mod:`skipweave.store.format.environment`);
     ``fields`` is ``None`` when the entry has none (written before environments were) or it is invalid (``error``
     says why: a replay takes it for a changed environment)."""
-    from skipweave.store.environment import EnvironmentInvalid, fields_of
+    from skipweave.store.format.environment import EnvironmentInvalid, fields_of
 
     recorded = manifest.get("environment")
     if recorded is None:
@@ -266,7 +272,7 @@ def environment_of(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def _file_state(folder: str, item: dict[str, Any], checksums: bool) -> dict[str, Any]:
-    from skipweave.store.manifest import file_checksum
+    from skipweave.store.format.manifest import file_checksum
 
     path = os.path.join(folder, str(item.get("name")))
     out = {"name": item.get("name"), "bytes": item.get("bytes"), "checksum": item.get("checksum"),
@@ -286,12 +292,12 @@ def _file_state(folder: str, item: dict[str, Any], checksums: bool) -> dict[str,
 def _leaves(folder: str, manifest: dict[str, Any], call: int | None = None) -> list[dict[str, Any]]:
     """Summarise the entry's tree file (or, for ``call`` of a group, its tree in the group's data file); each row
     gains ``bytes`` (``None`` when held in the JSON tree)."""
-    from skipweave.store import jsonio
-    from skipweave.store import tree as codec_tree
+    from skipweave.store.format import jsonio
+    from skipweave.store.format import tree as codec_tree
 
     names = [str(i.get("name")) for i in manifest.get("payload", []) if isinstance(i, dict)]
     if call is not None:
-        from skipweave.store.group import read_tree
+        from skipweave.store.format.group import read_tree
 
         tree = jsonio.loads(read_tree(os.path.join(folder, names[0]), call))
         return [{**row, "bytes": _leaf_bytes(row)} for row in codec_tree.summarize(tree)]
@@ -376,7 +382,7 @@ def render(doc: dict[str, Any], *, all_rows: bool = False) -> str:
                                           else "sizes match; --verify checks checksums") + ")")
     if m is None:
         return "\n".join(lines)
-    from skipweave.store.manifest import seconds_of
+    from skipweave.store.format.manifest import seconds_of
 
     writer = m.get("writer") if isinstance(m.get("writer"), dict) else {}  # a corrupt entry is shown too
     versions = m.get("versions") if isinstance(m.get("versions"), dict) else {}

@@ -7,7 +7,8 @@ and what :meth:`~skipweave.config.schema.SkipConfig.to_config` hands Ray workers
 Long values (and lists or mappings) are kept as a short hash (:func:`env_value`), so a manifest stays small.
 
 What a recorded environment may hold (:data:`MAX_ITEMS`, :data:`MAX_CHARS`, :func:`scalar_problem`) is defined here,
-once: the store judges a manifest's ``environment`` by it (:mod:`skipweave.store.environment`), and every value this
+once: the store judges a manifest's ``environment`` by it (:mod:`skipweave.store.format.environment`), and every
+value this
 module keeps as it is passes that judgement (a value that would not is hashed, a path that would not is an error), so a
 replay never finds this process's own environment refused.
 

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from skipweave.store.classes import class_ref
+from skipweave.store.format.tree import CodecError, attr_label, key_label, path_text
 from skipweave.store.hosts import HOST_TYPES, FingerprintParts, HostType, NodeDecoder, NodeEncoder
-from skipweave.store.tree import CodecError, attr_label, key_label, path_text
 
 
 def _in_tensordict(cls: type) -> bool:

@@ -13,8 +13,8 @@ import sys
 import uuid
 from typing import Any
 
+from skipweave.store.format.layout import TMP_PREFIX
 from skipweave.store.fs import open_nofollow
-from skipweave.store.layout import TMP_PREFIX
 
 
 def tmp_name(folder: str, final_name: str) -> str:

@@ -44,7 +44,7 @@ trust are explicit approvals: they skip the kind (for host kinds), data-only and
 the static lookup. Shape rules the codec needs to rebuild the object (a dataclass node needs a dataclass)
 apply to trusted refs too.
 
-Errors are :class:`~skipweave.store.tree.CodecError` with a message naming the ref and what to do; the
+Errors are :class:`~skipweave.store.format.tree.CodecError` with a message naming the ref and what to do; the
 caller adds the node path.
 """
 
@@ -61,8 +61,8 @@ from collections.abc import Collection
 from types import ModuleType
 from typing import Any
 
+from skipweave.store.format.tree import CodecError
 from skipweave.store.hosts import HOST_TYPES, HostType, host_for_kind, host_kinds
-from skipweave.store.tree import CodecError
 
 logger = logging.getLogger(__name__)
 

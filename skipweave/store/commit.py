@@ -5,7 +5,7 @@ fresh names through the open target folder, so a failure (full disk, a folder mo
 wherever the folder went. Payload names carry a fresh token, so replacing an entry never touches the files an older
 manifest points at. Writers of a part serialise on its lock (:func:`~skipweave.store.parts.part_lock`); the later
 one keeps the committed entry. Several entries commit with one group sync (:meth:`Committer.commit_many`), the small
-ones of a part as one group (:mod:`skipweave.store.group`).
+ones of a part as one group (:mod:`skipweave.store.format.group`).
 """
 
 from __future__ import annotations
@@ -17,15 +17,12 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from skipweave.store import jsonio
 from skipweave.store.atomic import sync_files, tmp_name_in
 from skipweave.store.errors import EntryInvalid, StoreMoved
 from skipweave.store.folders import RoleFolders
-from skipweave.store.fs import open_dir, remove_names, same_folder, write_new
-from skipweave.store.group import DATA_MAX_BYTES, ENTRY_MAX_BYTES, build_group, group_tensors
-from skipweave.store.identity import this_writer
-from skipweave.store.index import PartIndex
-from skipweave.store.layout import (
+from skipweave.store.format import jsonio
+from skipweave.store.format.group import DATA_MAX_BYTES, ENTRY_MAX_BYTES, build_group, group_tensors
+from skipweave.store.format.layout import (
     GROUP_SUFFIX,
     MAX_GROUP_CALLS,
     EntryKey,
@@ -33,7 +30,7 @@ from skipweave.store.layout import (
     manifest_path,
     parse_payload_name,
 )
-from skipweave.store.manifest import (
+from skipweave.store.format.manifest import (
     PayloadFile,
     build_manifest,
     bytes_checksum,
@@ -41,6 +38,9 @@ from skipweave.store.manifest import (
     read_manifest,
     verify_payload,
 )
+from skipweave.store.fs import open_dir, remove_names, same_folder, write_new
+from skipweave.store.identity import this_writer
+from skipweave.store.index import PartIndex
 from skipweave.store.parts import PartStates, part_lock
 from skipweave.store.staging import EntryMeta, Staged
 
@@ -188,8 +188,8 @@ class Committer:
 
     def _plan_groups(self, items: list[Item]) -> tuple[list[list[int]], list[int]]:
         """Split one part's items (the caller holds its lock) into groups of at least two small entries with
-        contiguous free call indices (each within :data:`~skipweave.store.group.DATA_MAX_BYTES` and
-        :data:`~skipweave.store.layout.MAX_GROUP_CALLS`) and the rest, written as single entries. Returns the
+        contiguous free call indices (each within :data:`~skipweave.store.format.group.DATA_MAX_BYTES` and
+        :data:`~skipweave.store.format.layout.MAX_GROUP_CALLS`) and the rest, written as single entries. Returns the
         groups and the singles as indices into ``items``."""
         key = items[0][0]
         taken = set(self._parts.part_info(key.step, key.target, key.shard).calls) if len(items) > 1 else set()
@@ -266,7 +266,7 @@ class Committer:
                        desc: str | None, sync: bool) -> tuple[str, str, int, str]:
         """Write a tensor file (compressed with ``compress``, plainly when it compresses too well for a reader)
         under a temporary name, appended to ``made``; return ``(temporary, final name, bytes, checksum)``."""
-        from skipweave.store import tensorfile
+        from skipweave.store.format import tensorfile
 
         compress = self.compress
         while True:  # safetensors bytes streamed from the tensors' memory, checksummed on that memory
@@ -297,7 +297,7 @@ class Committer:
 
     def _write_group(self, dir_fd: int, folder: str, items: list[Item], *, sync: bool) -> _Written:
         """Write the entries of calls ``first..last`` of one part (contiguous, in order, slots free) as one group: its
-        data file and its group file, under temporary names (see :mod:`skipweave.store.group`). A failure removes
+        data file and its group file, under temporary names (see :mod:`skipweave.store.format.group`). A failure removes
         every file it made."""
         keys = [k for k, _, _ in items]
         first, last = keys[0].call, keys[-1].call

@@ -12,8 +12,8 @@ import os
 import threading
 
 from skipweave.store.cache import ValidatedCache
+from skipweave.store.format.layout import SET_ASIDE_DIR, EntryKey, folder_mtime, role_dir
 from skipweave.store.fs import check_name, inside
-from skipweave.store.layout import SET_ASIDE_DIR, EntryKey, folder_mtime, role_dir
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ FOLDER_TTL_S = 1.0
 reused by a replay while the folder's own modification time is unchanged; then it is checked again whole."""
 
 Mtime = tuple[int, int]
-"""A folder's inode and modification time in ns (:func:`~skipweave.store.layout.folder_mtime`)."""
+"""A folder's inode and modification time in ns (:func:`~skipweave.store.format.layout.folder_mtime`)."""
 
 
 class RoleFolders:
@@ -50,7 +50,7 @@ class RoleFolders:
         self._checked: ValidatedCache[tuple[int, str], str] = ValidatedCache()
 
     def key(self, step: int, target: str, shard: str, call: int) -> EntryKey:
-        """The :class:`~skipweave.store.layout.EntryKey` of a call of this role.
+        """The :class:`~skipweave.store.format.layout.EntryKey` of a call of this role.
 
         Raises:
             ValueError: ``target`` or ``shard`` is not a single folder name.
@@ -81,7 +81,7 @@ class RoleFolders:
         return path
 
     def mtime(self, step: int, target: str) -> Mtime | None:
-        """The :func:`~skipweave.store.layout.folder_mtime` of a step's target folder now (one ``lstat``)."""
+        """The :func:`~skipweave.store.format.layout.folder_mtime` of a step's target folder now (one ``lstat``)."""
         return folder_mtime(self.path(step, target))
 
     def checked(self, step: int, target: str, mtime: Mtime | None = None) -> tuple[str, Mtime | None]:

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 import filelock
 
 from skipweave.store import runs
-from skipweave.store.fs import is_real_dir, remove_tree
-from skipweave.store.group import read_group
-from skipweave.store.layout import (
+from skipweave.store.format.group import read_group
+from skipweave.store.format.layout import (
     GROUP_SUFFIX,
     MANIFEST_SUFFIX,
     PART_SUFFIX,
@@ -34,7 +33,8 @@ from skipweave.store.layout import (
     parse_group_name,
     touch_role,
 )
-from skipweave.store.manifest import EntryInvalid, read_manifest
+from skipweave.store.format.manifest import EntryInvalid, read_manifest
+from skipweave.store.fs import is_real_dir, remove_tree
 from skipweave.store.retention import KeepRule, StepRemoval, plan_retention, remove_step, role_lock
 from skipweave.store.scan import DumpScan, EntryScan, LeftoverKind, PartScan, Status, size_and_mtime
 from skipweave.store.step_store import calls_in, part_lock

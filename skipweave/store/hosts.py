@@ -4,8 +4,8 @@ The store names no host. A trainer's results are often instances of its framewor
 ``DataProto``, tensordict's ``TensorDict``); an integration describes each such container as a
 :class:`HostType` -- how to recognise an instance, how to encode and decode its node, which classes a replay
 may rebuild as it, how to list its children for ``skipweave show`` and how to hash it for an input
-fingerprint -- and adds it to :data:`HOST_TYPES`. The codec (:mod:`skipweave.store.codec`), the class rules
-(:mod:`skipweave.store.classes`), the tree summary (:mod:`skipweave.store.tree`) and the input fingerprint
+fingerprint -- and adds it to :data:`HOST_TYPES`. The codec (:mod:`skipweave.store.format.codec`), the class rules
+(:mod:`skipweave.store.classes`), the tree summary (:mod:`skipweave.store.format.tree`) and the input fingerprint
 (:mod:`skipweave.weaving.fingerprint`) read the registry; see docs/architecture.md.
 
 A host type's ``kind`` is the node tag ``"t"`` written to disk and the class kind of
@@ -28,7 +28,7 @@ from skipweave import hooks
 class NodeEncoder(Protocol):
     """What a host type's encoder may ask of the codec's encoder.
 
-    ``path`` arguments are :data:`skipweave.store.tree.NodePath` values naming the object in error messages.
+    ``path`` arguments are :data:`skipweave.store.format.tree.NodePath` values naming the object in error messages.
     """
 
     allow_pickle: bool

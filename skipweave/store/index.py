@@ -14,14 +14,12 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from skipweave.store import jsonio
 from skipweave.store.cache import ValidatedCache
 from skipweave.store.errors import EntryInvalid, UnsafePath
 from skipweave.store.folders import Mtime, RoleFolders
-from skipweave.store.fs import open_regular
-from skipweave.store.group import CheckedGroup, check_group, claims, read_data, read_group
-from skipweave.store.identity import Recorded, recorded_of
-from skipweave.store.layout import (
+from skipweave.store.format import jsonio
+from skipweave.store.format.group import CheckedGroup, check_group, claims, read_data, read_group
+from skipweave.store.format.layout import (
     GROUP_SUFFIX,
     MANIFEST_SUFFIX,
     PART_SUFFIX,
@@ -33,7 +31,9 @@ from skipweave.store.layout import (
     role_mtime,
     touch_role,
 )
-from skipweave.store.manifest import read_manifest
+from skipweave.store.format.manifest import read_manifest
+from skipweave.store.fs import open_regular
+from skipweave.store.identity import Recorded, recorded_of
 
 INDEX_REFRESH_S = 5.0
 """Seconds a role's in-memory index of recorded steps is trusted before it is rebuilt from the folder."""
@@ -47,7 +47,7 @@ GroupFile = tuple[int, int, str]
 
 Split = tuple[memoryview, dict[int, tuple[Any, dict[str, Any]]]]
 """A group's verified data section and its spans by call: ``call -> (tree span, tensor spans by name)`` (see
-:func:`~skipweave.store.group.index`)."""
+:func:`~skipweave.store.format.group.index`)."""
 
 Part = tuple[int, str, str]
 """A part: ``(step, target, shard)``."""
@@ -174,7 +174,8 @@ class PartIndex:
 
         Raises:
             FileNotFoundError: the group file is gone.
-            EntryInvalid: the group file or its data file is unsound (see :func:`~skipweave.store.group.check_group`).
+            EntryInvalid: the group file or its data file is unsound (see
+            :func:`~skipweave.store.format.group.check_group`).
             UnsafePath: a folder on the way is a symlink or a file.
         """
         folder = folder or self._folders.folder(key.step, key.target)
@@ -238,7 +239,7 @@ class PartIndex:
 
 class StepIndex:
     """The steps holding a complete recording, per (target, shard), kept while the role folder's mtime is unchanged
-    (every skipweave writer and ``gc`` move it, :func:`~skipweave.store.layout.touch_role`) and at most
+    (every skipweave writer and ``gc`` move it, :func:`~skipweave.store.format.layout.touch_role`) and at most
     :data:`INDEX_REFRESH_S` seconds (for changes made by hand)."""
 
     def __init__(self, folders: RoleFolders) -> None:

@@ -20,14 +20,22 @@ from collections.abc import Callable
 
 import filelock
 
-from skipweave.store import jsonio
 from skipweave.store.atomic import fsync_dir, write_bytes_atomic
 from skipweave.store.cache import ValidatedCache
 from skipweave.store.folders import RoleFolders
+from skipweave.store.format import jsonio
+from skipweave.store.format.layout import (
+    MANIFEST_SUFFIX,
+    PART_SUFFIX,
+    TMP_PREFIX,
+    EntryKey,
+    group_stem,
+    list_steps,
+    part_path,
+)
 from skipweave.store.fs import lock_path
 from skipweave.store.identity import is_concurrent_other, is_other_of_run, started_unix, this_writer
 from skipweave.store.index import PartIndex, PartInfo, StepIndex, calls_in, part_state
-from skipweave.store.layout import MANIFEST_SUFFIX, PART_SUFFIX, TMP_PREFIX, EntryKey, group_stem, list_steps, part_path
 from skipweave.store.pending import Part, PendingWrites
 from skipweave.store.resume import Resumes
 

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Collection
 from typing import Any
 
-from skipweave.store.layout import EntryKey
+from skipweave.store.format.layout import EntryKey
 
 Part = tuple[int, str, str]
 """A part: ``(step, target, shard)``."""

@@ -1,8 +1,9 @@
 """Serving one entry: read its manifest (or its group's), check it, read and verify its payload, decode it.
 
 Part of :class:`~skipweave.store.step_store.StepStore`. Each file is read once, into memory, and verified there: what
-is checked is what is served. An entry is judged by :func:`~skipweave.store.manifest.check_manifest` (or, grouped,
-:func:`~skipweave.store.group.check_group`), the same functions ``skipweave verify``, ``gc`` and ``ls`` use.
+is checked is what is served. An entry is judged by :func:`~skipweave.store.format.manifest.check_manifest` (or,
+grouped,
+:func:`~skipweave.store.format.group.check_group`), the same functions ``skipweave verify``, ``gc`` and ``ls`` use.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from skipweave.store import jsonio
 from skipweave.store.errors import EntryInvalid
 from skipweave.store.folders import Mtime, RoleFolders
+from skipweave.store.format import jsonio
+from skipweave.store.format.group import entry_of
+from skipweave.store.format.layout import EntryKey, manifest_path
+from skipweave.store.format.manifest import bytes_checksum, check_manifest, read_manifest
 from skipweave.store.fs import open_payload
-from skipweave.store.group import entry_of
 from skipweave.store.index import GroupFile, PartIndex
-from skipweave.store.layout import EntryKey, manifest_path
-from skipweave.store.manifest import bytes_checksum, check_manifest, read_manifest
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class EntryReader:
         folders: the role's folders.
         parts: the role's part index (listings and group files).
         allow_pickle: load entries holding pickled data.
-        trusted_classes: ``module:qualname`` classes decoding may construct (see :mod:`skipweave.store.codec`).
+        trusted_classes: ``module:qualname`` classes decoding may construct (see :mod:`skipweave.store.format.codec`).
     """
 
     def __init__(self, folders: RoleFolders, parts: PartIndex, *, allow_pickle: bool,
@@ -55,7 +56,7 @@ class EntryReader:
 
     def load(self, key: EntryKey, *, mtime: Mtime | None = None) -> Loaded:
         """Read, check, verify and decode one entry (see :meth:`~skipweave.store.step_store.StepStore.load`)."""
-        from skipweave.store import tensorfile  # torch: imported on first use, not by the CLI
+        from skipweave.store.format import tensorfile  # torch: imported on first use, not by the CLI
 
         folder, mtime = self._folders.checked(key.step, key.target, mtime)
         listing = self._parts.listing((key.step, key.target, key.shard), mtime)
@@ -78,7 +79,7 @@ class EntryReader:
     def _decode(self, where: str, manifest: dict[str, Any], tree_bytes: bytes, tensors: dict[str, Any],
                 size: int) -> Loaded:
         """Decode a verified entry's tree and tensors into what :meth:`load` returns."""
-        from skipweave.store import codec
+        from skipweave.store.format import codec
 
         try:
             tree = jsonio.loads(tree_bytes)
@@ -101,7 +102,7 @@ class EntryReader:
         if group is None:
             raise FileNotFoundError(manifest_path(self._folders.dump_dir, key))
         first, last, name = group
-        from skipweave.store.tensorfile import tensor_at
+        from skipweave.store.format.tensorfile import tensor_at
 
         checked, split = self._parts.open_group(key, first, last, name, folder=folder, data=True)
         manifest = entry_of(checked, key, allow_pickle=self.allow_pickle)

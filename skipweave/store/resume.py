@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 from skipweave.store.atomic import fsync_dir
 from skipweave.store.folders import RoleFolders
+from skipweave.store.format.layout import TMP_PREFIX, EntryKey, group_stem
+from skipweave.store.format.manifest import seconds_of
 from skipweave.store.identity import Recorded
 from skipweave.store.index import calls_in
-from skipweave.store.layout import TMP_PREFIX, EntryKey, group_stem
-from skipweave.store.manifest import seconds_of
 from skipweave.store.pending import Part
 from skipweave.store.staging import EntryMeta
 

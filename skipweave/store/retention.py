@@ -37,9 +37,7 @@ from typing import TYPE_CHECKING
 import filelock
 
 from skipweave.store.atomic import fsync_dir
-from skipweave.store.fs import inside, is_real_dir, remove_tree
-from skipweave.store.identity import writer_running
-from skipweave.store.layout import (
+from skipweave.store.format.layout import (
     PART_SUFFIX,
     TMP_PREFIX,
     list_steps,
@@ -49,6 +47,8 @@ from skipweave.store.layout import (
     role_dir,
     touch_role,
 )
+from skipweave.store.fs import inside, is_real_dir, remove_tree
+from skipweave.store.identity import writer_running
 from skipweave.store.parts import part_lock
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Read a whole dump dir for people and tools: every entry, part and leftover, judged as a run would.
 
-:func:`scan` walks ``{dump_dir}/{namespace}/{role}/{step}/{target}/`` (see :mod:`skipweave.store.layout`)
+:func:`scan` walks ``{dump_dir}/{namespace}/{role}/{step}/{target}/`` (see :mod:`skipweave.store.format.layout`)
 into plain dataclasses, judging every entry with :func:`skipweave.store.validity.check_entry` (the function a run's
 checks come from) and every part with :meth:`~skipweave.store.step_store.StepStore.is_complete`, so ``skipweave
 ls`` and ``skipweave verify`` never disagree with what a run would serve. :mod:`skipweave.store.gc` plans its
@@ -37,8 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from skipweave.store.fs import is_real_dir, is_step_name, name_problem
-from skipweave.store.layout import (
+from skipweave.store.format.layout import (
     GROUP_SUFFIX,
     MANIFEST_SUFFIX,
     PART_SUFFIX,
@@ -50,7 +49,8 @@ from skipweave.store.layout import (
     parse_manifest_name,
     role_dir,
 )
-from skipweave.store.manifest import seconds_of
+from skipweave.store.format.manifest import seconds_of
+from skipweave.store.fs import is_real_dir, is_step_name, name_problem
 from skipweave.store.parts import calls_committed
 from skipweave.store.retention import is_trash_name
 from skipweave.store.step_store import StepStore

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from skipweave.store import jsonio
+from skipweave.store.format import jsonio
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,8 @@ class EntryMeta:
     background: bool = False
     """Written by the background writer: no progress bar of its own (``skipweave.flush()`` shows one)."""
     environment: Mapping[str, Any] | None = None
-    """What the call ran with (the manifest's ``environment``, see :mod:`skipweave.store.environment`); ``None``: not
+    """What the call ran with (the manifest's ``environment``, see :mod:`skipweave.store.format.environment`);
+    ``None``: not
     recorded. One mapping shared by every entry of a target (computed once per process), never changed."""
 
 
@@ -99,7 +100,7 @@ def stage(result: Any, *, rng_state: dict[str, Any] | None, effects: dict[str, A
     Raises:
         codec.CodecError: the result cannot be encoded.
     """
-    from skipweave.store import codec, tensorfile  # torch: imported on first use, not by the CLI
+    from skipweave.store.format import codec, tensorfile  # torch: imported on first use, not by the CLI
 
     payload: dict[str, Any] = {"result": result, "rng": rng_state}
     if effects is not None:

@@ -26,7 +26,7 @@ Guarantees (each has a test):
   they were recorded for, and those no call was served are set aside when the part closes.
 - Nothing leaves the dump dir: namespace, role, target and shard are checked single names, no folder
   below the root is a symlink (:func:`skipweave.store.fs.inside`), no file is opened through one.
-- An entry is judged by :func:`skipweave.store.manifest.check_manifest`, the same function ``skipweave
+- An entry is judged by :func:`skipweave.store.format.manifest.check_manifest`, the same function ``skipweave
   verify``/``gc``/``ls`` use.
 - What a record reports is what happened: the manifest's rename is the commit; bookkeeping after it that
   fails is reported as such, and a folder moved or removed while an entry was written is detected (the
@@ -48,9 +48,9 @@ import safetensors  # noqa: F401 - its version goes into every manifest (library
 from skipweave.store.commit import Committer, Item
 from skipweave.store.errors import EntryInvalid, StoreMoved
 from skipweave.store.folders import Mtime, RoleFolders
+from skipweave.store.format.layout import MANIFEST_SUFFIX, EntryKey
 from skipweave.store.identity import Recorded
 from skipweave.store.index import PartIndex, PartInfo, StepIndex, calls_in
-from skipweave.store.layout import MANIFEST_SUFFIX, EntryKey
 from skipweave.store.parts import PartStates, part_lock
 from skipweave.store.pending import PendingWrites
 from skipweave.store.read import EntryReader, Loaded
@@ -71,7 +71,7 @@ class StepStore:
         allow_pickle: let results the safe codec cannot hold be pickled, and load such entries.
         calls_per_step: calls one shard makes per step when known (see :class:`RoleConfig`).
         trusted_classes: ``module:qualname`` classes decoding may construct besides those it approves by
-            itself (``skip.<role>.trusted_classes``; see :mod:`skipweave.store.codec`).
+            itself (``skip.<role>.trusted_classes``; see :mod:`skipweave.store.format.codec`).
         compress: zstd level the tensor file of a new entry is compressed with (``skip.<role>.compress``), or
             ``None``; entries of either form are read.
         keep: which recorded steps are kept (``skip.<role>.keep``); ``None`` or an inactive rule keeps every step.
@@ -179,7 +179,7 @@ class StepStore:
         return self._folders.folder(step, target, create=create)
 
     def folder_mtime(self, step: int, target: str) -> Mtime | None:
-        """The :func:`~skipweave.store.layout.folder_mtime` of a step's target folder now (one ``lstat``).
+        """The :func:`~skipweave.store.format.layout.folder_mtime` of a step's target folder now (one ``lstat``).
 
         A replay takes it once, after waiting for this process's pending writes, and hands it to
         :meth:`part_calls` and :meth:`load`, so what both keep by the folder's mtime is judged against the
@@ -231,7 +231,7 @@ class StepStore:
         Kept in memory per (target, shard), so a ``repeat*`` decision costs the same with 10 or 10,000
         recorded steps: this process's own records, closes and set-asides update the index; one ``lstat`` of
         the role folder, whose modification time every skipweave writer and ``gc`` move
-        (:func:`~skipweave.store.layout.touch_role`), shows another writer's change; and the index is
+        (:func:`~skipweave.store.format.layout.touch_role`), shows another writer's change; and the index is
         rebuilt at least every :data:`~skipweave.store.index.INDEX_REFRESH_S` seconds anyway, for changes made by
         hand (or within one tick of a coarse file-system clock). A step the index serves that is gone meanwhile is
         a plain miss (the entry is looked up when served).
@@ -251,7 +251,7 @@ class StepStore:
                 payload file is missing, not a regular file, truncated or corrupt, or the tree is unreadable.
             UnsafePath: a folder on the way is a symlink or a file.
             codec.CodecError: the payload cannot be decoded here (e.g. a class this process does not
-                approve, see :mod:`skipweave.store.codec`).
+                approve, see :mod:`skipweave.store.format.codec`).
         """
         return self._reader.load(key, mtime=mtime)
 
@@ -453,7 +453,7 @@ class StepStore:
         then flushed to disk at once (:func:`~skipweave.store.atomic.sync_files`), and only then is each
         manifest renamed into place (each entry's commit). What one entry costs falls from three fsyncs to a
         share of one; the commit rule is :meth:`commit`'s. The small entries of one part with contiguous free
-        calls are written as one group (:mod:`skipweave.store.group`).
+        calls are written as one group (:mod:`skipweave.store.format.group`).
 
         Keys must name distinct entries. The parts' locks are taken in sorted order and held until the commits.
 

@@ -2,8 +2,9 @@
 and ``gc`` share (see docs/architecture.md).
 
 An entry is judged without decoding it, by the checks a reader makes before it serves one
-(:func:`~skipweave.store.manifest.check_manifest` for an entry with a manifest of its own,
-:func:`~skipweave.store.group.check_group` and :func:`~skipweave.store.group.entry_of` for one held in a group file of
+(:func:`~skipweave.store.format.manifest.check_manifest` for an entry with a manifest of its own,
+:func:`~skipweave.store.format.group.check_group` and :func:`~skipweave.store.format.group.entry_of` for one held in
+a group file of
 small entries), and its payload files' sizes (with ``checksums``, every byte). A copy of this judgement for
 tools only would drift from what a run serves; so the tools call these functions.
 """
@@ -15,16 +16,16 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from skipweave.store.group import check_group as check_group_file
-from skipweave.store.group import claims, entry_of, read_data, read_group
-from skipweave.store.layout import (
+from skipweave.store.format.group import check_group as check_group_file
+from skipweave.store.format.group import claims, entry_of, read_data, read_group
+from skipweave.store.format.layout import (
     EntryKey,
     key_of_manifest,
     parse_group_data_name,
     parse_group_name,
     parse_payload_name,
 )
-from skipweave.store.manifest import EntryInvalid, EntryRefused, check_manifest, read_manifest, verify_payload
+from skipweave.store.format.manifest import EntryInvalid, EntryRefused, check_manifest, read_manifest, verify_payload
 from skipweave.store.step_store import calls_in
 
 __all__ = ["Validity", "check_entry", "check_group", "group_data_names", "payload_names", "payload_stem"]
@@ -48,7 +49,7 @@ class Validity:
 def check_entry(path: str, *, checksums: bool, allow_pickle: bool = False, key: EntryKey | None = None) -> Validity:
     """Judge one committed entry the way :meth:`StepStore.load` would, without decoding it.
 
-    The same judgement (:func:`~skipweave.store.manifest.check_manifest`: identity, payload names, pickle)
+    The same judgement (:func:`~skipweave.store.format.manifest.check_manifest`: identity, payload names, pickle)
     and the same payload checks (regular files, sizes, and with ``checksums`` every byte).
 
     Args:
@@ -97,8 +98,8 @@ def check_entry(path: str, *, checksums: bool, allow_pickle: bool = False, key: 
 def check_group(path: str, key: EntryKey, first: int, last: int, *, checksums: bool,
                 allow_pickle: bool = False) -> tuple[Any, dict[int, Validity]] | None:
     """Judge every entry of a group file the way :meth:`StepStore.load` would, without decoding it: the group
-    (:func:`~skipweave.store.group.check_group`), its data file (its size; with ``checksums`` every byte and its
-    header, each call's tree included, :func:`~skipweave.store.group.read_data`), each call against the folder's
+    (:func:`~skipweave.store.format.group.check_group`), its data file (its size; with ``checksums`` every byte and its
+    header, each call's tree included, :func:`~skipweave.store.format.group.read_data`), each call against the folder's
     other group files (a call two of them claim, with no manifest of its own, is served by neither), then each
     entry's pickle against ``allow_pickle``.
 

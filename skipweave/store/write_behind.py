@@ -13,7 +13,7 @@ not yet committed.
   :data:`BATCH_ENTRIES` entries, :data:`BATCH_BYTES` bytes) with one group sync
   (:meth:`~skipweave.store.step_store.StepStore.commit_many`), so thousands of per-sample entries do not pay
   three fsyncs each; the small entries of one part among them, with contiguous calls, become one group (two files
-  for the lot, :mod:`skipweave.store.group`) instead of three files each. While small entries keep coming (within
+  for the lot, :mod:`skipweave.store.format.group`) instead of three files each. While small entries keep coming (within
   :data:`LINGER_GAP_S` of each other) the writer waits, up to :data:`LINGER_MAX_S`, so a group is what a
   burst of recordings made rather than what arrived during the last commit; never while anybody waits for it.
 - **Flushed at the end, then stopped.** :func:`flush` (``skipweave.flush()``) waits for every entry pending when it
@@ -49,8 +49,8 @@ from typing import Any
 from skipweave import lifecycle
 from skipweave.store import write_scope
 from skipweave.store.buffers import POOL, POOL_IDLE_S
-from skipweave.store.group import ENTRY_MAX_BYTES
-from skipweave.store.layout import EntryKey
+from skipweave.store.format.group import ENTRY_MAX_BYTES
+from skipweave.store.format.layout import EntryKey
 from skipweave.store.staging import EntryMeta, Staged
 from skipweave.store.step_store import StepStore
 
@@ -66,7 +66,7 @@ LINGER_GAP_S = 0.002
 """While small entries keep coming within this many seconds of each other (per-sample recording), the writer holds off
 its next group, so groups are large (fewer files, syncs and group opens per entry) and not whatever a few hundred
 microseconds brought. It never holds off while anybody waits for it (:func:`flush`, a full write buffer), for an
-entry over :data:`~skipweave.store.group.ENTRY_MAX_BYTES`, or once :data:`BATCH_ENTRIES` are queued."""
+entry over :data:`~skipweave.store.format.group.ENTRY_MAX_BYTES`, or once :data:`BATCH_ENTRIES` are queued."""
 
 LINGER_MAX_S = 0.05
 """Seconds the writer holds off at most (:data:`LINGER_GAP_S`), counted from when it found entries queued: what a
@@ -389,7 +389,7 @@ def _write(batch: list[_Pending]) -> list[Outcome]:
 
 
 def _bar(total: int, entries: int) -> Any:
-    from skipweave.store.tensorfile import bars_enabled, byte_bar
+    from skipweave.store.format.tensorfile import bars_enabled, byte_bar
 
     return byte_bar(total, f"skipweave: finishing {entries} pending recording(s)") if bars_enabled() else None
 

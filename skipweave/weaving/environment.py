@@ -1,6 +1,6 @@
 """The live environment of one target: what a call of it runs with besides its inputs (see docs/format.md#environment).
 
-Recorded in every new entry's manifest and compared with a replayed entry's (:mod:`skipweave.store.environment`):
+Recorded in every new entry's manifest and compared with a replayed entry's (:mod:`skipweave.store.format.environment`):
 
 - ``packages``: the versions of :data:`ENGINE_MODULES` *imported* in this process (read from ``sys.modules``: a
   package is never imported to ask);

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from skipweave import report
-from skipweave.store import codec
+from skipweave.store.format import codec
 from skipweave.store.identity import is_concurrent_other, started_unix, this_writer
 from skipweave.store.step_store import EntryMeta
 from skipweave.store.write_behind import WRITER

@@ -20,11 +20,11 @@ from skipweave import report
 from skipweave.config.schema import OnMismatch
 from skipweave.policy.expressions import ExpressionFailed
 from skipweave.policy.matching import Match, PartView, match_call, view_of
-from skipweave.store import codec
-from skipweave.store.environment import EnvironmentInvalid, Field, changes, describe, fields_of
+from skipweave.store.format import codec
+from skipweave.store.format.environment import EnvironmentInvalid, Field, changes, describe, fields_of
+from skipweave.store.format.manifest import EntryInvalid, seconds_of
 from skipweave.store.fs import UnsafePath
 from skipweave.store.identity import started_unix, this_writer
-from skipweave.store.manifest import EntryInvalid, seconds_of
 from skipweave.weaving.calls import Call
 from skipweave.weaving.notes import annotate
 from skipweave.weaving.rng import prepare_rng_state
@@ -243,7 +243,8 @@ class Replayer:
             return False
 
     def environment_matches(self, d: Call, recorded: Any) -> bool:
-        """Compare a replayed entry's recorded ``environment`` with the live one (:mod:`skipweave.store.environment`)
+        """Compare a replayed entry's recorded ``environment`` with the live one
+        (:mod:`skipweave.store.format.environment`)
         and settle a difference with ``fingerprint.on_env_mismatch`` (:meth:`mismatch`); ``True``: serve the entry.
         A field only one side has is no difference; an environment that is not shaped as skipweave writes it (crafted,
         damaged) is one, named ``environment`` ("invalid: why").

@@ -19,7 +19,7 @@ import torch
 from skipweave.cli.main import main
 from skipweave.store import gc as store_gc
 from skipweave.store import scan as store_scan
-from skipweave.store.manifest import file_checksum
+from skipweave.store.format.manifest import file_checksum
 from skipweave.store.step_store import StepStore
 from tests.cli.test_ls import NS, ROLE, Store, cli, make_store, payload
 
@@ -420,7 +420,7 @@ def _steps_store(dump: Path, steps: int, calls: int = 1, role: str = ROLE) -> St
 
 
 def _recorded(dump: Path, role: str = ROLE) -> list[int]:
-    from skipweave.store.layout import list_steps
+    from skipweave.store.format.layout import list_steps
 
     return list_steps(str(dump), NS, role)
 

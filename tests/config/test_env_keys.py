@@ -10,7 +10,7 @@ from skipweave.config.adapters import relevant_config
 from skipweave.config.env_keys import HASH_PREFIX, MAX_CHARS, MAX_ITEMS, env_value
 from skipweave.config.errors import ConfigError
 from skipweave.config.parse import parse_skip
-from skipweave.store.environment import fields_of
+from skipweave.store.format.environment import fields_of
 
 ROLLOUT = {"enable": True, "targets": {"gen": "m:C.f"}}
 

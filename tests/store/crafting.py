@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from skipweave.store.manifest import bytes_checksum
+from skipweave.store.format.manifest import bytes_checksum
 
 
 def manifests(dump: Path) -> list[Path]:

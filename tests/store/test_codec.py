@@ -1,4 +1,4 @@
-"""Round-trip tests for skipweave.store.codec (real tensors, real safetensors files, no mocks)."""
+"""Round-trip tests for skipweave.store.format.codec (real tensors, real safetensors files, no mocks)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from skipweave.store import classes
-from skipweave.store.codec import CodecError, Encoded, PickleRefused, class_ref, decode, encode, summarize
+from skipweave.store.format.codec import CodecError, Encoded, PickleRefused, class_ref, decode, encode, summarize
 
 # --------------------------------------------------------------------------------------------------------
 # module-level helper types (decoding finds classes by "module:qualname" in modules already imported)
@@ -259,7 +259,7 @@ def test_unavailable_device_restores_on_cpu_with_one_warning(caplog: pytest.LogC
     tree = json.loads(json.dumps(enc.tree))
     for node in tree["root"]["v"].values():
         node["device"] = "cuda:7"
-    with caplog.at_level(logging.WARNING, logger="skipweave.store.codec"):
+    with caplog.at_level(logging.WARNING, logger="skipweave.store.format.codec"):
         out = decode(tree, enc.tensors)
         out2 = decode(tree, enc.tensors)
     assert out["a"].device.type == "cpu" and out2["b"].device.type == "cpu"

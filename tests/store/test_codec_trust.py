@@ -29,7 +29,7 @@ import pytest
 import torch
 
 from skipweave.store import classes
-from skipweave.store.codec import CodecError, class_ref, decode, encode
+from skipweave.store.format.codec import CodecError, class_ref, decode, encode
 
 # --------------------------------------------------------------------------------------------------------
 # module-level helper types (this module is imported, so its classes can be found without importing)
@@ -303,7 +303,7 @@ def test_a_dataclass_with_a_finalizer_is_refused_unless_trusted() -> None:
 
 
 def test_recording_a_dataclass_with_a_finalizer_warns_once(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="skipweave.store.codec"):
+    with caplog.at_level(logging.WARNING, logger="skipweave.store.format.codec"):
         encode([Closer("a"), Closer("b")])
         encode(Closer("c"))
     msgs = [r.getMessage() for r in caplog.records if class_ref(Closer) in r.getMessage()]
@@ -362,7 +362,7 @@ def test_a_dataproto_like_class_that_could_act_is_refused_unless_trusted(
     cls: type, why: str, caplog: pytest.LogCaptureFixture,
 ) -> None:
     ref = class_ref(cls)
-    with caplog.at_level(logging.WARNING, logger="skipweave.store.codec"):
+    with caplog.at_level(logging.WARNING, logger="skipweave.store.format.codec"):
         enc = encode(cls())
     assert any("a replay will refuse unless approved" in r.getMessage() and ref in r.getMessage()
                for r in caplog.records)
@@ -377,7 +377,7 @@ def test_a_dataproto_like_class_that_could_act_is_refused_unless_trusted(
 
 def test_recording_a_class_the_replay_trusts_does_not_warn(caplog: pytest.LogCaptureFixture) -> None:
     ref = class_ref(FinalizingProto)
-    with caplog.at_level(logging.WARNING, logger="skipweave.store.codec"):
+    with caplog.at_level(logging.WARNING, logger="skipweave.store.format.codec"):
         enc = encode(FinalizingProto(), trusted=[ref])
     assert ref not in caplog.text
     assert type(decode(enc.tree, enc.tensors, trusted=[ref])) is FinalizingProto

@@ -1,4 +1,5 @@
-"""The manifest's ``environment`` (skipweave.store.environment): written into every entry, grouped ones included, and
+"""The manifest's ``environment`` (skipweave.store.format.environment): written into every entry, grouped ones
+included, and
 checked before a replay compares it, however it was crafted."""
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from typing import Any
 import pytest
 import torch
 
-from skipweave.store.environment import EnvironmentInvalid, changes, describe, fields_of
-from skipweave.store.layout import parse_group_name
+from skipweave.store.format.environment import EnvironmentInvalid, changes, describe, fields_of
+from skipweave.store.format.layout import parse_group_name
 from skipweave.store.step_store import EntryMeta, StepStore
 
 ENV = {"packages": {"torch": "2.13.0"}, "host": {"name": "verl", "version": "0.9.1"}, "source": "xxh3_128:" + "0" * 32,

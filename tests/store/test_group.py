@@ -1,4 +1,4 @@
-"""Groups of small entries (skipweave.store.group): written by the group commit, served per call, judged whole.
+"""Groups of small entries (skipweave.store.format.group): written by the group commit, served per call, judged whole.
 
 Every dump dir here is treated as untrusted: the crafted groups are what a copy, a hand edit or a damaged disk
 leaves, and none of them may be served.
@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import torch
 
+from skipweave.store.format.layout import parse_group_name
+from skipweave.store.format.manifest import EntryInvalid
 from skipweave.store.gc import apply_gc, plan_gc
-from skipweave.store.layout import parse_group_name
-from skipweave.store.manifest import EntryInvalid
 from skipweave.store.scan import scan
 from skipweave.store.step_store import EntryMeta, StepStore
 
@@ -125,7 +125,7 @@ def _set_data_item(folder: Path, **fields: Any) -> None:
 def _rewrite_data(folder: Path, old: bytes, new: bytes) -> None:
     """Change the data file's bytes and make the group's size and checksum match again (a self-consistent crafter:
     checksums detect damage, not tampering)."""
-    from skipweave.store.manifest import bytes_checksum
+    from skipweave.store.format.manifest import bytes_checksum
 
     data = _data_file(folder)
     raw = data.read_bytes()

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from skipweave.store import index
-from skipweave.store.layout import target_dir
+from skipweave.store.format.layout import target_dir
 from skipweave.store.step_store import StepStore
 
 

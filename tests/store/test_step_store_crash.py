@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 
-from skipweave.store.manifest import EntryInvalid, read_manifest, verify_payload
+from skipweave.store.format.manifest import EntryInvalid, read_manifest, verify_payload
 from skipweave.store.step_store import StepStore
 
 FORK = mp.get_context("fork")

@@ -1,4 +1,4 @@
-"""skipweave.store.tensorfile: streaming safetensors writer/reader with the checksum on the same bytes."""
+"""skipweave.store.format.tensorfile: streaming safetensors writer/reader with the checksum on the same bytes."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from skipweave.store import tensorfile
-from skipweave.store.manifest import EntryInvalid, file_checksum
+from skipweave.store.format import tensorfile
+from skipweave.store.format.manifest import EntryInvalid, file_checksum
 
 
 def _tensors() -> dict[str, torch.Tensor]:

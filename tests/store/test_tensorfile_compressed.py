@@ -13,8 +13,8 @@ import torch
 import zstandard
 
 import skipweave
-from skipweave.store import tensorfile
-from skipweave.store.manifest import EntryInvalid, bytes_checksum, file_checksum
+from skipweave.store.format import tensorfile
+from skipweave.store.format.manifest import EntryInvalid, bytes_checksum, file_checksum
 from skipweave.store.step_store import StepStore
 
 

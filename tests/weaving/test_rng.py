@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from skipweave.store.codec import decode, encode
+from skipweave.store.format.codec import decode, encode
 from skipweave.weaving.rng import capture_rng_state, restore_rng_state, rng_changes, rng_marks
 
 

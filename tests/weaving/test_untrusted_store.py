@@ -323,7 +323,7 @@ def test_folder_moved_mid_write_leaves_no_temporary_file(host_module: Any, tmp_p
                                                          monkeypatch: pytest.MonkeyPatch, write_buffer: int) -> None:
     """The dump dir is renamed while the entry's payload is written (in the caller's thread, or the background
     writer's), as another process might: nothing committed, nothing left."""
-    from skipweave.store import tensorfile
+    from skipweave.store.format import tensorfile
 
     name, _ = host_module("def gen(n):\n    return {'n': n}\n")
     m = sys.modules[name]

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from skipweave.store.classes import acting_problem, class_ref, library_problem
+from skipweave.store.format.tree import CodecError, attr_label, path_text
 from skipweave.store.hosts import HOST_TYPES, FingerprintParts, HostType, NodeDecoder, NodeEncoder
-from skipweave.store.tree import CodecError, attr_label, path_text
 
 logger = logging.getLogger(__name__)
 

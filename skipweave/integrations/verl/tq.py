@@ -34,8 +34,8 @@ from typing import Any
 from skipweave import lifecycle, report
 from skipweave.config.schema import Action
 from skipweave.policy.actions import choose_step
-from skipweave.store.layout import list_steps
-from skipweave.store.manifest import seconds_of
+from skipweave.store.format.layout import list_steps
+from skipweave.store.format.manifest import seconds_of
 from skipweave.store.staging import EntryMeta
 from skipweave.store.step_store import StepStore
 from skipweave.store.write_behind import WRITER, Outcome

@@ -20,7 +20,7 @@ from skipweave.cli.main import main as cli  # noqa: E402
 from skipweave.config import load_skip_config  # noqa: E402
 from skipweave.integrations.hydra.callback import job_skip_config  # noqa: E402
 from skipweave.integrations.verl.importer import scan  # noqa: E402
-from skipweave.store import codec  # noqa: E402
+from skipweave.store.format import codec  # noqa: E402
 from skipweave.store.step_store import StepStore  # noqa: E402
 from tests.integrations.verl.apps.agent_loop_app import N, compose, train_batch  # noqa: E402
 from tests.integrations.verl.helpers import FakeTQ, FakeTQAgentLoop, FakeWorker  # noqa: E402

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from skipweave.store.codec.devices import to_recorded_device
-from skipweave.store.tree import CodecError, NodePath, path_text
+from skipweave.store.format.codec.devices import to_recorded_device
+from skipweave.store.format.tree import CodecError, NodePath, path_text
 
 if TYPE_CHECKING:
-    from skipweave.store.codec.decoder import Decoder
-    from skipweave.store.codec.encoder import Encoder
+    from skipweave.store.format.codec.decoder import Decoder
+    from skipweave.store.format.codec.encoder import Encoder
 
 SAFE_TORCH_DTYPES: frozenset[torch.dtype] = frozenset(
     {

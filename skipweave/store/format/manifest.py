@@ -14,14 +14,12 @@ from typing import Any
 
 import xxhash
 
-from skipweave.store import jsonio
 from skipweave.store.errors import EntryInvalid, EntryRefused
+from skipweave.store.format import jsonio
+from skipweave.store.format.layout import EntryKey, parse_payload_name
+from skipweave.store.format.versions import FINGERPRINT_RULES, FORMAT_VERSION, version_of
 from skipweave.store.fs import open_payload, open_regular
 from skipweave.store.identity import this_writer
-from skipweave.store.layout import EntryKey, parse_payload_name
-
-FORMAT_VERSION = 1
-"""Version of the entry format; a manifest with another version is never served."""
 
 _CHUNK = 8 << 20
 MANIFEST_MAX_BYTES = 1 << 20
@@ -123,15 +121,21 @@ def build_manifest(
     writer: dict[str, Any] | None = None,
     concurrent: bool = False,
     environment: Mapping[str, Any] | None = None,
+    fingerprint_rule: str = "arguments",
+    returned: str | None = None,
 ) -> dict[str, Any]:
-    """Return the manifest mapping of a new entry (see the on-disk format in the docs).
+    """Return the manifest mapping of a new entry, of format :data:`FORMAT_VERSION` (see docs/format.md).
 
     ``writer`` is :meth:`skipweave.store.identity.Writer.as_manifest` (this process when ``None``);
     ``concurrent`` says another thread called the target at the same step while this call ran; ``environment`` what
-    the call ran with (:mod:`skipweave.store.environment`), left out when ``None``.
+    the call ran with (:mod:`skipweave.store.format.environment`), left out when ``None``; ``fingerprint_rule`` how
+    ``fingerprint`` was taken (:data:`~skipweave.store.format.versions.FINGERPRINT_RULES`); ``returned`` is
+    ``"awaitable"`` when a plain ``def`` target returned an awaitable whose value is the recorded result.
     """
+    versions = library_versions()
     manifest = {
         "format_version": FORMAT_VERSION,
+        "skipweave_version": versions.get("skipweave", "unknown"),
         "role": role,
         "target": target,
         "target_path": target_path,
@@ -139,10 +143,11 @@ def build_manifest(
         "call_index": call,
         "shard": shard,
         "input_fingerprint": fingerprint,
+        "fingerprint_rule": fingerprint_rule,
         "payload": [{"name": f.name, "bytes": f.bytes, "checksum": f.checksum} for f in files],
         "pickled": pickled,
         "generation_seconds": seconds,
-        "versions": library_versions(),
+        "versions": versions,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "created_unix": time.time(),
         "writer": writer if writer is not None else this_writer().as_manifest(),
@@ -150,6 +155,8 @@ def build_manifest(
     }
     if environment is not None:
         manifest["environment"] = environment
+    if returned is not None:
+        manifest["returned"] = returned
     return manifest
 
 
@@ -158,7 +165,8 @@ def read_manifest(path: str) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: no manifest (the entry was never committed).
-        EntryInvalid: unreadable JSON, another format version, or missing fields.
+        EntryForeign: a format version this skipweave does not read (the entry is kept as it is).
+        EntryInvalid: unreadable JSON, no version number, or missing fields.
     """
     return check_structure(read_json(path, MANIFEST_MAX_BYTES, "manifest"), path)
 
@@ -172,7 +180,7 @@ def read_json(path: str, limit: int, what: str) -> Any:
     """
     try:
         # bytes, not text: a field written with surrogates (an ``argv0`` holding a byte that is not UTF-8) is read
-        # back by jsonio.loads, which a strict UTF-8 text read would refuse (see skipweave.store.jsonio)
+        # back by jsonio.loads, which a strict UTF-8 text read would refuse (see skipweave.store.format.jsonio)
         with open(open_regular(path), "rb") as fh:
             if os.fstat(fh.fileno()).st_size > limit:
                 raise ValueError(f"larger than {limit} bytes")
@@ -184,16 +192,16 @@ def read_json(path: str, limit: int, what: str) -> Any:
 
 
 def check_structure(data: Any, path: str) -> dict[str, Any]:
-    """Check that parsed JSON is shaped like a manifest of this format version, as :func:`read_manifest` does
-    (also for the entries a group file holds, see :mod:`skipweave.store.group`); return it.
+    """Check that parsed JSON is shaped like a manifest of a format version this skipweave reads, as
+    :func:`read_manifest` does (also for the entries a group file holds, see :mod:`skipweave.store.format.group`);
+    return it. The fields a version requires are the same in versions 1 and 2 (2 only adds optional ones).
 
     Raises:
-        EntryInvalid: another format version, a missing field, or a malformed payload list.
+        EntryForeign: a format version this skipweave does not read
+            (:func:`~skipweave.store.format.versions.version_of`).
+        EntryInvalid: no version number, a missing field, or a malformed payload list.
     """
-    if not isinstance(data, dict) or type(data.get("format_version")) is not int \
-            or data.get("format_version") != FORMAT_VERSION:
-        found = data.get("format_version") if isinstance(data, dict) else type(data).__name__
-        raise EntryInvalid(f"manifest {path} has format_version {found!r}, this skipweave reads {FORMAT_VERSION}")
+    version_of(data, path)
     for field in ("role", "target", "step", "call_index", "shard", "payload", "input_fingerprint"):
         if field not in data:
             raise EntryInvalid(f"manifest {path} lacks '{field}'")
@@ -233,6 +241,7 @@ _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "target_path": (str,),
     "versions": (dict,),
     "writer": (dict,),
+    "skipweave_version": (str,),
 }
 """Optional manifest fields and the types they must have when present: a run and the CLI read them, so a
 value of another type (``"generation_seconds": "fast"``) makes the entry invalid instead of failing there."""
@@ -312,7 +321,7 @@ def check_manifest(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_
 def check_fields(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_pickle: bool) -> None:
     """The checks of :func:`check_manifest` that do not concern payload files: the optional fields' types, the
     input fingerprint, and pickled data against ``allow_pickle`` (entries of a group file are judged with it too,
-    see :mod:`skipweave.store.group`).
+    see :mod:`skipweave.store.format.group`).
 
     Raises:
         EntryRefused: the entry claims pickled data and ``allow_pickle`` is off.
@@ -323,6 +332,12 @@ def check_fields(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_pi
         if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)
                                   or (float in kinds and not _finite(value))):
             raise EntryInvalid(f"manifest {path} has {field}={value!r:.80}, not a {kinds[0].__name__}")
+    rule = manifest.get("fingerprint_rule", "signature")
+    if manifest.get("format_version", 1) != 1 and rule not in FINGERPRINT_RULES:
+        raise EntryInvalid(f"manifest {path} has fingerprint_rule={rule!r:.80}, expected "
+                           f"one of {', '.join(FINGERPRINT_RULES)}")
+    if manifest.get("returned") not in (None, "awaitable"):
+        raise EntryInvalid(f"manifest {path} has returned={manifest.get('returned')!r:.80}, expected \"awaitable\"")
     if not isinstance(manifest.get("input_fingerprint"), str):
         raise EntryInvalid(f"manifest {path} has an input_fingerprint that is not a string")
     pickled = manifest.get("pickled", False)
@@ -334,7 +349,7 @@ def check_fields(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_pi
 def check_pickle(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_pickle: bool) -> None:
     """The last check of :func:`check_fields`: pickled data against ``allow_pickle``. Alone for a manifest that
     passed :func:`check_fields` with ``allow_pickle=True`` already (a group's entries, judged once per group file
-    by :func:`~skipweave.store.group.check_group`), the only part of the judgement that depends on the reader.
+    by :func:`~skipweave.store.format.group.check_group`), the only part of the judgement that depends on the reader.
 
     Raises:
         EntryRefused: the entry claims pickled data and ``allow_pickle`` is off.

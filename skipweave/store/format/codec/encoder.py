@@ -21,16 +21,16 @@ from typing import Any
 import numpy as np
 import torch
 
-import skipweave.store.codec.arrays as arrays
-import skipweave.store.codec.containers as containers
-import skipweave.store.codec.objects as objects
-import skipweave.store.codec.pickled as pickled
-import skipweave.store.codec.tensors as tensors
+import skipweave.store.format.codec.arrays as arrays
+import skipweave.store.format.codec.containers as containers
+import skipweave.store.format.codec.objects as objects
+import skipweave.store.format.codec.pickled as pickled
+import skipweave.store.format.codec.tensors as tensors
 from skipweave.store import classes
 from skipweave.store.classes import class_ref
-from skipweave.store.codec.scalars import INT_JSON_LIMIT, float_node
+from skipweave.store.format.codec.scalars import INT_JSON_LIMIT, float_node
+from skipweave.store.format.tree import CodecError, NodePath, path_text
 from skipweave.store.hosts import host_of
-from skipweave.store.tree import CodecError, NodePath, path_text
 
 logger = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ class Encoder:
 
     # -- what host types and kinds ask of the encoder ----------------------------------------------------
     def encode_pickle(self, obj: Any, path: NodePath, reason: str | None = None) -> dict[str, Any]:
-        """The ``pickle`` node of ``obj`` (see :func:`skipweave.store.codec.pickled.encode_pickle`)."""
+        """The ``pickle`` node of ``obj`` (see :func:`skipweave.store.format.codec.pickled.encode_pickle`)."""
         return pickled.encode_pickle(self, obj, path, reason)
 
     def encode_native(self, obj: Any, path: NodePath) -> dict[str, Any] | None:
@@ -251,7 +251,7 @@ def encode(
     logged once per class, while there is time to register it.
 
     Args:
-        obj: the value to encode (see :mod:`skipweave.store.codec` for the supported types).
+        obj: the value to encode (see :mod:`skipweave.store.format.codec` for the supported types).
         allow_pickle: pickle values the codec does not support instead of refusing them.
         root_name: name of ``obj`` used as the start of paths in error messages (e.g. ``"result"``).
         trusted: refs the replay will trust (``skip.<role>.trusted_classes``): no replay warning for them.

@@ -41,13 +41,13 @@ import numpy as np
 import torch
 
 from skipweave.store.classes import class_ref
-from skipweave.store.codec.scalars import INT_JSON_LIMIT
-from skipweave.store.codec.tensors import flat_bytes, from_numpy, node_shape
-from skipweave.store.tree import CodecError, NodePath, index_label, path_text
+from skipweave.store.format.codec.scalars import INT_JSON_LIMIT
+from skipweave.store.format.codec.tensors import flat_bytes, from_numpy, node_shape
+from skipweave.store.format.tree import CodecError, NodePath, index_label, path_text
 
 if TYPE_CHECKING:
-    from skipweave.store.codec.decoder import Decoder
-    from skipweave.store.codec.encoder import Encoder
+    from skipweave.store.format.codec.decoder import Decoder
+    from skipweave.store.format.codec.encoder import Encoder
 
 COMPACT_VERSION = 2
 """The codec version that introduced the ``strs`` / ``json`` object-array forms."""

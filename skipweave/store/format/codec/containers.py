@@ -13,11 +13,11 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from skipweave.store.tree import NodePath, index_label, key_label
+from skipweave.store.format.tree import NodePath, index_label, key_label
 
 if TYPE_CHECKING:
-    from skipweave.store.codec.decoder import Decoder
-    from skipweave.store.codec.encoder import Encoder
+    from skipweave.store.format.codec.decoder import Decoder
+    from skipweave.store.format.codec.encoder import Encoder
 
 
 def _key_repr_label(k: Any) -> str:

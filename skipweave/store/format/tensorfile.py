@@ -30,10 +30,10 @@ from typing import Any, Protocol
 import torch
 
 from skipweave.env import PROGRESS_ENV
-from skipweave.store import jsonio, safetensors_header
+from skipweave.store.format import jsonio, safetensors_header
+from skipweave.store.format.manifest import EntryInvalid, bytes_checksum, checksum_digest, new_hasher
+from skipweave.store.format.safetensors_header import MAX_RATIO, header_length
 from skipweave.store.fs import open_new, open_payload
-from skipweave.store.manifest import EntryInvalid, bytes_checksum, checksum_digest, new_hasher
-from skipweave.store.safetensors_header import MAX_RATIO, header_length
 
 CHUNK = 1 << 20
 """Bytes per ``write``/``readinto`` call, each hashed right after it is copied (while it is still in the
@@ -400,7 +400,7 @@ Span = tuple[int, int, str, torch.dtype, list[int]]
 
 def _spans(header_bytes: bytes | bytearray | memoryview, data_size: int, path: str) -> list[Span]:
     """A safetensors header's tensors' spans, in file order, with their torch dtypes
-    (:func:`~skipweave.store.safetensors_header.parse` judges it).
+    (:func:`~skipweave.store.format.safetensors_header.parse` judges it).
 
     Raises:
         EntryInvalid: the header is malformed, names a dtype this torch lacks, or its spans do not tile the data

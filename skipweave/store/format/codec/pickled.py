@@ -15,11 +15,11 @@ import numpy as np
 import torch
 
 from skipweave.store.classes import class_ref
-from skipweave.store.tree import CodecError, NodePath, path_text
+from skipweave.store.format.tree import CodecError, NodePath, path_text
 
 if TYPE_CHECKING:
-    from skipweave.store.codec.decoder import Decoder
-    from skipweave.store.codec.encoder import Encoder
+    from skipweave.store.format.codec.decoder import Decoder
+    from skipweave.store.format.codec.encoder import Encoder
 
 
 class PickleRefused(CodecError):

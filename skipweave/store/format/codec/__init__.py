@@ -1,11 +1,12 @@
 """A safe codec turning rollout results into a JSON skeleton plus a flat dict of tensors (see docs/architecture.md).
 
-Each kind's encoder and decoder sit side by side in one module: :mod:`~skipweave.store.codec.scalars`,
-:mod:`~skipweave.store.codec.tensors`, :mod:`~skipweave.store.codec.arrays`,
-:mod:`~skipweave.store.codec.containers`, :mod:`~skipweave.store.codec.objects` (dataclass, namedtuple,
-enum), :mod:`~skipweave.store.codec.pickled`; host containers come from the host types integrations register
-(:mod:`skipweave.store.hosts`). :mod:`~skipweave.store.codec.encoder` and
-:mod:`~skipweave.store.codec.decoder` walk a value and dispatch; :mod:`~skipweave.store.codec.devices` says
+Each kind's encoder and decoder sit side by side in one module: :mod:`~skipweave.store.format.codec.scalars`,
+:mod:`~skipweave.store.format.codec.tensors`, :mod:`~skipweave.store.format.codec.arrays`,
+:mod:`~skipweave.store.format.codec.containers`, :mod:`~skipweave.store.format.codec.objects` (dataclass, namedtuple,
+enum), :mod:`~skipweave.store.format.codec.pickled`; host containers come from the host types integrations register
+(:mod:`skipweave.store.hosts`). :mod:`~skipweave.store.format.codec.encoder` and
+:mod:`~skipweave.store.format.codec.decoder` walk a value and dispatch; :mod:`~skipweave.store.format.codec.devices`
+says
 which recorded devices exist here.
 
 ``encode`` walks an object and produces an :class:`Encoded` value:
@@ -60,7 +61,7 @@ must be of the node's kind -- a dataclass or namedtuple defining no ``__del__`` 
 host-type nodes an approved class; a trusted ref is approved for any kind and skips the data-only rule. Then:
 
 * dataclasses, namedtuples and enum members are rebuilt without running class code
-  (:mod:`skipweave.store.codec.objects`);
+  (:mod:`skipweave.store.format.codec.objects`);
 * host containers are rebuilt by their host type's decoder, under the same rules (the DataProto shape sets
   only ``batch``/``non_tensor_batch``/``meta_info`` and recorded extra attributes that are plain identifiers
   the class does not define as data descriptors; TensorDicts go through tensordict's own constructors).
@@ -72,7 +73,7 @@ width, torch dtype names that are not dtypes (looked up without torch's lazy sub
 beyond the recursion limit. Any other exception inside decoding surfaces as a :class:`CodecError` naming the
 node's path.
 
-Object arrays take one of three forms (``strs``, ``json``, ``items``): see :mod:`skipweave.store.codec.arrays`.
+Object arrays take one of three forms (``strs``, ``json``, ``items``): see :mod:`skipweave.store.format.codec.arrays`.
 
 Versions
 --------
@@ -86,10 +87,10 @@ readable by it. This package reads versions 1 and 2; :data:`CODEC_VERSION` is th
 from __future__ import annotations
 
 from skipweave.store.classes import class_ref
-from skipweave.store.codec.decoder import decode
-from skipweave.store.codec.encoder import Encoded, encode
-from skipweave.store.codec.pickled import PickleRefused
-from skipweave.store.tree import CodecError, summarize
+from skipweave.store.format.codec.decoder import decode
+from skipweave.store.format.codec.encoder import Encoded, encode
+from skipweave.store.format.codec.pickled import PickleRefused
+from skipweave.store.format.tree import CodecError, summarize
 
 CODEC_VERSION = 2
 """The newest codec version this package writes; a tree records the lowest version able to describe it."""

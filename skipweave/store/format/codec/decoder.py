@@ -14,17 +14,17 @@ from typing import Any
 
 import torch
 
-import skipweave.store.codec.arrays as arrays
-import skipweave.store.codec.containers as containers
-import skipweave.store.codec.devices as devices
-import skipweave.store.codec.objects as objects
-import skipweave.store.codec.pickled as pickled
-import skipweave.store.codec.scalars as scalars
-import skipweave.store.codec.tensors as tensors
+import skipweave.store.format.codec.arrays as arrays
+import skipweave.store.format.codec.containers as containers
+import skipweave.store.format.codec.devices as devices
+import skipweave.store.format.codec.objects as objects
+import skipweave.store.format.codec.pickled as pickled
+import skipweave.store.format.codec.scalars as scalars
+import skipweave.store.format.codec.tensors as tensors
 from skipweave.store import classes
 from skipweave.store.classes import class_ref
+from skipweave.store.format.tree import CodecError, NodePath, check_root, path_text
 from skipweave.store.hosts import host_for_kind
-from skipweave.store.tree import CodecError, NodePath, check_root, path_text
 
 
 class Decoder:
@@ -65,7 +65,7 @@ class Decoder:
             raise CodecError(f"{path_text(path) or '<root>'}: {exc}") from None
 
     def device(self, recorded: Any) -> str | None:
-        """The device to build a host container on (see :func:`skipweave.store.codec.devices.build_device`)."""
+        """The device to build a host container on (see :func:`skipweave.store.format.codec.devices.build_device`)."""
         return devices.build_device(recorded)
 
     def decode(self, node: Any, path: NodePath) -> Any:
@@ -112,10 +112,10 @@ def decode(
     root_name: str = "obj",
     trusted: Collection[str] = (),
 ) -> Any:
-    """Rebuild the object encoded by :func:`skipweave.store.codec.encode`.
+    """Rebuild the object encoded by :func:`skipweave.store.format.codec.encode`.
 
     The tree is untrusted input: decoding imports no module and constructs only the classes
-    :mod:`skipweave.store.classes` allows (see *Decoding constructs* in :mod:`skipweave.store.codec`). Tensors
+    :mod:`skipweave.store.classes` allows (see *Decoding constructs* in :mod:`skipweave.store.format.codec`). Tensors
     are moved to their recorded device when it exists here, otherwise they stay on CPU and a warning is logged
     once per device. Tensor data is not copied when the device is CPU.
 

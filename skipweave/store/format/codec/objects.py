@@ -21,11 +21,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from skipweave.store.classes import class_ref
-from skipweave.store.tree import CodecError, NodePath, attr_label, path_text
+from skipweave.store.format.tree import CodecError, NodePath, attr_label, path_text
 
 if TYPE_CHECKING:
-    from skipweave.store.codec.decoder import Decoder
-    from skipweave.store.codec.encoder import Encoder
+    from skipweave.store.format.codec.decoder import Decoder
+    from skipweave.store.format.codec.encoder import Encoder
 
 
 def is_namedtuple(obj: Any) -> bool:

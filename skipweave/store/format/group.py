@@ -11,7 +11,7 @@ contiguous call indices, as one group (:meth:`~skipweave.store.step_store.StepSt
 
 The data file is written, synced and renamed first; the group file's rename commits every entry in it at once,
 so the commit marker rule of single entries holds. A group file holds, per call ``first..last``, the very
-manifest a single entry has (:func:`~skipweave.store.manifest.build_manifest`) with the data file as its one
+manifest a single entry has (:func:`~skipweave.store.format.manifest.build_manifest`) with the data file as its one
 payload item, and is checked the same way (:func:`check_group`): a reader serves an entry of a group only when the
 whole group file is sound and the data file has its size and checksum.
 
@@ -28,10 +28,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from skipweave.store import safetensors_header
-from skipweave.store.fs import open_regular
-from skipweave.store.layout import EntryKey, group_stem, parse_group_data_name
-from skipweave.store.manifest import (
+from skipweave.store.format import safetensors_header
+from skipweave.store.format.layout import EntryKey, group_stem, parse_group_data_name
+from skipweave.store.format.manifest import (
     FORMAT_VERSION,
     EntryInvalid,
     PayloadFile,
@@ -41,12 +40,14 @@ from skipweave.store.manifest import (
     check_structure,
     read_json,
 )
+from skipweave.store.format.versions import version_of
+from skipweave.store.fs import open_regular
 
 GROUP_KIND = "pack"
 """The group file's ``kind``."""
 
 GROUP_MAX_BYTES = 64 << 20
-"""A group file holds at most :data:`~skipweave.store.layout.MAX_GROUP_CALLS` manifests of about 1 KB: a larger
+"""A group file holds at most :data:`~skipweave.store.format.layout.MAX_GROUP_CALLS` manifests of about 1 KB: a larger
 file is not one skipweave wrote (and is not parsed)."""
 
 ENTRY_MAX_BYTES = 256 << 10
@@ -75,7 +76,7 @@ def tensor_name(call: int, name: str) -> str:
 
 def group_tensors(entries: list[tuple[int, bytes, dict[str, Any]]]) -> dict[str, Any]:
     """The tensors of a group's data file from ``(call, tree bytes, tensors)`` per entry (the trees as ``bytes``,
-    which :func:`~skipweave.store.tensorfile.write` stores as 1-D uint8 tensors)."""
+    which :func:`~skipweave.store.format.tensorfile.write` stores as 1-D uint8 tensors)."""
     out: dict[str, Any] = {}
     for call, tree, tensors in entries:
         out[tensor_name(call, "tree")] = tree
@@ -93,7 +94,7 @@ def read_data(folder: str, checked: CheckedGroup, first: int, last: int) -> tupl
         EntryInvalid: the data file is missing, larger than :data:`DATA_READ_MAX`, corrupt, or holds no 1-D uint8
             tree for one of the calls ``first..last``.
     """
-    from skipweave.store import tensorfile
+    from skipweave.store.format import tensorfile
 
     path = os.path.join(folder, checked.data["name"])
     section, spans = tensorfile.read_whole(path, size=int(checked.data["bytes"]),
@@ -108,7 +109,8 @@ def read_data(folder: str, checked: CheckedGroup, first: int, last: int) -> tupl
 
 def index(spans: dict[str, Any], where: str) -> dict[int, tuple[Any, dict[str, Any]]]:
     """A group's data file by call: ``call -> (its tree's span, its tensors' spans by name)``, from the spans
-    :func:`~skipweave.store.tensorfile.read_whole` gives. A name not of the form ``{call}/{name}``, and a call with
+    :func:`~skipweave.store.format.tensorfile.read_whole` gives. A name not of the form ``{call}/{name}``, and a call
+    with
     no tree, are left out (no entry is served from them).
 
     Raises:
@@ -139,7 +141,7 @@ def read_tree(data_path: str, call: int) -> bytes:
 
     Raises:
         OSError: the file cannot be read.
-        EntryInvalid: its header is malformed (:func:`~skipweave.store.safetensors_header.parse`).
+        EntryInvalid: its header is malformed (:func:`~skipweave.store.format.safetensors_header.parse`).
         ValueError: the header names no tree for ``call``, or the file ends before it.
     """
     with open(open_regular(data_path), "rb") as fh:
@@ -182,12 +184,13 @@ def read_group(path: str) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: no group file.
-        EntryInvalid: unreadable JSON, too large, another format version or kind.
+        EntryForeign: a format version this skipweave does not read (the group is kept as it is).
+        EntryInvalid: unreadable JSON, too large, no version number, or another kind.
     """
     data = read_json(path, GROUP_MAX_BYTES, "group")
-    if not isinstance(data, dict) or type(data.get("format_version")) is not int \
-            or data.get("format_version") != FORMAT_VERSION or data.get("kind") != GROUP_KIND:
-        raise EntryInvalid(f"group {path} is not a group file of format version {FORMAT_VERSION}")
+    version_of(data, path, "group")
+    if data.get("kind") != GROUP_KIND:
+        raise EntryInvalid(f"group {path} is not a group file (kind {data.get('kind')!r:.40})")
     return data
 
 
@@ -199,7 +202,7 @@ class CheckedGroup:
         path: the group file.
         data: its data file's ``{name, bytes, checksum}``.
         entries: call index -> that call's manifest (each passed
-            :func:`~skipweave.store.manifest.check_fields` with pickle allowed; :func:`entry_of` judges pickle).
+            :func:`~skipweave.store.format.manifest.check_fields` with pickle allowed; :func:`entry_of` judges pickle).
     """
 
     path: str
@@ -212,8 +215,9 @@ def check_group(group: dict[str, Any], path: str, key: EntryKey, first: int, las
 
     The group names the part it sits in (role, target, step, shard of ``key``) and the range its name gives; its
     data file is named for the group; it holds exactly one manifest per call ``first..last``, each of which names
-    its own call (:func:`~skipweave.store.manifest.check_identity`), lists the group's data file as its one payload
-    item and passes :func:`~skipweave.store.manifest.check_fields` (pickle is checked per entry and reader, by
+    its own call (:func:`~skipweave.store.format.manifest.check_identity`), lists the group's data file as its one
+    payload
+    item and passes :func:`~skipweave.store.format.manifest.check_fields` (pickle is checked per entry and reader, by
     :func:`entry_of`). The data file's bytes are checked by the reader.
 
     Args:

@@ -1,7 +1,7 @@
 """Reading a codec tree without its tensors (and without torch): version check, paths, leaf summary.
 
 The CLI's ``show`` lists an entry's leaves from the tree file alone; keeping this apart from
-:mod:`skipweave.store.codec`, which needs torch to build tensors, lets it start in a fraction of a second
+:mod:`skipweave.store.format.codec`, which needs torch to build tensors, lets it start in a fraction of a second
 instead of paying torch's import (~2-3 s). The codec re-exports what it takes from here.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 from skipweave.store.hosts import host_for_kind
 
 READABLE_VERSIONS = (1, 2)
-"""Codec versions this skipweave reads (see :mod:`skipweave.store.codec`, *Versions*)."""
+"""Codec versions this skipweave reads (see :mod:`skipweave.store.format.codec`, *Versions*)."""
 
 
 class CodecError(Exception):

@@ -1,8 +1,10 @@
 """The one parser of safetensors headers, without torch: what a tensor file holds and where.
 
 A safetensors file is an 8-byte little-endian header length, a JSON header (``name -> {dtype, shape,
-data_offsets}``, plus an optional ``__metadata__``) and the data section. Replays (:mod:`~skipweave.store.tensorfile`)
-and ``skipweave show`` (:func:`~skipweave.store.group.read_tree`, which must not import torch) read headers through
+data_offsets}``, plus an optional ``__metadata__``) and the data section. Replays
+(:mod:`~skipweave.store.format.tensorfile`)
+and ``skipweave show`` (:func:`~skipweave.store.format.group.read_tree`, which must not import torch) read headers
+through
 this module, so a header one of them accepts the other does too. The header is untrusted input: every count is
 checked before anything is allocated for it.
 """
@@ -12,15 +14,15 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 
-from skipweave.store import jsonio
 from skipweave.store.errors import EntryInvalid
+from skipweave.store.format import jsonio
 
 MAX_HEADER = 100 << 20
 """Longest header accepted, in bytes (safetensors' own limit)."""
 
 MAX_RATIO = 1024
 """A compressed tensor file decompresses to at most this many times its own size (plus a MiB, see
-:mod:`~skipweave.store.tensorfile`): a header claiming more is refused."""
+:mod:`~skipweave.store.format.tensorfile`): a header claiming more is refused."""
 
 ITEMSIZE: dict[str, int] = {
     "BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "I32": 4, "I64": 8, "F16": 2, "BF16": 2, "F32": 4, "F64": 8,

@@ -11,7 +11,7 @@ import base64
 import math
 from typing import Any
 
-from skipweave.store.tree import float_from_node
+from skipweave.store.format.tree import float_from_node
 
 INT_JSON_LIMIT = 2**63
 """Ints in ``[-INT_JSON_LIMIT, INT_JSON_LIMIT)`` are JSON numbers in the tree; others are decimal strings."""

@@ -1,0 +1,101 @@
+"""Which versions of the format this code writes and reads, and the one judgement of a file's version.
+
+A recording outlives the code that wrote it: users keep stores for weeks, share them across machines, and run
+clusters where one node is upgraded before another. So a version this code does not read is never taken for
+damage. An entry or group file whose ``format_version`` is an integer outside :data:`READABLE` is *foreign*
+(:class:`~skipweave.store.errors.EntryForeign`): a run never serves it, never sets it aside and never records over
+it (the call runs live), ``gc`` and retention never remove it, ``migrate`` never rewrites it, and the CLI lists it
+with its version and the skipweave that wrote it. Only a file that is not a version at all (no integer) is invalid.
+
+What each version added (docs/format.md "Versions and migration"):
+
+- **1** (skipweave 0.1.0, until December 2026): the manifest, group files, codec trees.
+- **2**: the manifest names the skipweave that wrote it (``skipweave_version``) and how its input fingerprint was
+  taken (``fingerprint_rule``: ``"signature"``, the call's arguments bound to the target's signature, or
+  ``"arguments"``, as passed, the rule of every format-1 entry); a call of a plain ``def`` that returned an
+  awaitable says so (``returned: "awaitable"``) and is replayed as one.
+
+Every version this code ever wrote stays in :data:`READABLE`; ``skipweave migrate`` rewrites older entries to
+:data:`FORMAT_VERSION` when a user wants it, never because a run needs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from skipweave.store.errors import EntryForeign, EntryInvalid
+
+FORMAT_VERSION = 2
+"""The version of every manifest and group file this code writes."""
+
+READABLE: frozenset[int] = frozenset({1, 2})
+"""The versions this code reads; every other integer version is foreign. Read at each call, so a test can simulate
+an older reader by setting it to ``frozenset({1})``."""
+
+FINGERPRINT_RULES = ("signature", "arguments")
+"""``fingerprint_rule`` values: ``signature`` binds a call's arguments to the target's signature before hashing
+(``gen(b, 3)``, ``gen(b, step=3)`` and ``gen(batch=b, step=3)`` are one fingerprint), ``arguments`` hashes them as
+passed (format 1)."""
+
+_WRITER_MAX = 64
+
+
+def written_by(data: Mapping[str, Any]) -> str | None:
+    """The skipweave version a manifest or group file says wrote it (``skipweave_version``, or format 1's
+    ``versions.skipweave``), ``None`` when it says none readable. Bounded and printable: it is shown to people."""
+    found = data.get("skipweave_version")
+    if not isinstance(found, str):
+        versions = data.get("versions")
+        found = versions.get("skipweave") if isinstance(versions, Mapping) else None
+        if not isinstance(found, str):
+            return None
+    return found[:_WRITER_MAX] if found.isprintable() else found[:_WRITER_MAX].encode("unicode_escape").decode()
+
+
+def version_of(data: Any, path: str, what: str = "manifest") -> int:
+    """The format version of a parsed manifest or group file that this code reads.
+
+    Args:
+        data: the parsed JSON.
+        path: the file, for messages.
+        what: ``"manifest"`` or ``"group"``, for messages.
+
+    Returns:
+        The version, a member of :data:`READABLE`.
+
+    Raises:
+        EntryForeign: an integer version this code does not read (newer, or unknown): the file is kept as it is.
+        EntryInvalid: no JSON object, or no integer ``format_version``.
+    """
+    found = data.get("format_version") if isinstance(data, dict) else None
+    if type(found) is not int:
+        shown = found if isinstance(data, dict) else type(data).__name__
+        raise EntryInvalid(f"{what} {path} has format_version {shown!r:.40}, not a version number")
+    if found not in READABLE:
+        writer = written_by(data)
+        by = f"written by skipweave {writer}" if writer else "by an unknown skipweave"
+        upgrade = f"at least {writer}" if writer else "a version that reads it"
+        raise EntryForeign(f"{what} {path} is of format version {found} ({by}); this skipweave reads versions "
+                           f"{readable_text()}: it is kept as it is and never served here. Upgrade skipweave to "
+                           f"{upgrade} to use it", path=path, version=found, writer=writer, what=what)
+    return found
+
+
+def fingerprint_rule(manifest: Mapping[str, Any]) -> str:
+    """How a readable manifest's ``input_fingerprint`` was taken (one of :data:`FINGERPRINT_RULES`): format 1 always
+    ``arguments``; format 2 as its ``fingerprint_rule`` says (``signature`` when absent)."""
+    if manifest.get("format_version") == 1:
+        return "arguments"
+    rule = manifest.get("fingerprint_rule", "signature")
+    return rule if rule in FINGERPRINT_RULES else "signature"
+
+
+def readable_text() -> str:
+    """The versions this code reads, for messages: ``"1 and 2"``."""
+    known = sorted(READABLE)
+    return " and ".join([", ".join(str(v) for v in known[:-1]), str(known[-1])]) if len(known) > 1 else str(known[0])
+
+
+__all__ = ["FINGERPRINT_RULES", "FORMAT_VERSION", "READABLE", "fingerprint_rule", "readable_text", "version_of",
+           "written_by"]
