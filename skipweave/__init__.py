@@ -13,6 +13,8 @@ app of the environment — costs no torch or ray import):
 - :class:`FingerprintMismatch`: a recording was made for other inputs and ``fingerprint.on_mismatch`` is ``error``.
 - :class:`EnvironmentMismatch`: a recording was made in another environment (package versions, the target's source,
   named config keys) and ``fingerprint.on_env_mismatch`` is ``error`` (a :class:`FingerprintMismatch`).
+- :class:`ForeignRecording`: a recording is of a format version this skipweave does not read (a newer one wrote it)
+  and ``skip.<role>.on_foreign`` is ``error``.
 - :class:`StubUnforeseen`: the host used a stand-in of a replay-only run in a way its profile did not declare.
 - :class:`DumpDirNotShared`: a Ray worker's dump dir is not the driver's folder and the role has ``require_shared``.
 """
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from skipweave.config.errors import ConfigError
     from skipweave.store.write_behind import flush
     from skipweave.weaving.proxy import ReplayMissing
-    from skipweave.weaving.replay import EnvironmentMismatch, FingerprintMismatch
+    from skipweave.weaving.replay import EnvironmentMismatch, FingerprintMismatch, ForeignRecording
     from skipweave.weaving.resolve import TargetNotFound
     from skipweave.weaving.shared_dirs import DumpDirNotShared
     from skipweave.weaving.stubs import StubUnforeseen
@@ -46,12 +48,14 @@ _LAZY = {
     "ReplayMissing": "skipweave.weaving.proxy",
     "FingerprintMismatch": "skipweave.weaving.replay",
     "EnvironmentMismatch": "skipweave.weaving.replay",
+    "ForeignRecording": "skipweave.weaving.replay",
     "StubUnforeseen": "skipweave.weaving.stubs",
     "Diverged": "skipweave.weaving.verifier",
     "DumpDirNotShared": "skipweave.weaving.shared_dirs",
 }
 
-__all__ = ["ConfigError", "Diverged", "DumpDirNotShared", "EnvironmentMismatch", "FingerprintMismatch", "ReplayMissing",
+__all__ = ["ConfigError", "Diverged", "DumpDirNotShared", "EnvironmentMismatch", "FingerprintMismatch",
+           "ForeignRecording", "ReplayMissing",
            "StubUnforeseen", "TargetNotFound", "__version__", "counters", "flush", "set_step", "unweave", "weave",
            "woven_plan"]
 

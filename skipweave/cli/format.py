@@ -116,7 +116,24 @@ def part_doc(part: Any) -> dict[str, Any]:
         "generation_seconds": sum(e.generation_seconds for e in part.entries),
         "path": part.folder,
         "reason": part.incomplete_reason if part.status is Status.INCOMPLETE else None,
+        "foreign": foreign_docs(part),
     }
+
+
+def foreign_docs(part: Any) -> list[dict[str, Any]]:
+    """The part's foreign entries (of a format version this skipweave does not read): one object per version and
+    writer, ``{"format_version", "written_by", "calls"}``; empty when it holds none."""
+    found: dict[tuple[int, str | None], list[int]] = {}
+    for e in part.entries:
+        if e.foreign is not None:
+            found.setdefault((e.foreign.version, e.foreign.writer), []).append(e.key.call)
+    return [{"format_version": v, "written_by": w, "calls": calls} for (v, w), calls in found.items()]
+
+
+def foreign_text(docs: list[dict[str, Any]]) -> str:
+    """``format 3, skipweave 0.3.0`` for :func:`foreign_docs` (several versions joined by ``; ``)."""
+    return "; ".join(f"format {d['format_version']}" + (f", skipweave {d['written_by']}" if d["written_by"] else "")
+                     for d in docs)
 
 
 def leftover_doc(leftover: Any) -> dict[str, Any]:

@@ -62,6 +62,7 @@ _LABELS = {
     "run_marks": "run marks",
     "trash": "trash folder",
     "retention": "recorded step",
+    "foreign": "foreign part",
 }
 _OUTCOMES = {"would_remove": "would remove", "removed": "removed", "skipped": "kept", "failed": "FAILED"}
 
@@ -236,6 +237,8 @@ def render(dump_dir: str, actions: list[Any], *, dry_run: bool, freed: int, kept
                f"{plural(kept, 'complete entry', 'complete entries')} kept")
     if n_kept:
         summary += f"; {n_kept} kept for safety"
+        if any(a.kind.value == "foreign" for a in actions):
+            summary += " (foreign parts: written by a skipweave that reads a newer format)"
         if any("min-age" in (a.detail or "") for a in actions):
             summary += " (pass --min-age 0 if no run is writing to this dump dir)"
     n_failed = sum(1 for a in actions if a.outcome == "failed")

@@ -21,6 +21,7 @@ from skipweave.cli.common import (
     scan_or_explain,
 )
 from skipweave.cli.format import (
+    foreign_text,
     human_bytes,
     human_time,
     ignored_lines,
@@ -82,8 +83,12 @@ def render(result: Any) -> str:
                 lines.append(f"  target {target['name']}")
                 rows = [["STEP", "SHARD", "STATUS", "ENTRIES", "SIZE", "CREATED"]]
                 for p in target["parts"]:
+                    status = p["status"]
+                    if p["foreign"]:  # which version, and which skipweave to upgrade to
+                        status = (status if status == "foreign" else f"{status}, foreign") + \
+                            f" ({foreign_text(p['foreign'])})"
                     rows.append([
-                        str(p["step"]), p["shard"], p["status"], str(p["entries"]), human_bytes(p["bytes"]),
+                        str(p["step"]), p["shard"], status, str(p["entries"]), human_bytes(p["bytes"]),
                         human_time(p["created_unix"]),
                     ])
                 lines += ["    " + r for r in table(rows)]
@@ -94,6 +99,8 @@ def render(result: Any) -> str:
         f"{human_bytes(totals['bytes'])}: "
         f"{parts[Status.COMPLETE.value]} complete, {parts[Status.INCOMPLETE.value]} incomplete, "
         + (f"{parts[Status.REFUSED.value]} refused (pickled), " if parts[Status.REFUSED.value] else "")
+        + (f"{parts[Status.FOREIGN.value]} foreign (a newer format: kept, never served; upgrade skipweave to read "
+           "them), " if parts[Status.FOREIGN.value] else "")
         + f"{parts[Status.CORRUPT.value]} corrupt (sizes checked; `skipweave verify` checks checksums)"
     )
     lines.append(summary)

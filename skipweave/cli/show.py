@@ -20,6 +20,7 @@ from skipweave.cli.format import human_bytes, human_time, plural, table
 
 SCHEMA = "skipweave.show/1"
 EXIT_CORRUPT = 1
+EXIT_FOREIGN = 3
 _MAX_ROWS = 200
 
 
@@ -223,7 +224,8 @@ def describe(manifest_path: str, *, checksums: bool, allow_pickle: bool = False,
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "path": manifest_path,
-        "status": "refused" if validity.refused else "corrupt" if reason else "valid",
+        "status": "foreign" if validity.foreign else "refused" if validity.refused else "corrupt" if reason
+        else "valid",
         "reason": reason,
         "checksums_checked": checksums,
         "manifest": manifest,
@@ -232,6 +234,8 @@ def describe(manifest_path: str, *, checksums: bool, allow_pickle: bool = False,
         "rng": [],
         "summary_error": None,
         "environment": {"fields": None, "error": None},
+        "format_version": validity.foreign.version if validity.foreign else (manifest or {}).get("format_version"),
+        "written_by": validity.foreign.writer if validity.foreign else None,
     }
     if manifest is None:
         return doc
@@ -340,7 +344,8 @@ def _leaf_bytes(row: dict[str, Any]) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Show one entry; return 0 (valid), 1 (corrupt) or 2 (``PATH`` is not an entry)."""
+    """Show one entry; return 0 (valid), 1 (corrupt or refused), 2 (``PATH`` is not an entry) or 3 (foreign: of a
+    format version this skipweave does not read)."""
     try:
         manifest_path, call = resolve_manifest(args.path, args.call)
         doc = describe(manifest_path, checksums=args.verify, allow_pickle=args.allow_pickle, call=call)
@@ -355,6 +360,8 @@ def run(args: argparse.Namespace) -> int:
         emit_json(doc)
     else:
         emit(render(doc, all_rows=args.all))
+    if doc["status"] == "foreign":
+        return EXIT_FOREIGN
     return EXIT_CORRUPT if doc["status"] in ("corrupt", "refused") else EXIT_OK
 
 
@@ -373,7 +380,11 @@ def render(doc: dict[str, Any], *, all_rows: bool = False) -> str:
     """Return the human view of a ``skipweave.show/1`` document."""
     m = doc["manifest"]
     lines = [f"entry     {doc['path']}"]
-    if doc["status"] == "corrupt":
+    if doc["status"] == "foreign":
+        by = f"written by skipweave {doc['written_by']}" if doc["written_by"] else "writer unknown"
+        lines.append(f"status    FOREIGN: format version {doc['format_version']} ({by}); this skipweave does not "
+                     "read it: kept as it is, never served here (upgrade skipweave to read it)")
+    elif doc["status"] == "corrupt":
         lines.append(f"status    CORRUPT: {doc['reason']}")
     elif doc["status"] == "refused":
         lines.append(f"status    REFUSED: {doc['reason']} (or pass --allow-pickle)")

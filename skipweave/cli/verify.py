@@ -4,8 +4,9 @@ Reads every payload byte and judges every entry as a run would (the same functio
 nothing would be served wrongly: every entry is valid, and parts that are only incomplete (an interrupted
 run; a run resumes them by inputs, or sets them aside and records them afresh) are listed as a note. Exits 1 when
 some entry is corrupt, belongs to another place, or is refused (pickled, without --allow-pickle); 2 when the dump dir
-cannot be read. Leftovers and ignored names are listed but are not errors. See docs/cli.md for the
-``--json`` schema.
+cannot be read; 3 when nothing is wrong but some entries are foreign: of a format version this skipweave does not
+read (a newer skipweave wrote them), so it cannot check them; they are kept as they are. Leftovers and ignored names
+are listed but are not errors. See docs/cli.md for the ``--json`` schema.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from skipweave.cli.format import (
 )
 
 SCHEMA = "skipweave.verify/1"
-EXIT_OK, EXIT_PROBLEMS = 0, 1
+EXIT_OK, EXIT_PROBLEMS, EXIT_FOREIGN = 0, 1, 3
 
 
 def register(subparsers: Any) -> None:
@@ -49,6 +50,7 @@ def register(subparsers: Any) -> None:
 
 def problems(result: Any) -> list[dict[str, Any]]:
     """Return the ``problems`` list documented in docs/cli.md, in part order (namespace, role, target, step)."""
+    from skipweave.cli.format import foreign_docs
     from skipweave.store.scan import Status
 
     out: list[dict[str, Any]] = []
@@ -58,6 +60,13 @@ def problems(result: Any) -> list[dict[str, Any]]:
             if e.status in (Status.CORRUPT, Status.REFUSED):
                 out.append({"status": e.status.value, **where, "call": e.key.call, "path": e.path,
                             "reason": e.reason, "entries": [e.path]})
+        for doc in foreign_docs(p):  # one per version and writer: a group of thousands of calls is one line
+            paths = list(dict.fromkeys(e.path for e in p.entries if e.foreign is not None
+                                       and (e.foreign.version, e.foreign.writer) == (doc["format_version"],
+                                                                                     doc["written_by"])))
+            out.append({"status": "foreign", **where, "call": doc["calls"][0], "path": paths[0],
+                        "reason": f"format version {doc['format_version']}, which this skipweave does not read",
+                        "entries": paths, **doc})
         if not p.complete:
             out.append({"status": "incomplete", **where, "call": None, "path": p.folder,
                         "reason": p.incomplete_reason, "entries": [e.path for e in p.entries]})
@@ -71,11 +80,12 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     found = problems(result)
     bad = failing(found)
+    foreign = [p for p in found if p["status"] == "foreign"]
     if args.json:
         emit_json({
             "schema": SCHEMA,
             "dump_dir": result.dump_dir,
-            "ok": not bad,
+            "ok": not bad and not foreign,
             "checksums_checked": True,
             "totals": totals_doc(result),
             "problems": found,
@@ -84,12 +94,13 @@ def run(args: argparse.Namespace) -> int:
         })
     else:
         emit(render(result, found))
-    return EXIT_PROBLEMS if bad else EXIT_OK
+    return EXIT_PROBLEMS if bad else EXIT_FOREIGN if foreign else EXIT_OK
 
 
 def failing(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The problems that make ``verify`` exit 1: corrupt and refused entries (incomplete parts are a note)."""
-    return [p for p in found if p["status"] != "incomplete"]
+    """The problems that make ``verify`` exit 1: corrupt and refused entries (incomplete parts are a note, foreign
+    entries exit 3 when nothing else is wrong)."""
+    return [p for p in found if p["status"] not in ("incomplete", "foreign")]
 
 
 def render(result: Any, found: list[dict[str, Any]]) -> str:
@@ -103,6 +114,10 @@ def render(result: Any, found: list[dict[str, Any]]) -> str:
             lines.append(f"CORRUPT     {where} call {p['call']}: {p['reason']}")
         elif p["status"] == "refused":
             lines.append(f"REFUSED     {where} call {p['call']}: {p['reason']} (or pass --allow-pickle)")
+        elif p["status"] == "foreign":
+            by = f"written by skipweave {p['written_by']}" if p["written_by"] else "writer unknown"
+            lines.append(f"FOREIGN     {where}: {plural(len(p['calls']), 'entry', 'entries')} of format version "
+                         f"{p['format_version']} ({by}): not checked, kept as they are; upgrade skipweave to read them")
         else:
             n = plural(len(p["entries"]), "entry", "entries")
             lines.append(f"INCOMPLETE  {where}: {p['reason']} "
@@ -112,7 +127,8 @@ def render(result: Any, found: list[dict[str, Any]]) -> str:
     lines += ignored_lines(result)
     corrupt = sum(1 for p in found if p["status"] == "corrupt")
     refused = sum(1 for p in found if p["status"] == "refused")
-    incomplete = len(found) - corrupt - refused
+    foreign = sum(len(p["calls"]) for p in found if p["status"] == "foreign")
+    incomplete = sum(1 for p in found if p["status"] == "incomplete")
     if corrupt or refused:
         lines.append(f"FAILED: {plural(corrupt, 'corrupt entry', 'corrupt entries')}, "
                      f"{plural(refused, 'refused entry', 'refused entries')}, "
@@ -123,7 +139,11 @@ def render(result: Any, found: list[dict[str, Any]]) -> str:
         lines.append(f"OK: nothing would be served wrongly; {plural(incomplete, 'incomplete part')} (an interrupted "
                      f"run) will be resumed by inputs or recorded afresh; "
                      f"`skipweave gc {result.dump_dir}` shows what it would remove")
-    else:
+    elif not foreign:
         lines.append("OK: every entry is complete and matches its checksums" if result.parts
                      else "OK: nothing recorded yet")
+    if foreign:
+        lines.append(f"NOT CHECKED: {plural(foreign, 'foreign entry', 'foreign entries')} of a format this skipweave "
+                     "does not read (exit 3 when nothing else is wrong); runs leave them as they are and run their "
+                     "calls live")
     return "\n".join(lines)

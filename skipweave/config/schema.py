@@ -126,6 +126,15 @@ class OnMismatch(str, enum.Enum):
     ERROR = "error"
 
 
+class OnForeign(str, enum.Enum):
+    """What a call does when the entry that would serve it is of a format version this skipweave does not read (a
+    newer skipweave wrote it): ``warn`` runs it live, records nothing over the entry and says once which version it
+    found and what to upgrade; ``error`` stops the run with :class:`~skipweave.weaving.replay.ForeignRecording`."""
+
+    WARN = "warn"
+    ERROR = "error"
+
+
 class ShardKind(str, enum.Enum):
     """How entries of several processes calling one target at one step are kept apart.
 
@@ -364,6 +373,10 @@ class RoleConfig(Declared):
             after the config adapters filled theirs (verl's legacy keys, its run identity): one store for every
             phase of a step. The phase profiles set ``rollout``; a role the config does not have is no error (the
             defaults apply).
+        on_foreign: what a call does whose recording is of a format version this skipweave does not read, written by
+            a newer skipweave (:class:`OnForeign`): ``warn`` (run it live, record nothing over the entry, one
+            WARNING per version naming the skipweave to upgrade to) or ``error``. Such an entry is never served,
+            set aside or removed.
         note: the key under which this role's results carry how skipweave settled their call (verl's
             ``meta_info[<note>]``); ``None``: the host's own key (``skipweave``). The phase profiles give each phase
             a key of its own (``skipweave_reward``, ...): verl's ``DataProto.union`` of a step's phase results
@@ -405,6 +418,7 @@ class RoleConfig(Declared):
     depends_on_update: bool = key(False, parse=parse_bool)
     follows: str | None = key(None, parse=optional_str)
     note: str | None = key(None, parse=parse_note_key)
+    on_foreign: OnForeign = key(OnForeign.WARN, parse=enum_parser(OnForeign))
 
     @property
     def compress_level(self) -> int | None:
@@ -440,6 +454,7 @@ NESTED_ROLE_KEYS: dict[str, tuple[str, ...]] = {
 
 __all__ = ["DEFAULT_COMPRESS", "DEFAULT_DUMP_DIR", "DEFAULT_WRITE_BUFFER", "NESTED_ROLE_KEYS", "ROLE_KEYS", "Action",
            "CompareSpec", "OnDiverge", "Serve",
-           "BypassConfig", "BypassKind", "FingerprintConfig", "KeepConfig", "OnMismatch", "RoleConfig", "ShardKind",
+           "BypassConfig", "BypassKind", "FingerprintConfig", "KeepConfig", "OnForeign", "OnMismatch", "RoleConfig",
+           "ShardKind",
            "SkipConfig",
            "StepSet", "StepSourceConfig", "StepSourceKind", "StubSpec", "TargetSpec"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skipweave.store.atomic import sync_files, tmp_name_in
-from skipweave.store.errors import EntryInvalid, StoreMoved
+from skipweave.store.errors import EntryForeign, EntryInvalid, StoreMoved
 from skipweave.store.folders import RoleFolders
 from skipweave.store.format import jsonio
 from skipweave.store.format.group import DATA_MAX_BYTES, ENTRY_MAX_BYTES, build_group, group_tensors
@@ -230,9 +230,11 @@ class Committer:
                     check_manifest(old, final_manifest, key, allow_pickle=True)
                     verify_payload(folder, old, checksums=False)
                     return None
+            except EntryForeign:  # a newer skipweave's entry: never written over, not even by ``replace``
+                return None
             except (EntryInvalid, FileNotFoundError):
                 old = None
-        elif not meta.replace and self._group_holds(folder, key):
+        elif (held := self._group_holds(folder, key)) is not None and (held == "foreign" or not meta.replace):
             return None
         token = uuid.uuid4().hex[:8]
         tree_name = f"{key.stem}.{token}.tree.json"
@@ -281,19 +283,22 @@ class Committer:
                 remove_names(dir_fd, [made.pop()])
                 compress = None
 
-    def _group_holds(self, folder: str, key: EntryKey) -> bool:
-        """True when a group file holds ``key``'s call and is sound (its data file checked by size): the slot is
-        taken. A call claimed by two group files, or by an unsound one, counts as free (its own manifest, written
-        next, is what serves it)."""
+    def _group_holds(self, folder: str, key: EntryKey) -> str | None:
+        """``"sound"`` when a group file holds ``key``'s call and is sound (its data file checked by size): the slot
+        is taken; ``"foreign"`` when the group file holding it is of a format version this skipweave does not read:
+        the slot is never written, not even by ``replace``; ``None`` when the slot is free. A call claimed by two
+        group files, or by an unsound one, counts as free (its own manifest, written next, is what serves it)."""
         try:
             group = self._parts.covering(key)
             if group is None:
-                return False
+                return None
             checked, _ = self._parts.open_group(key, *group)
             verify_payload(folder, {"payload": [checked.data]}, checksums=False)
+        except EntryForeign:
+            return "foreign"
         except (EntryInvalid, OSError):
-            return False
-        return True
+            return None
+        return "sound"
 
     def _write_group(self, dir_fd: int, folder: str, items: list[Item], *, sync: bool) -> _Written:
         """Write the entries of calls ``first..last`` of one part (contiguous, in order, slots free) as one group: its

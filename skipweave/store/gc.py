@@ -59,6 +59,8 @@ class GcKind(str, enum.Enum):
     TRASH = "trash"
     RUN_MARKS = "run_marks"
     RETENTION = "retention"
+    FOREIGN = "foreign"
+    """Never removed: a part holding entries of a format version this skipweave does not read (listed as kept)."""
 
 
 @dataclass
@@ -109,6 +111,11 @@ def plan_gc(result: DumpScan) -> list[GcAction]:
     actions: list[GcAction] = []
     owner: dict[tuple[str, str], GcAction] = {}  # (folder, stem) -> the action removing that entry
     for part in result.parts:
+        if part.holds_foreign:
+            # written by a skipweave that reads more than this one: nothing of the part is judged here, so nothing
+            # of it goes (its corrupt siblings included: a newer writer may name its files in ways this code cannot)
+            actions.append(_foreign_kept(part))
+            continue
         if not part.complete:
             files = list(dict.fromkeys(os.path.join(part.folder, n) for e in part.entries for n in e.files))
             files += [part.part_file] if part.part_file else []
@@ -154,6 +161,18 @@ def plan_gc(result: DumpScan) -> list[GcAction]:
         actions.append(GcAction(GcKind.RUN_MARKS, r.path, [r.path], r.bytes, f"run ended: {r.reason}",
                                 where=f"run {r.run}", modified=r.modified))
     return actions
+
+
+def _foreign_kept(part: PartScan) -> GcAction:
+    """The action that lists a part holding foreign entries as kept, whatever its age or completeness."""
+    from skipweave.store.foreign import describe
+
+    found = list({e.path: e.foreign for e in part.entries if e.foreign is not None}.values())  # a group: one file
+    why = "this skipweave does not read that format version: the part is kept as it is (upgrade skipweave to use it)"
+    files = list(dict.fromkeys(os.path.join(part.folder, n) for e in part.entries for n in e.files))
+    return GcAction(GcKind.FOREIGN, part.folder, files, sum(size_and_mtime(f)[0] for f in files),
+                    f"holds {describe(found)}", where=part.where, outcome="skipped", detail=why, part=part,
+                    modified=part.modified, kept=why)
 
 
 def plan_retention_gc(result: DumpScan, rule: KeepRule, *, namespace: str | None = None, role: str | None = None,

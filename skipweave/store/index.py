@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skipweave.store.cache import ValidatedCache
-from skipweave.store.errors import EntryInvalid, UnsafePath
+from skipweave.store.errors import EntryForeign, EntryInvalid, UnsafePath
 from skipweave.store.folders import Mtime, RoleFolders
 from skipweave.store.format import jsonio
 from skipweave.store.format.group import CheckedGroup, check_group, claims, read_data, read_group
@@ -103,15 +103,18 @@ def part_state(path: str) -> str | None:
     return state if isinstance(state, str) else None
 
 
+_PartCalls = tuple[tuple[Recorded, ...], dict[str, tuple[int, int, Recorded]], dict[int, EntryForeign]]
+
+
 class PartIndex:
     """Each part's listing, group files and entry summaries, kept while its folder is unchanged."""
 
     def __init__(self, folders: RoleFolders) -> None:
         self._folders = folders
         self._listings: ValidatedCache[Part, Listing] = ValidatedCache()
-        # part -> (its entries' summaries, manifest path -> (mtime ns, size, summary)): see part_calls
-        self._entries: ValidatedCache[Part, tuple[tuple[Recorded, ...], dict[str, tuple[int, int, Recorded]]]] \
-            = ValidatedCache()
+        # part -> (its entries' summaries, manifest path -> (mtime ns, size, summary), its foreign calls): see
+        # part_calls
+        self._entries: ValidatedCache[Part, _PartCalls] = ValidatedCache()
         # group file path -> (checked group, its verified data split by call, or None), by (inode, mtime ns, size)
         self._groups: ValidatedCache[str, tuple[CheckedGroup, Split | None]] = ValidatedCache(
             max_weight=GROUP_CACHE_BYTES, weight=lambda v: int(v[0].data["bytes"]) if v[1] is not None else 0)
@@ -193,15 +196,27 @@ class PartIndex:
     def part_calls(self, step: int, target: str, shard: str, *, mtime: Mtime | None = None) -> tuple[Recorded, ...]:
         """The committed entries of a part with their writer and input fingerprint, sorted by call index (see
         :meth:`~skipweave.store.step_store.StepStore.part_calls`)."""
-        part = (step, target, shard)
         if mtime is None:
             mtime = self._folders.mtime(step, target)
+        return self._part_calls((step, target, shard), mtime)[0]
+
+    def foreign_calls(self, step: int, target: str, shard: str, *, mtime: Mtime | None = None
+                      ) -> dict[int, EntryForeign]:
+        """The calls of a part held by an entry (or group file) of a format version this skipweave does not read,
+        each with why (see :class:`~skipweave.store.errors.EntryForeign`); kept as :meth:`part_calls` is."""
+        if mtime is None:
+            mtime = self._folders.mtime(step, target)
+        return self._part_calls((step, target, shard), mtime)[2]
+
+    def _part_calls(self, part: Part, mtime: Mtime | None) -> _PartCalls:
+        step, target, shard = part
         hit = self._entries.get(part, mtime)
         if hit is not None:
-            return hit[0]
+            return hit
         last = self._entries.last(part)
         known = last[1][1] if last is not None else {}
         files: dict[str, tuple[int, int, Recorded]] = {}
+        foreign: dict[int, EntryForeign] = {}
         info, listing = self._list(step, target, shard)
         groups = listing.groups if listing is not None else ()
         with_manifest = listing.own.intersection(info.calls) if listing is not None else frozenset()
@@ -220,6 +235,8 @@ class PartIndex:
                 continue
             try:
                 files[path] = (st.st_mtime_ns, st.st_size, recorded_of(read_manifest(path), call))
+            except EntryForeign as exc:  # serves no call here: not an entry of the part, but its slot is taken
+                foreign[call] = exc
             except (EntryInvalid, OSError):
                 continue
         in_groups: list[Recorded] = []
@@ -228,13 +245,17 @@ class PartIndex:
             for first, last_call, name in groups:
                 try:
                     checked, _ = self.open_group(self._folders.key(step, target, shard, first), first, last_call, name)
+                except EntryForeign as exc:
+                    foreign.update({c: exc for c in range(first, last_call + 1) if c not in own})
+                    continue
                 except (EntryInvalid, OSError):
                     continue
                 in_groups += [recorded_of(m, c) for c, m in checked.entries.items()
                               if c not in own and claimed[c] == 1]
         entries = tuple(sorted([*(f[2] for f in files.values()), *in_groups], key=lambda r: r.call))
-        self._entries.put(part, mtime, (entries, files))
-        return entries
+        value = (entries, files, foreign)
+        self._entries.put(part, mtime, value)
+        return value
 
 
 class StepIndex:

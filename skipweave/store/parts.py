@@ -23,6 +23,7 @@ import filelock
 from skipweave.store.atomic import fsync_dir, write_bytes_atomic
 from skipweave.store.cache import ValidatedCache
 from skipweave.store.folders import RoleFolders
+from skipweave.store.foreign import describe, foreign_in
 from skipweave.store.format import jsonio
 from skipweave.store.format.layout import (
     MANIFEST_SUFFIX,
@@ -218,6 +219,12 @@ class PartStates:
 
             if taken_up():
                 return
+            if found := self._parts.foreign_calls(step, target, shard):
+                # a newer skipweave's entries: neither resumed nor set aside; its calls run live, the free slots
+                # are recorded into
+                logger.info("skipweave: role %s target %s step %d shard %s is incomplete and holds %s; it is left "
+                            "as it is", self._folders.role, target, step, shard, describe(list(found.values())))
+                return
             if resumable and self._resume(part, info.calls):
                 return
             reason = calls_committed(len(info.calls), self.expected_calls(target, shard))
@@ -275,6 +282,10 @@ class PartStates:
             except FileNotFoundError:
                 return None
             if not names:
+                return None
+            if found := foreign_in(folder, shard, names):  # kept as it is, whatever this code thinks of the part
+                logger.warning("skipweave: role %s target %s step %d shard %s is not set aside (%s): it holds %s",
+                               self._folders.role, target, step, shard, reason, describe(found))
                 return None
             dest = self._folders.set_aside_folder(f"{step}-{target}-{shard}-{when}")
             for n in names:

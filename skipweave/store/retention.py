@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import filelock
 
 from skipweave.store.atomic import fsync_dir
+from skipweave.store.foreign import describe, foreign_in_step
 from skipweave.store.format.layout import (
     PART_SUFFIX,
     TMP_PREFIX,
@@ -241,7 +242,14 @@ def _blocked(store: StepStore, step: int, rule: KeepRule, protect: Collection[in
         return "pinned"
     if step in protect:
         return "just written by this process"
-    return busy(store, step, min_age=min_age, now=now)
+    return foreign(store, step) or busy(store, step, min_age=min_age, now=now)
+
+
+def foreign(store: StepStore, step: int) -> str | None:
+    """Why a step holds entries of a format version this skipweave does not read, else ``None``: such a step is
+    never removed, whatever the rule (a newer skipweave wrote it, and only it can judge it)."""
+    found = foreign_in_step(os.path.join(role_dir(store.dump_dir, store.namespace, store.role), str(step)))
+    return f"holds {describe(found)}, which this skipweave does not read" if found else None
 
 
 def busy(store: StepStore, step: int, *, min_age: float, now: float | None = None) -> str | None:
@@ -347,7 +355,7 @@ def remove_step(store: StepStore, item: StepRemoval, *, lock_timeout: float, min
                 return
             for _target, shard, folder in _parts(store, item.step):
                 locks.enter_context(part_lock(folder, shard, timeout=lock_timeout))
-            why = busy(store, item.step, min_age=min_age, now=now)
+            why = foreign(store, item.step) or busy(store, item.step, min_age=min_age, now=now)
             if why is not None:
                 item.outcome, item.detail = "skipped", why
                 return
@@ -485,4 +493,4 @@ def role_lock(dump_dir: str, namespace: str, role: str, *, timeout: float) -> fi
 
 
 __all__ = ["OPEN_PART_AGE_S", "RETENTION_LOCK", "TRASH_PREFIX", "KeepRule", "RetentionPlan", "Retainer", "StepRemoval",
-           "busy", "is_trash_name", "plan_retention", "remove_step", "role_lock", "trash_folders"]
+           "busy", "foreign", "is_trash_name", "plan_retention", "remove_step", "role_lock", "trash_folders"]

@@ -11,8 +11,10 @@ Vocabulary:
 - an **entry** is one committed manifest (or one call of a group file of small entries) with its payload files;
   its status is ``complete`` (valid and its part may be served), ``incomplete`` (valid, but its part may not be
   served), ``refused`` (sound, but it holds pickled data and pickle is not allowed: a run sets it aside, gc keeps
-  it) or ``corrupt`` (the manifest is unreadable or belongs to another entry, lists foreign files, or a payload
-  file is missing, not a regular file, truncated or fails its checksum);
+  it), ``foreign`` (of a format version this skipweave does not read, newer or unknown: never served, never
+  touched, by runs and every command alike) or ``corrupt`` (the manifest is unreadable or belongs to another
+  entry, lists files not its own, or a payload file is missing, not a regular file, truncated or fails its
+  checksum);
 - an **ignored** name is one skipweave never writes (a symlink, a file where a folder belongs, a folder
   not named like a step): it is listed, never followed, read or removed;
 - a **part** is one (step, target, shard): the unit the runtime serves or sets aside;
@@ -37,6 +39,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from skipweave.store.errors import EntryForeign
 from skipweave.store.format.layout import (
     GROUP_SUFFIX,
     MANIFEST_SUFFIX,
@@ -54,7 +57,14 @@ from skipweave.store.fs import is_real_dir, is_step_name, name_problem
 from skipweave.store.parts import calls_committed
 from skipweave.store.retention import is_trash_name
 from skipweave.store.step_store import StepStore
-from skipweave.store.validity import check_entry, check_group, group_data_names, payload_names, payload_stem
+from skipweave.store.validity import (
+    Validity,
+    check_entry,
+    check_group,
+    group_data_names,
+    payload_names,
+    payload_stem,
+)
 
 __all__ = [
     "DumpScan",
@@ -77,6 +87,7 @@ class Status(str, enum.Enum):
     COMPLETE = "complete"
     INCOMPLETE = "incomplete"
     REFUSED = "refused"
+    FOREIGN = "foreign"
     CORRUPT = "corrupt"
 
 
@@ -97,8 +108,8 @@ class EntryScan:
     Attributes:
         key: the entry's identity, from where its manifest sits.
         path: the manifest's path.
-        status: complete, incomplete, refused or corrupt (see the module docstring).
-        reason: why the entry is corrupt or refused, else ``None``.
+        status: complete, incomplete, refused, foreign or corrupt (see the module docstring).
+        reason: why the entry is corrupt, refused or foreign, else ``None``.
         files: names (in the target folder) of the manifest and of the payload files it owns that exist.
         bytes: total size of ``files``.
         manifest: the parsed manifest, ``None`` when it is unreadable.
@@ -113,6 +124,8 @@ class EntryScan:
     bytes: int
     manifest: dict[str, Any] | None
     modified: float
+    foreign: EntryForeign | None = None
+    """Why the entry is foreign (its ``version`` and ``writer``: the skipweave that wrote it), else ``None``."""
 
     @property
     def created_unix(self) -> float | None:
@@ -161,13 +174,21 @@ class PartScan:
 
     @property
     def status(self) -> Status:
-        """``corrupt`` when any entry is, else ``refused`` when any entry is, else ``complete`` or ``incomplete``
-        as the store would judge it."""
+        """``corrupt`` when any entry is, else ``foreign`` when any entry is, else ``refused`` when any entry is,
+        else ``complete`` or ``incomplete`` as the store would judge it."""
         if any(e.status is Status.CORRUPT for e in self.entries):
             return Status.CORRUPT
+        if self.holds_foreign:
+            return Status.FOREIGN
         if any(e.status is Status.REFUSED for e in self.entries):
             return Status.REFUSED
         return Status.COMPLETE if self.complete else Status.INCOMPLETE
+
+    @property
+    def holds_foreign(self) -> bool:
+        """Whether the part holds an entry of a format version this skipweave does not read: nothing of it is
+        removed or rewritten."""
+        return any(e.status is Status.FOREIGN for e in self.entries)
 
     @property
     def where(self) -> str:
@@ -448,11 +469,17 @@ def _scan_entry(
     owned = stem_payloads if referenced is None else [n for n in stem_payloads if n in referenced]
     files = [name, *owned]
     sizes = [size_and_mtime(os.path.join(folder, n)) for n in files]
-    status = Status.REFUSED if validity.refused else Status.CORRUPT if reason else Status.COMPLETE
     return EntryScan(
-        key=key, path=path, status=status, reason=reason, files=files,
+        key=key, path=path, status=_status(validity), reason=reason, files=files,
         bytes=sum(s for s, _ in sizes), manifest=manifest, modified=max(t for _, t in sizes),
+        foreign=validity.foreign,
     )
+
+
+def _status(validity: Validity) -> Status:
+    if validity.foreign is not None:
+        return Status.FOREIGN
+    return Status.REFUSED if validity.refused else Status.CORRUPT if validity.reason else Status.COMPLETE
 
 
 def _scan_group(folder: str, key: EntryKey, first: int, last: int, name: str, data_names: list[str], *,
@@ -472,12 +499,11 @@ def _scan_group(folder: str, key: EntryKey, first: int, last: int, name: str, da
     total = sum(s for s, _ in sizes)
     for i, call in enumerate(calls):
         validity = by_call[call]
-        reason = validity.reason
-        status = Status.REFUSED if validity.refused else Status.CORRUPT if reason else Status.COMPLETE
         share = total // len(calls) + (total % len(calls) if i == 0 else 0)
         out.append(EntryScan(
-            key=dataclasses.replace(key, call=call), path=path, status=status, reason=reason, files=files,
-            bytes=share, manifest=validity.manifest, modified=max(t for _, t in sizes),
+            key=dataclasses.replace(key, call=call), path=path, status=_status(validity), reason=validity.reason,
+            files=files, bytes=share, manifest=validity.manifest, modified=max(t for _, t in sizes),
+            foreign=validity.foreign,
         ))
     return out
 

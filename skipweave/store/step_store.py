@@ -46,7 +46,7 @@ from typing import Any
 import safetensors  # noqa: F401 - its version goes into every manifest (library_versions)
 
 from skipweave.store.commit import Committer, Item
-from skipweave.store.errors import EntryInvalid, StoreMoved
+from skipweave.store.errors import EntryForeign, EntryInvalid, StoreMoved
 from skipweave.store.folders import Mtime, RoleFolders
 from skipweave.store.format.layout import MANIFEST_SUFFIX, EntryKey
 from skipweave.store.identity import Recorded
@@ -209,6 +209,14 @@ class StepStore:
                 whole read, see :meth:`load`); taken here when ``None``.
         """
         return self._index.part_calls(step, target, shard, mtime=mtime)
+
+    def foreign_calls(self, step: int, target: str, shard: str, *, mtime: Mtime | None = None
+                      ) -> dict[int, EntryForeign]:
+        """The calls of a part whose entry (or group file) is of a format version this skipweave does not read, each
+        with the :class:`~skipweave.store.errors.EntryForeign` that says which version and writer. Such a call is
+        never served, and its slot never written (:mod:`skipweave.store.format.versions`); kept as
+        :meth:`part_calls` is."""
+        return self._index.foreign_calls(step, target, shard, mtime=mtime)
 
     def expect_calls(self, target: str, calls: int) -> None:
         """Every shard makes ``calls`` calls of ``target`` per step, whatever ``calls_per_step`` says: a host that

@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from skipweave.store.errors import EntryForeign
 from skipweave.store.format.group import check_group as check_group_file
 from skipweave.store.format.group import claims, entry_of, read_data, read_group
 from skipweave.store.format.layout import (
@@ -39,11 +40,14 @@ class Validity:
         manifest: the parsed manifest, ``None`` when it is unreadable.
         reason: why the entry would not be served, ``None`` when it would.
         refused: the entry is sound but holds pickled data and pickle is not allowed (``reason`` says so).
+        foreign: the entry (or its group file) is of a format version this skipweave does not read (``reason``
+            says which and what to upgrade); such an entry is kept as it is, never judged damaged.
     """
 
     manifest: dict[str, Any] | None
     reason: str | None
     refused: bool = False
+    foreign: EntryForeign | None = None
 
 
 def check_entry(path: str, *, checksums: bool, allow_pickle: bool = False, key: EntryKey | None = None) -> Validity:
@@ -72,6 +76,8 @@ def check_entry(path: str, *, checksums: bool, allow_pickle: bool = False, key: 
         return checked[1].get(key.call, Validity(None, f"group {path} holds no call {key.call}"))
     try:
         manifest = read_manifest(path)
+    except EntryForeign as exc:
+        return Validity(None, str(exc), foreign=exc)
     except EntryInvalid as exc:
         return Validity(None, str(exc))
     key = key or key_of_manifest(path)
@@ -118,6 +124,8 @@ def check_group(path: str, key: EntryKey, first: int, last: int, *, checksums: b
         group = read_group(path)
     except FileNotFoundError:
         return None
+    except EntryForeign as exc:
+        return None, {c: Validity(None, str(exc), foreign=exc) for c in range(first, last + 1)}
     except EntryInvalid as exc:
         return None, {c: Validity(None, str(exc)) for c in range(first, last + 1)}
     folder = os.path.dirname(path)
@@ -127,6 +135,8 @@ def check_group(path: str, key: EntryKey, first: int, last: int, *, checksums: b
             read_data(folder, checked, first, last)
         else:
             verify_payload(folder, {"payload": [checked.data]}, checksums=False)
+    except EntryForeign as exc:  # a readable group holding an entry of a version this code does not read
+        return None, {c: Validity(None, str(exc), foreign=exc) for c in range(first, last + 1)}
     except EntryInvalid as exc:
         entries = group.get("entries")
         return group, {c: Validity(entries[c - first] if isinstance(entries, list) and len(entries) > c - first

@@ -17,9 +17,10 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from skipweave import report
-from skipweave.config.schema import OnMismatch
+from skipweave.config.schema import OnForeign, OnMismatch
 from skipweave.policy.expressions import ExpressionFailed
 from skipweave.policy.matching import Match, PartView, match_call, view_of
+from skipweave.store.errors import EntryForeign
 from skipweave.store.format import codec
 from skipweave.store.format.environment import EnvironmentInvalid, Field, changes, describe, fields_of
 from skipweave.store.format.manifest import EntryInvalid, seconds_of
@@ -53,6 +54,12 @@ class EnvironmentMismatch(FingerprintMismatch):
     host package, the target's source, a key ``fingerprint.env`` names) and ``fingerprint.on_env_mismatch`` is
     ``error``. The message names role, target, step, call and each changed field ``old -> new``. A subclass of
     :class:`FingerprintMismatch`: a handler of that catches it too."""
+
+
+class ForeignRecording(RuntimeError):
+    """The recording that would serve a call is of a format version this skipweave does not read (a newer skipweave
+    wrote it) and ``skip.<role>.on_foreign`` is ``error``. The message names role, target, step, call, the version,
+    the skipweave that wrote it and what to upgrade to; the entry is left as it is."""
 
 
 class ReplayMissing(RuntimeError):
@@ -103,12 +110,20 @@ class Replayer:
         matched = self._match(d, args, kwargs)
         match, mtime = matched if matched is not None else (None, None)
         if match is None or match.call is None:
+            if match is not None and not match.shared:  # its slot may hold what a newer skipweave recorded
+                found = store.foreign_calls(d.served, self.proxy.target.name, d.shard, mtime=mtime).get(d.call)
+                if found is not None:
+                    self.foreign(d, found)
+                    return None
             d.served = None
             return None
         d.slot = match.call
         key = store.key(d.served, self.proxy.target.name, d.shard, match.call)
+        foreign: EntryForeign | None = None
         try:
             return match, key, store.load(key, mtime=mtime)
+        except EntryForeign as exc:  # kept as it is: never set aside, never recorded over
+            foreign = exc
         except FileNotFoundError:  # removed since the part was read: a plain miss, recorded at the call's position
             self.vanished(d, key.step)
             d.served = d.slot = None
@@ -122,7 +137,29 @@ class Replayer:
             d.served, d.no_store = None, True
         except Exception as exc:  # whatever a crafted or damaged entry provokes: a miss, never the host's error
             self.unusable(d, key, f"{type(exc).__name__}: {exc}")
+        if foreign is not None:
+            self.foreign(d, foreign)
         return None
+
+    def foreign(self, d: Call, found: EntryForeign) -> None:
+        """The entry that would serve ``d`` is of a format version this skipweave does not read (``found`` says which
+        and who wrote it): ``d`` runs live and records nothing (the entry stays as it is); one WARNING per version
+        and writer (then DEBUG), or, with ``skip.<role>.on_foreign: error``, :class:`ForeignRecording`.
+
+        Raises:
+            ForeignRecording: ``on_foreign`` is ``error``.
+        """
+        role, target = self.proxy.role, self.proxy.target.name
+        where = f"role {role.role} target {target} step {d.step} call {d.call}"
+        d.served, d.no_store = None, True
+        d.unserved = (f"its recording is of format version {found.version}, which this skipweave does not read "
+                      f"({found.writer and 'written by skipweave ' + found.writer or 'writer unknown'})")
+        if role.on_foreign is OnForeign.ERROR:
+            raise ForeignRecording(f"{where}: {found}; set skip.{role.role}.on_foreign=warn to run such calls live")
+        first = self._first(frozenset({("foreign", found.version, found.writer)}))
+        (logger.warning if first else logger.debug)(
+            "skipweave: %s: %s; running it live and recording nothing over it (skip.%s.on_foreign=error stops "
+            "instead)", where, found, role.role)
 
     def _gone(self, d: Call) -> None:
         """``d`` finds no recording, yet an earlier call of its step was served from step ``src``: when ``src`` is

@@ -159,7 +159,8 @@ CRAFTED = {
     "an entry listing a foreign payload": lambda f: _edit_group(f, lambda g: g["entries"][4]["payload"][0].update(
         checksum="xxh3_128:" + "0" * 32)),
     "group file not JSON": lambda f: _group_file(f).write_text("{not json"),
-    "group file of a newer format": lambda f: _edit_group(f, lambda g: g.update(format_version=2)),
+    "group file without a version number": lambda f: _edit_group(f, lambda g: g.pop("format_version")),
+    "group file whose version is a string": lambda f: _edit_group(f, lambda g: g.update(format_version="2")),
     "a fingerprint that is not a string": lambda f: _edit_group(
         f, lambda g: g["entries"][4].update(input_fingerprint=7)),
     "a data file claimed to take 4 GiB": lambda f: _set_data_item(f, bytes=4 << 30),  # refused before allocating
