@@ -21,7 +21,7 @@ from skipweave.config.schema import OnMismatch
 from skipweave.policy.expressions import ExpressionFailed
 from skipweave.policy.matching import Match, PartView, match_call, view_of
 from skipweave.store.format import codec
-from skipweave.store.format.environment import EnvironmentInvalid, Field, changes, describe, fields_of
+from skipweave.store.format.environment import EnvironmentInvalid, Field, changes, describe, fields_of, identical
 from skipweave.store.format.manifest import EntryInvalid, seconds_of
 from skipweave.store.fs import UnsafePath
 from skipweave.store.identity import started_unix, this_writer
@@ -171,7 +171,8 @@ class Replayer:
                     regenerate="inputs differ from the recording"):
                 return False, None
         recorded_env = loaded.manifest.get("environment")  # entries written before it have none: served as they were
-        if recorded_env is not None and recorded_env != proxy.environment and not self.environment_matches(
+        # (by value and type: a plain != finds a recorded 0 equal to a live false)
+        if recorded_env is not None and not identical(recorded_env, proxy.environment) and not self.environment_matches(
                 d, recorded_env):
             return False, None
         try:  # the recorded RNG state is checked now and restored last: a replay that fails changes nothing
