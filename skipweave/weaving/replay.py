@@ -82,15 +82,6 @@ class Replayer:
         self._served_from: dict[int, int] = {}  # step -> the recorded step that served a call of it
         self.live_unchecked = False  # it could not be: environments are not compared
 
-    def try_replay(self, d: Call, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[bool, Any]:
-        """Serve ``d`` from the store if an entry serves it: ``(True, result)``, else ``(False, None)``.
-
-        Raises:
-            FingerprintMismatch: the entry was made for other inputs and ``on_mismatch`` is ``error``.
-        """
-        t0 = time.perf_counter()
-        return self.serve(d, self.read_entry(d, args, kwargs), args, kwargs, t0)
-
     def read_entry(self, d: Call, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Read | None:
         """The file I/O of a replay (match the call to an entry, read and decode it): ``(match, key, loaded)``,
         or ``None`` when nothing is served (``d`` says why). Touches no host object: an ``async`` target runs it
