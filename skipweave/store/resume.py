@@ -152,8 +152,9 @@ def set_aside_calls(folders: RoleFolders, part: Part, calls: frozenset[int], *,
 
 def write_apart(store: StepStore, keys: list[EntryKey]) -> bool:
     """Write grouped entries of ``store`` again as entries of their own (same result, RNG state, effects,
-    fingerprint), so their group file may be set aside without them (a resumed part closing with a group that holds
-    an unclaimed entry too); False when any could not be read or written (each failure logged as a WARNING)."""
+    fingerprint, environment, ``returned``), so their group file may be set aside without them (a resumed part closing
+    with a group that holds an unclaimed entry too); False when any could not be read or written (each failure logged
+    as a WARNING)."""
     items: list[Item] = []
     for key in keys:
         try:
@@ -165,7 +166,8 @@ def write_apart(store: StepStore, keys: list[EntryKey]) -> bool:
         fp, path, env = m.get("input_fingerprint"), m.get("target_path"), m.get("environment")
         meta = EntryMeta(path if isinstance(path, str) else "", fp if isinstance(fp, str) else "",
                          seconds_of(m), replace=True, concurrent=m.get("concurrent") is True,
-                         environment=env if isinstance(env, dict) else None)  # as recorded: judged on replay
+                         environment=env if isinstance(env, dict) else None,  # as recorded: judged on replay
+                         returned=m.get("returned"))  # (checked when the entry was read)
         items.append((key, store.stage(loaded.result, rng_state=loaded.rng_state, effects=loaded.effects,
                                       appended=loaded.appended), meta))
     results = store.commit_many(items)

@@ -89,6 +89,9 @@ class EntryMeta:
     """What the call ran with (the manifest's ``environment``, see :mod:`skipweave.store.format.environment`);
     ``None``: not
     recorded. One mapping shared by every entry of a target (computed once per process), never changed."""
+    returned: str | None = None
+    """:data:`~skipweave.store.format.manifest.RETURNED_AWAITABLE` when the result is the value of an awaitable a plain
+    ``def`` target handed back (the manifest's ``returned``: replayed as an awaitable); ``None`` otherwise."""
 
 
 def stage(result: Any, *, rng_state: dict[str, Any] | None, effects: dict[str, Any] | None = None,

@@ -1,6 +1,10 @@
 """The async side of a proxy: ``async def`` targets and sync-or-await helpers awaited by their caller.
 
-An ``async`` target's proxy returns an awaitable on every path, replays included. A plain ``def`` whose
+An ``async`` target's proxy returns an awaitable on every path, replays included. So does an eligible call of a plain
+``def`` that hands back an awaitable whose value skipweave may take (:func:`resolvable`: a coroutine, an asyncio
+future): the proxy hands the caller a coroutine that awaits it and records its value, marked ``returned:
+"awaitable"``; a replay of such an entry is again a coroutine, served when awaited (the RNG state and declared effects
+restored then, where the live awaitable would have left them, as for an ``async`` target). A plain ``def`` whose
 ``__wrapped__`` chain holds an ``async def`` is a sync-or-await helper such as verl's ``auto_await``: it runs the
 coroutine to completion when called plainly but hands it back when its caller's frame is a coroutine. For such
 targets the proxy follows the same rule from the caller's frame (:func:`awaited_by_caller`) and calls the helper
@@ -20,16 +24,19 @@ import os
 import sys
 import threading
 import time
+import types
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from skipweave import lifecycle, report
+from skipweave.store.format.manifest import RETURNED_AWAITABLE
 from skipweave.weaving.calls import Call
 from skipweave.weaving.notes import annotate
 
 if TYPE_CHECKING:
     from skipweave.weaving.proxy import SkipProxy
     from skipweave.weaving.record import Snapshot
+    from skipweave.weaving.replay import Read
 
 CORO_FLAGS = inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
 """Code flags of a frame whose calls are awaited (a coroutine's, an async generator's)."""
@@ -47,6 +54,19 @@ def wraps_coroutine_function(func: Any) -> bool:
             return True
         inner, seen = getattr(inner, "__wrapped__", None), seen + 1
     return False
+
+
+def resolvable(result: Any) -> bool:
+    """Whether a plain ``def`` target's result is an awaitable whose value the proxy may await and record in its place:
+    a coroutine object, or an asyncio future (a ``Task`` among them). Either is awaited in the caller's own event loop,
+    when the caller awaits what the proxy handed back, and yields exactly what the caller would have got.
+
+    Any other awaitable is a handle to work running elsewhere, e.g. a Ray ``ObjectRef``: the host may pass it on
+    (``ray.get``, an argument of another task) without ever awaiting it, and its value may be large and remote. It is
+    handed back untouched and not recorded (:meth:`~skipweave.weaving.record.Recorder.record_live` says so).
+    ``asyncio.isfuture`` is asyncio's own test (its futures and those of loops compatible with it); an ``ObjectRef``
+    fails it (Ray 2.60)."""
+    return type(result) is types.CoroutineType or asyncio.isfuture(result)
 
 
 def awaited_by_caller(depth: int = 2) -> bool:
@@ -145,7 +165,8 @@ class AsyncBridge:
         return await self.after_live_off_loop(result, d, time.perf_counter() - t0)
 
     async def finish_awaitable(self, awaitable: Awaitable[Any], d: Call, t0: float) -> Any:
-        """Await the coroutine a plain ``def`` target handed back from its real call, then record its result."""
+        """Await the awaitable (:func:`resolvable`) a plain ``def`` target handed back from its real call, then record
+        its result, marked as the value of an awaitable (``returned: "awaitable"``, replayed as one)."""
         try:
             result = await awaitable
         except BaseException:
@@ -155,16 +176,41 @@ class AsyncBridge:
         if not d.work.enter():
             d.no_store = True
         try:
-            return await self.after_live_off_loop(result, d, time.perf_counter() - t0)
+            return await self.after_live_off_loop(result, d, time.perf_counter() - t0, returned=RETURNED_AWAITABLE)
         finally:
             d.work.leave()
 
-    async def after_live_off_loop(self, result: Any, d: Call, seconds: float) -> Any:
+    async def served_when_awaited(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                                  d: Call, read: Read, t0: float) -> Any:
+        """Serve ``read``, an entry recorded from an awaitable a plain ``def`` target handed back, once the caller
+        awaits (:meth:`SkipProxy.sync_call`): the RNG state and declared effects are restored then, where the live
+        awaitable would have left them (``c = target(); random.random(); await c`` draws as it did live). When the
+        entry is not served after all (other inputs with ``on_mismatch: regenerate``, an unusable RNG state), the call
+        runs live here and is recorded (:meth:`SkipProxy.live_call`).
+
+        Raises:
+            FingerprintMismatch: the entry was made for other inputs or environment and the policy is ``error``.
+            ReplayMissing: the role is replay-only and the entry could not be served.
+        """
+        proxy = self.proxy
+        if not d.work.enter():  # the process exits: no work of ours may still run in torch
+            result = proxy.stand_aside(wrapped, args, kwargs, d)
+        else:
+            try:
+                found, result = proxy.replayer.serve(d, read, args, kwargs, t0)
+                if found:
+                    return result
+                result = proxy.live_call(wrapped, args, kwargs, d)
+            finally:
+                d.work.leave()  # (awaiting is no work of ours)
+        return await result if resolvable(result) else result
+
+    async def after_live_off_loop(self, result: Any, d: Call, seconds: float, returned: str | None = None) -> Any:
         """Record an ``async`` target's result without blocking its event loop: the RNG state and the declared
         effects are taken now, on the loop (what the real call left, before another task moves them); encoding
         and the copy handed to the background writer (or, writing through, the whole write) run in a worker
         thread while the loop serves other tasks. The caller gets the result once it is staged, so nothing it
-        does to it afterwards reaches the recording."""
+        does to it afterwards reaches the recording. ``returned``: the manifest's (see :meth:`finish_awaitable`)."""
         recorder = self.proxy.recorder
         if d.no_store:  # nothing to stage (and at exit no worker thread to stage it in)
             return recorder.after_live(result, d, seconds)
@@ -174,7 +220,7 @@ class AsyncBridge:
             snapshot = None
         d.work.leave()  # (the worker thread is joined before the exit steps run)
         try:
-            return await off_loop(None, recorder.after_live, result, d, seconds, snapshot, work=d.work)
+            return await off_loop(None, recorder.after_live, result, d, seconds, snapshot, returned, work=d.work)
         except ExitBegan:
             d.no_store = True
             return recorder.after_live(result, d, seconds)
@@ -229,4 +275,5 @@ async def off_loop(executor: concurrent.futures.Executor | None, fn: Callable[..
     return await future
 
 
-__all__ = ["AsyncBridge", "CORO_FLAGS", "awaited_by_caller", "chooser", "off_loop", "wraps_coroutine_function"]
+__all__ = ["AsyncBridge", "CORO_FLAGS", "awaited_by_caller", "chooser", "off_loop", "resolvable",
+           "wraps_coroutine_function"]

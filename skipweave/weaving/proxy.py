@@ -33,8 +33,15 @@ from skipweave.config.schema import Action, RoleConfig, TargetSpec
 from skipweave.policy.expressions import Expression, ExpressionFailed
 from skipweave.policy.gate import BYPASS, Gate, compile_gate
 from skipweave.policy.steps import StepError, StepSource
+from skipweave.store.format.manifest import RETURNED_AWAITABLE
 from skipweave.store.step_store import StepStore
-from skipweave.weaving.asyncio_bridge import CORO_FLAGS, AsyncBridge, awaited_by_caller, wraps_coroutine_function
+from skipweave.weaving.asyncio_bridge import (
+    CORO_FLAGS,
+    AsyncBridge,
+    awaited_by_caller,
+    resolvable,
+    wraps_coroutine_function,
+)
 from skipweave.weaving.calls import RUNNING_HERE, Call, CallLedger
 from skipweave.weaving.effects import DeclaredEffects
 from skipweave.weaving.environment import live_environment
@@ -195,7 +202,8 @@ class SkipProxy:
         """Settle a call its gate found eligible at ``step``: replay it (hit) or call through and record (miss).
 
         ``validation``: a validation call, recorded under its own shard; served only in a replay-only run.
-        Returns the result (an awaitable for ``async`` targets and awaited bridges).
+        Returns the result (an awaitable for ``async`` targets, awaited bridges, and plain ``def`` targets that hand
+        back a coroutine or an asyncio future, on a hit as on a miss).
 
         Raises:
             ReplayMissing: the role is replay-only and no recording serves the call.
@@ -279,8 +287,10 @@ class SkipProxy:
 
     def sync_call(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], d: Call) -> Any:
         """Settle ``d``, a plain call: wait for the running call that serves it (single flight), replay it, or call
-        through and record (see :meth:`eligible_call`)."""
-        ledger, replayer, recorder = self.ledger, self.replayer, self.recorder
+        through and record (see :meth:`eligible_call`). An entry recorded from an awaitable the target handed back
+        (``returned: "awaitable"``) is replayed as a coroutine, served when awaited
+        (:meth:`~skipweave.weaving.asyncio_bridge.AsyncBridge.served_when_awaited`)."""
+        ledger, replayer = self.ledger, self.replayer
         if d.waits_for is not None:  # single flight: wait for the running call that will serve this one
             other, d.waits_for = d.waits_for, None
             if other.done is not None and other.thread != threading.get_ident() and not report.loop_running():
@@ -296,19 +306,35 @@ class SkipProxy:
                 ledger.choose(d)
         if self.verifier is not None:
             return self.verifier.sync_call(wrapped, args, kwargs, d)
-        found, value = replayer.try_replay(d, args, kwargs)
+        t0 = time.perf_counter()
+        read = replayer.read_entry(d, args, kwargs)
+        if read is not None and read[2].manifest.get("returned") == RETURNED_AWAITABLE:
+            # the live call handed back an awaitable: so does its replay, served when the caller awaits it
+            return self.async_bridge.served_when_awaited(wrapped, args, kwargs, d, read, t0)
+        found, value = replayer.serve(d, read, args, kwargs, t0)
         if found:
             return value
+        return self.live_call(wrapped, args, kwargs, d)
+
+    def live_call(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], d: Call) -> Any:
+        """Run ``d``, a plain call no recording served, live and record it. Returns its result; when the target
+        handed back an awaitable whose value may be recorded (:func:`~skipweave.weaving.asyncio_bridge.resolvable`: a
+        coroutine, an asyncio future), a coroutine that awaits it and records its value, replayed as an awaitable.
+
+        Raises:
+            ReplayMissing: the role is replay-only (nothing serves the call).
+        """
+        ledger = self.ledger
         if self.role.replay_only:
-            replayer.missing(d)
+            self.replayer.missing(d)
         ledger.fingerprint(d, args, kwargs)  # before the call: the host may mutate its inputs
         t0 = time.perf_counter()
-        with recorder.real_call(d):
+        with self.recorder.real_call(d):
             result = wrapped(*args, **kwargs)
-        if type(result) is types.CoroutineType:  # a plain def that hands back its coroutine
+        if resolvable(result):  # a plain def that hands back its coroutine (or an asyncio future)
             ledger.release_waiters(d)  # it may never be awaited: no later call may wait for it
             return self.async_bridge.finish_awaitable(result, d, t0)
-        return recorder.after_live(result, d, time.perf_counter() - t0)
+        return self.recorder.after_live(result, d, time.perf_counter() - t0)
 
     def stand_aside(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                     d: Call, awaited: bool = False) -> Any:

@@ -107,22 +107,28 @@ class Recorder:
             rng = capture_rng_state()
         return rng, (proxy.effects.after_call(d) if proxy.effects.effects else None)
 
-    def after_live(self, result: Any, d: Call, seconds: float, snapshot: Snapshot | None = None) -> Any:
+    def after_live(self, result: Any, d: Call, seconds: float, snapshot: Snapshot | None = None,
+                   returned: str | None = None) -> Any:
         """Record ``result`` of ``d``'s real call (``seconds`` long) and return it; the call ends here unless the
-        background writer took the entry (it ends the call once committed)."""
+        background writer took the entry (it ends the call once committed). ``returned``: see :meth:`record_live`."""
         handed_over = False
         try:
-            result, handed_over = self.record_live(result, d, seconds, snapshot)
+            result, handed_over = self.record_live(result, d, seconds, snapshot, returned)
             return result
         finally:
             if not handed_over:
                 self.call_ended(d)
 
-    def record_live(self, result: Any, d: Call, seconds: float,
-                    snapshot: Snapshot | None = None) -> tuple[Any, bool]:
+    def record_live(self, result: Any, d: Call, seconds: float, snapshot: Snapshot | None = None,
+                    returned: str | None = None) -> tuple[Any, bool]:
         """Record a live result: staged (encoded, tensors copied) and handed to the background writer, or
         written here (write-through, or an entry larger than ``write_buffer``). Returns the result and whether
-        the writer took it (it then ends the call in the store once committed, see :meth:`written`)."""
+        the writer took it (it then ends the call in the store once committed, see :meth:`written`).
+
+        ``returned``: :data:`~skipweave.store.format.manifest.RETURNED_AWAITABLE` when ``result`` is the value of an
+        awaitable a plain ``def`` target handed back (the manifest says so; a replay hands back an awaitable). A result
+        that is itself awaitable (a Ray ``ObjectRef``; an asyncio future an ``async`` target returned) is a handle to
+        work still running: handed back untouched and not recorded, with a WARNING."""
         proxy = self.proxy
         role, target, store, ledger = proxy.role, proxy.target, proxy.store, proxy.ledger
         if d.slot is None and not d.no_store and store.is_resumed(d.step, target.name, d.shard):
@@ -138,7 +144,7 @@ class Recorder:
         nbytes = 0
         slot = d.call if d.slot is None else d.slot
         if not d.no_store and inspect.isawaitable(result):
-            # e.g. a Ray ObjectRef or an asyncio Future: a handle to work still running, not its result
+            # e.g. a Ray ObjectRef (see asyncio_bridge.resolvable): a handle to work still running, not its result
             logger.warning("skipweave: not recording %s: %s returned %s, a handle to a result still being "
                            "computed; weave the function that produces the data instead", key,
                            target.path, type(result).__name__)
@@ -155,7 +161,7 @@ class Recorder:
             effects, appended = split_appended(effects)
             staged = store.stage(result, rng_state=rng, effects=effects, appended=appended)
             meta = EntryMeta(target.path, d.fp or "", seconds, d.replace, d.concurrent, displace=True,
-                             background=True, environment=proxy.environment)
+                             background=True, environment=proxy.environment, returned=returned)
             budget = role.write_buffer
             if WRITER.behind() and 0 < staged.nbytes <= budget:
                 staged = staged.copied()  # the host may change its result in place as soon as it has it

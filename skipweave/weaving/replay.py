@@ -22,7 +22,7 @@ from skipweave.policy.expressions import ExpressionFailed
 from skipweave.policy.matching import Match, PartView, match_call, view_of
 from skipweave.store.errors import EntryForeign
 from skipweave.store.format import codec
-from skipweave.store.format.environment import EnvironmentInvalid, Field, changes, describe, fields_of
+from skipweave.store.format.environment import EnvironmentInvalid, Field, changes, describe, fields_of, identical
 from skipweave.store.format.manifest import EntryInvalid, seconds_of
 from skipweave.store.fs import UnsafePath
 from skipweave.store.identity import started_unix, this_writer
@@ -88,15 +88,6 @@ class Replayer:
         self._vanished: set[int] = set()  # recorded steps removed while this run served them (warned once)
         self._served_from: dict[int, int] = {}  # step -> the recorded step that served a call of it
         self.live_unchecked = False  # it could not be: environments are not compared
-
-    def try_replay(self, d: Call, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[bool, Any]:
-        """Serve ``d`` from the store if an entry serves it: ``(True, result)``, else ``(False, None)``.
-
-        Raises:
-            FingerprintMismatch: the entry was made for other inputs and ``on_mismatch`` is ``error``.
-        """
-        t0 = time.perf_counter()
-        return self.serve(d, self.read_entry(d, args, kwargs), args, kwargs, t0)
 
     def read_entry(self, d: Call, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Read | None:
         """The file I/O of a replay (match the call to an entry, read and decode it): ``(match, key, loaded)``,
@@ -208,7 +199,8 @@ class Replayer:
                     regenerate="inputs differ from the recording"):
                 return False, None
         recorded_env = loaded.manifest.get("environment")  # entries written before it have none: served as they were
-        if recorded_env is not None and recorded_env != proxy.environment and not self.environment_matches(
+        # (by value and type: a plain != finds a recorded 0 equal to a live false)
+        if recorded_env is not None and not identical(recorded_env, proxy.environment) and not self.environment_matches(
                 d, recorded_env):
             return False, None
         try:  # the recorded RNG state is checked now and restored last: a replay that fails changes nothing

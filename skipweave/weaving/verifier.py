@@ -24,7 +24,6 @@ import inspect
 import logging
 import threading
 import time
-import types
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +32,7 @@ from skipweave.config.schema import OnDiverge, Serve
 from skipweave.config.values import default_report_path
 from skipweave.verify.compare import DIVERGED, IDENTICAL, compare
 from skipweave.verify.report import UNRECORDED, ReportFile, Tally, describe, record
-from skipweave.weaving.asyncio_bridge import EXIT_BEGAN, ExitBegan, off_loop
+from skipweave.weaving.asyncio_bridge import EXIT_BEGAN, ExitBegan, off_loop, resolvable
 from skipweave.weaving.calls import Call
 from skipweave.weaving.notes import RESULT_NOTES, annotate
 from skipweave.weaving.replay import Read, recording_profile
@@ -133,7 +132,7 @@ class Verifier:
         t0 = time.perf_counter()
         with self._gives_back(d), proxy.recorder.real_call(d):
             live = wrapped(*args, **kwargs)
-        if type(live) is types.CoroutineType:  # a plain def that hands back its coroutine
+        if resolvable(live):  # a plain def that hands back its coroutine (or an asyncio future): judged once awaited
             return self._judged_when_awaited(live, d, read, args, kwargs, t0, lengths)
         expected = self.expected(read, args, kwargs)
         return self.finish(d, read, live, self.compare(d, read, expected, live), args, kwargs, t0, lengths)

@@ -4,13 +4,14 @@ checked before a replay compares it, however it was crafted."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from skipweave.store.format.environment import EnvironmentInvalid, changes, describe, fields_of
+from skipweave.store.format.environment import EnvironmentInvalid, changes, describe, fields_of, identical
 from skipweave.store.format.layout import parse_group_name
 from skipweave.store.step_store import EntryMeta, StepStore
 
@@ -58,3 +59,42 @@ def test_fields_only_one_side_has_are_no_change_and_types_count() -> None:
     flipped = fields_of({**ENV, "config": {"model.path": "/m", "rollout.n": True}})
     assert changes(recorded, flipped) == (("config rollout.n", 8, True),)
     assert describe(changes(recorded, flipped)) == "config rollout.n 8 -> True"
+
+
+# Pairs Python's == finds equal, though JSON (and docs/format.md) tells them apart.
+ACROSS_TYPES = [(0, False), (1, True), (1, 1.0), (0, 0.0), (True, 1.0)]
+
+
+@pytest.mark.parametrize(("old", "new"), ACROSS_TYPES + [("1", 1), (None, False)])
+def test_a_config_value_of_another_type_is_a_change_both_ways(old: Any, new: Any) -> None:
+    for a, b in ((old, new), (new, old)):
+        recorded, live = {**ENV, "config": {"k": a, "rollout.n": 8}}, {**ENV, "config": {"k": b, "rollout.n": 8}}
+        assert not identical(json.loads(json.dumps(recorded)), live)  # as a replay reads it from the manifest
+        assert changes(fields_of(recorded), fields_of(live)) == (("config k", a, b),)
+
+
+@pytest.mark.parametrize(("old", "new"), ACROSS_TYPES)
+def test_nested_values_of_another_type_are_not_identical(old: Any, new: Any) -> None:
+    # fields_of keeps config values scalar (lists and mappings are recorded hashed), but the first look walks the
+    # whole manifest value: a number anywhere in it is compared with its type
+    for recorded, live in (({"config": {"k": [old, 1]}}, {"config": {"k": [new, 1]}}),
+                           ({"x": {"y": [{"z": old}]}}, {"x": {"y": [{"z": new}]}}),
+                           ({"x": old}, {"x": new})):
+        assert recorded == live and not identical(recorded, live) and not identical(live, recorded)
+
+
+def test_equal_values_of_the_same_type_are_identical() -> None:
+    env = {**ENV, "config": {"a": 0, "b": True, "c": 1.5, "d": None, "e": "1", "f": "xxh3_64:" + "0" * 16}}
+    assert identical(json.loads(json.dumps(env)), env)
+    assert identical({"x": [1, {"y": [False, None, 0.0]}]}, {"x": [1, {"y": [False, None, 0.0]}]})
+    assert changes(fields_of(env), fields_of(json.loads(json.dumps(env)))) == ()
+
+
+def test_the_first_look_is_no_judgement_of_shape() -> None:
+    # anything unequal, or shaped otherwise, is left to fields_of and changes (a crafted value never raises here)
+    assert not identical({"packages": {"torch": "2.13.0"}}, {"packages": {"torch": "2.13.0", "vllm": "0.8.5"}})
+    assert not identical([ENV], ENV) and not identical(7, ENV) and not identical({"a": (1,)}, {"a": [1]})
+    deep: Any = 0
+    for _ in range(100_000):
+        deep = {"config": deep}
+    assert not identical(deep, ENV)

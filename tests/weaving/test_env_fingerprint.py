@@ -10,6 +10,7 @@ host's distribution version, the target's source file, the value of the config k
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -223,3 +224,35 @@ def test_a_live_environment_that_cannot_be_flattened_is_one_warning_never_the_ho
     (warning,) = got["warnings"]
     assert "role rollout target gen: this process's environment cannot be compared" in warning
     assert "environment.host.version" in warning and "Traceback" not in got["stderr"]
+
+
+@pytest.mark.parametrize(("old", "new"), [(0, False), (1, True), (1, 1.0), (True, 1.0), ("1", 1),
+                                          ({"a": [0, 1]}, {"a": [False, 1]}), ([{"b": 1}], [{"b": 1.0}])],
+                         ids=["0-false", "1-true", "1-1.0", "true-1.0", "str-int", "nested-0-false", "nested-1-1.0"])
+def test_a_named_value_of_another_type_is_a_change_and_the_same_one_is_silent(
+        host_module: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture, old: Any, new: Any) -> None:
+    """In this process (real patches, a real store): Python's == finds each pair equal (but str-int), JSON does not;
+    with on_env_mismatch: error the replay must stop, naming the key, and replay the same value silently."""
+    import skipweave
+
+    name, _ = host_module(HOST)
+    mod = sys.modules[name]
+
+    def run(value: Any) -> Any:
+        skipweave.unweave()
+        skipweave.weave({"model": {"flag": value}, "skip": {"rollout": {
+            "enable": True, "dump_dir": str(tmp_path), "targets": {"gen": f"{name}:Rollout.generate"},
+            "fingerprint": {"env": ["model.flag"], "on_env_mismatch": "error"}}}})
+        out = mod.Rollout().generate(mod.Batch(1))
+        skipweave.flush()
+        return out
+
+    first = run(old)
+    assert mod.REAL == [1]
+    shown = "'xxh3_64:" if isinstance(old, (dict, list)) else repr(old)  # lists and mappings are recorded hashed
+    with pytest.raises(skipweave.EnvironmentMismatch, match=re.escape(f"config model.flag {shown}")):
+        run(new)
+    assert mod.REAL == [1]
+    with caplog.at_level(logging.WARNING, logger="skipweave"):
+        assert run(old) == first and mod.REAL == [1]  # the same value and type: served, nothing said
+    assert not [r for r in caplog.records if "another environment" in r.getMessage()]

@@ -26,6 +26,11 @@ MANIFEST_MAX_BYTES = 1 << 20
 """A manifest is a few hundred bytes; a larger file is not one skipweave wrote (and is not parsed)."""
 
 
+RETURNED_AWAITABLE = "awaitable"
+"""The manifest's ``returned`` when a plain ``def`` target handed back an awaitable (a coroutine, an asyncio future)
+whose value is the recorded result: a replay hands back an awaitable again, so ``await target(...)`` works on a hit as
+on a miss. Absent for every other entry, and in every format-1 entry (whose replay hands back the bare value)."""
+
 CHECKSUM_ALGORITHM = "xxh3_128"
 """The payload checksum: fast (several GB/s), non-cryptographic; detects corruption, not tampering."""
 
@@ -130,7 +135,8 @@ def build_manifest(
     ``concurrent`` says another thread called the target at the same step while this call ran; ``environment`` what
     the call ran with (:mod:`skipweave.store.format.environment`), left out when ``None``; ``fingerprint_rule`` how
     ``fingerprint`` was taken (:data:`~skipweave.store.format.versions.FINGERPRINT_RULES`); ``returned`` is
-    ``"awaitable"`` when a plain ``def`` target returned an awaitable whose value is the recorded result.
+    :data:`RETURNED_AWAITABLE` when a plain ``def`` target returned an awaitable whose value is the recorded result,
+    ``None`` (left out) otherwise.
     """
     versions = library_versions()
     manifest = {
@@ -336,8 +342,9 @@ def check_fields(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_pi
     if manifest.get("format_version", 1) != 1 and rule not in FINGERPRINT_RULES:
         raise EntryInvalid(f"manifest {path} has fingerprint_rule={rule!r:.80}, expected "
                            f"one of {', '.join(FINGERPRINT_RULES)}")
-    if manifest.get("returned") not in (None, "awaitable"):
-        raise EntryInvalid(f"manifest {path} has returned={manifest.get('returned')!r:.80}, expected \"awaitable\"")
+    if manifest.get("returned") not in (None, RETURNED_AWAITABLE):
+        raise EntryInvalid(f"manifest {path} has returned={manifest.get('returned')!r:.80}, expected "
+                           f"{RETURNED_AWAITABLE!r}")
     if not isinstance(manifest.get("input_fingerprint"), str):
         raise EntryInvalid(f"manifest {path} has an input_fingerprint that is not a string")
     pickled = manifest.get("pickled", False)
@@ -380,7 +387,7 @@ def verify_payload(folder: str, manifest: dict[str, Any], *, checksums: bool = T
                 raise EntryInvalid(f"payload {path} does not match its checksum {item['checksum']}")
 
 
-__all__ = ["CHECKSUM_ALGORITHM", "FORMAT_VERSION", "MANIFEST_MAX_BYTES", "CheckedManifest", "EntryInvalid",
-           "EntryRefused", "PayloadFile", "build_manifest", "bytes_checksum", "check_fields", "check_identity",
-           "check_manifest", "check_pickle", "check_structure", "checksum_digest", "file_checksum", "library_versions",
-           "new_hasher", "read_json", "read_manifest", "seconds_of", "verify_payload"]
+__all__ = ["CHECKSUM_ALGORITHM", "FORMAT_VERSION", "MANIFEST_MAX_BYTES", "RETURNED_AWAITABLE", "CheckedManifest",
+           "EntryInvalid", "EntryRefused", "PayloadFile", "build_manifest", "bytes_checksum", "check_fields",
+           "check_identity", "check_manifest", "check_pickle", "check_structure", "checksum_digest", "file_checksum",
+           "library_versions", "new_hasher", "read_json", "read_manifest", "seconds_of", "verify_payload"]
