@@ -147,7 +147,8 @@ def test_ls_json_schema(tmp_path: Path, capsys: Any) -> None:
     parts = _parts(doc)
     one = parts[("gen", 1, "r0")]
     assert set(one) == {"step", "shard", "status", "closed", "expected_calls", "entries", "entries_by_status", "bytes",
-                        "created", "created_unix", "modified_unix", "generation_seconds", "path", "reason"}
+                        "created", "created_unix", "modified_unix", "generation_seconds", "path", "reason",
+                        "foreign"}
     assert one["status"] == "complete" and one["closed"] and one["entries"] == 2 and one["expected_calls"] == 2
     assert one["bytes"] == sum(f.stat().st_size for f in s.target(1).iterdir()
                                if f.name.startswith("r0-") and not f.name.startswith("."))
@@ -160,10 +161,10 @@ def test_ls_json_schema(tmp_path: Path, capsys: Any) -> None:
     for step in (5, 6, 7):
         assert parts[("gen", step, "r0")]["status"] == "corrupt"
         assert parts[("gen", step, "r0")]["entries_by_status"] == {"complete": 1, "incomplete": 0, "refused": 0,
-                                                                    "corrupt": 1}
+                                                                    "foreign": 0, "corrupt": 1}
     totals = doc["totals"]
     assert totals["parts"] == 9 and totals["entries"] == 17
-    assert totals["parts_by_status"] == {"complete": 5, "incomplete": 1, "refused": 0, "corrupt": 3}
+    assert totals["parts_by_status"] == {"complete": 5, "incomplete": 1, "refused": 0, "foreign": 0, "corrupt": 3}
     assert sorted(x["kind"] for x in doc["leftovers"]) == ["orphan", "orphan", "set_aside", "temporary"]
     assert {x["path"] for x in doc["leftovers"]} == {str(p) for p in (s.tmp_file, *s.orphans, s.set_aside)}
 

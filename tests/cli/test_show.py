@@ -63,7 +63,7 @@ def test_show_json_schema_and_path_forms(tmp_path: Path, capsys: Any) -> None:
     doc = json.loads(out)
     assert status == 0
     assert set(doc) == {"schema", "path", "status", "reason", "checksums_checked", "manifest", "payload", "result",
-                        "rng", "summary_error", "environment"}
+                        "rng", "summary_error", "environment", "format_version", "written_by"}
     assert doc["schema"] == "skipweave.show/1" and doc["status"] == "valid" and doc["checksums_checked"] is True
     assert doc["manifest"] == json.loads(manifest.read_text())
     assert [f["state"] for f in doc["payload"]] == ["ok", "ok"]
