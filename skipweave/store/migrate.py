@@ -240,7 +240,11 @@ def plan_migrate(dump_dir: str) -> MigratePlan:
 def _folders(plan: MigratePlan, folder: str) -> list[str]:
     """The real sub-folders of ``folder`` named as skipweave names them, sorted; symlinks go to ``plan.ignored``."""
     names = []
-    with os.scandir(folder) as it:
+    try:
+        it = os.scandir(folder)
+    except (FileNotFoundError, NotADirectoryError):  # removed meanwhile (retention renamed a step away): nothing
+        return []
+    with it:
         for d in it:
             if d.name.startswith(".") or d.name == SET_ASIDE_DIR:
                 continue
@@ -252,7 +256,11 @@ def _folders(plan: MigratePlan, folder: str) -> list[str]:
 
 
 def _list_target(plan: MigratePlan, base: EntryKey, folder: str) -> None:
-    for name in sorted(os.listdir(folder)):
+    try:
+        names = sorted(os.listdir(folder))
+    except (FileNotFoundError, NotADirectoryError):  # removed meanwhile
+        return
+    for name in names:
         path = os.path.join(folder, name)
         if (parsed := parse_manifest_name(name)) is not None and name_problem(parsed[0]) is None:
             key = EntryKey(base.namespace, base.role, base.step, base.target, parsed[0], parsed[1])
