@@ -23,6 +23,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "skipweave.cli.verify",
     "skipweave.cli.diff",
     "skipweave.cli.gc",
+    "skipweave.cli.migrate",
     "skipweave.cli.import_verl",
 )
 """Modules providing a subcommand each (see the module docstring)."""

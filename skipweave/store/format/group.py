@@ -38,6 +38,7 @@ from skipweave.store.format.manifest import (
     check_identity,
     check_pickle,
     check_structure,
+    library_versions,
     read_json,
 )
 from skipweave.store.format.versions import version_of
@@ -172,7 +173,8 @@ def build_group(*, role: str, target: str, step: int, shard: str, first: int, la
                entries: list[dict[str, Any]]) -> dict[str, Any]:
     """The group file's mapping: its identity, its data file, and one manifest per call ``first..last``."""
     return {
-        "format_version": FORMAT_VERSION, "kind": GROUP_KIND, "role": role, "target": target, "step": step,
+        "format_version": FORMAT_VERSION, "skipweave_version": library_versions().get("skipweave", "unknown"),
+        "kind": GROUP_KIND, "role": role, "target": target, "step": step,
         "shard": shard, "first": first, "last": last,
         "data": {"name": data.name, "bytes": data.bytes, "checksum": data.checksum},
         "entries": entries,

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import torch
 
-from skipweave.env import PROGRESS_ENV
+from skipweave.progress import bars_enabled
 from skipweave.store.format import jsonio, safetensors_header
 from skipweave.store.format.manifest import EntryInvalid, bytes_checksum, checksum_digest, new_hasher
 from skipweave.store.format.safetensors_header import MAX_RATIO, header_length
@@ -96,20 +96,6 @@ def progress_enabled(total: int) -> bool:
     is not a terminal; unset, bars show when stderr is a terminal.
     """
     return total > PROGRESS_MIN and bars_enabled()
-
-
-def bars_enabled() -> bool:
-    """Whether progress bars show on stderr at all: ``SKIPWEAVE_PROGRESS=0`` off, ``=1`` on even when stderr is
-    not a terminal; unset, when stderr is a terminal."""
-    env = os.environ.get(PROGRESS_ENV, "").strip().lower()
-    if env in ("0", "false", "no", "off"):
-        return False
-    if env in ("1", "true", "yes", "on"):
-        return True
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 def _progress(total: int, desc: str | None) -> _Progress:
