@@ -34,6 +34,7 @@ from skipweave.policy.expressions import Expression, ExpressionFailed
 from skipweave.policy.gate import BYPASS, Gate, compile_gate
 from skipweave.policy.steps import StepError, StepSource
 from skipweave.store.format.manifest import RETURNED_AWAITABLE
+from skipweave.store.format.versions import reader_of
 from skipweave.store.step_store import StepStore
 from skipweave.weaving.asyncio_bridge import (
     CORO_FLAGS,
@@ -308,7 +309,7 @@ class SkipProxy:
             return self.verifier.sync_call(wrapped, args, kwargs, d)
         t0 = time.perf_counter()
         read = replayer.read_entry(d, args, kwargs)
-        if read is not None and read[2].manifest.get("returned") == RETURNED_AWAITABLE:
+        if read is not None and reader_of(read[2].manifest).returned(read[2].manifest) == RETURNED_AWAITABLE:
             # the live call handed back an awaitable: so does its replay, served when the caller awaits it
             return self.async_bridge.served_when_awaited(wrapped, args, kwargs, d, read, t0)
         found, value = replayer.serve(d, read, args, kwargs, t0)

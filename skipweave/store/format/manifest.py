@@ -17,7 +17,7 @@ import xxhash
 from skipweave.store.errors import EntryInvalid, EntryRefused
 from skipweave.store.format import jsonio
 from skipweave.store.format.layout import EntryKey, parse_payload_name
-from skipweave.store.format.versions import FINGERPRINT_RULES, FORMAT_VERSION, version_of
+from skipweave.store.format.versions import FINGERPRINT_RULES, FORMAT_VERSION, reader_of, version_of
 from skipweave.store.fs import open_payload, open_regular
 from skipweave.store.identity import this_writer
 
@@ -339,7 +339,7 @@ def check_fields(manifest: dict[str, Any], path: str, key: EntryKey, *, allow_pi
                                   or (float in kinds and not _finite(value))):
             raise EntryInvalid(f"manifest {path} has {field}={value!r:.80}, not a {kinds[0].__name__}")
     rule = manifest.get("fingerprint_rule", "signature")
-    if manifest.get("format_version", 1) != 1 and rule not in FINGERPRINT_RULES:
+    if reader_of(manifest).names_rule and rule not in FINGERPRINT_RULES:
         raise EntryInvalid(f"manifest {path} has fingerprint_rule={rule!r:.80}, expected "
                            f"one of {', '.join(FINGERPRINT_RULES)}")
     if manifest.get("returned") not in (None, RETURNED_AWAITABLE):

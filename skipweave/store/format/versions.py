@@ -22,21 +22,61 @@ Every version this code ever wrote stays in :data:`READABLE`; ``skipweave migrat
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from skipweave.store.errors import EntryForeign, EntryInvalid
-
-FORMAT_VERSION = 2
-"""The version of every manifest and group file this code writes."""
-
-READABLE: frozenset[int] = frozenset({1, 2})
-"""The versions this code reads; every other integer version is foreign. Read at each call, so a test can simulate
-an older reader by setting it to ``frozenset({1})``."""
 
 FINGERPRINT_RULES = ("signature", "arguments")
 """``fingerprint_rule`` values: ``signature`` binds a call's arguments to the target's signature before hashing
 (``gen(b, 3)``, ``gen(b, step=3)`` and ``gen(batch=b, step=3)`` are one fingerprint), ``arguments`` hashes them as
 passed (format 1)."""
+
+
+@dataclass(frozen=True)
+class VersionReader:
+    """How the manifests of one format version read: what the version added, and the meaning of its fields where an
+    older version lacks them. The engine asks :func:`reader_of` a checked manifest instead of testing versions.
+
+    Attributes:
+        version: the ``format_version``.
+        added: what the version added, for people (docs/format.md's version table).
+        default_rule: the fingerprint rule of a manifest that names none.
+        names_rule: the version's manifests may name their rule (``fingerprint_rule``); else ``default_rule`` holds.
+        says_returned: the version's manifests may say a plain ``def`` returned an awaitable (``returned``).
+    """
+
+    version: int
+    added: str
+    default_rule: str
+    names_rule: bool
+    says_returned: bool
+
+    def fingerprint_rule(self, manifest: Mapping[str, Any]) -> str:
+        """How ``manifest``'s ``input_fingerprint`` was taken, one of :data:`FINGERPRINT_RULES`."""
+        rule = manifest.get("fingerprint_rule", self.default_rule) if self.names_rule else self.default_rule
+        return rule if rule in FINGERPRINT_RULES else self.default_rule
+
+    def returned(self, manifest: Mapping[str, Any]) -> str | None:
+        """``"awaitable"`` when the recorded value is what an awaitable returned by a plain ``def`` resolved to."""
+        value = manifest.get("returned") if self.says_returned else None
+        return value if isinstance(value, str) else None
+
+
+READERS: dict[int, VersionReader] = {
+    1: VersionReader(1, "manifests, group files of small entries, codec trees, environments", "arguments",
+                     names_rule=False, says_returned=False),
+    2: VersionReader(2, "skipweave_version, fingerprint_rule (signature-bound fingerprints), returned, migrated",
+                     "signature", names_rule=True, says_returned=True),
+}
+"""A reader per version this code knows; every version it ever wrote stays here."""
+
+FORMAT_VERSION = max(READERS)
+"""The version of every manifest and group file this code writes."""
+
+READABLE: frozenset[int] = frozenset(READERS)
+"""The versions this code reads; every other integer version is foreign. Read at each call, so a test can simulate
+an older reader by setting it to ``frozenset({1})``."""
 
 _WRITER_MAX = 64
 
@@ -82,13 +122,17 @@ def version_of(data: Any, path: str, what: str = "manifest") -> int:
     return found
 
 
+def reader_of(manifest: Mapping[str, Any]) -> VersionReader:
+    """The :class:`VersionReader` of a manifest that passed :func:`version_of` (an unknown version reads as the
+    newest: only checked manifests are asked)."""
+    version = manifest.get("format_version")
+    return READERS.get(version, READERS[FORMAT_VERSION]) if type(version) is int else READERS[FORMAT_VERSION]
+
+
 def fingerprint_rule(manifest: Mapping[str, Any]) -> str:
     """How a readable manifest's ``input_fingerprint`` was taken (one of :data:`FINGERPRINT_RULES`): format 1 always
     ``arguments``; format 2 as its ``fingerprint_rule`` says (``signature`` when absent)."""
-    if manifest.get("format_version") == 1:
-        return "arguments"
-    rule = manifest.get("fingerprint_rule", "signature")
-    return rule if rule in FINGERPRINT_RULES else "signature"
+    return reader_of(manifest).fingerprint_rule(manifest)
 
 
 def readable_text() -> str:
@@ -97,5 +141,5 @@ def readable_text() -> str:
     return " and ".join([", ".join(str(v) for v in known[:-1]), str(known[-1])]) if len(known) > 1 else str(known[0])
 
 
-__all__ = ["FINGERPRINT_RULES", "FORMAT_VERSION", "READABLE", "fingerprint_rule", "readable_text", "version_of",
-           "written_by"]
+__all__ = ["FINGERPRINT_RULES", "FORMAT_VERSION", "READABLE", "READERS", "VersionReader", "fingerprint_rule",
+           "readable_text", "reader_of", "version_of", "written_by"]
