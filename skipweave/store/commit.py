@@ -252,6 +252,7 @@ class Committer:
                 role=self._folders.role, target=key.target, target_path=meta.target_path, step=key.step,
                 call=key.call, shard=key.shard, fingerprint=meta.fingerprint, files=files, pickled=staged.pickled,
                 seconds=meta.seconds, concurrent=meta.concurrent, environment=meta.environment,
+                fingerprint_rule=meta.fingerprint_rule,
             )
             tmp_manifest = tmp_name_in(folder, manifest_name)
             made.append(tmp_manifest)
@@ -314,6 +315,7 @@ class Committer:
                 role=role, target=k.target, target_path=meta.target_path, step=k.step, call=k.call,
                 shard=k.shard, fingerprint=meta.fingerprint, files=[data], pickled=staged.pickled,
                 seconds=meta.seconds, concurrent=meta.concurrent, writer=writer, environment=meta.environment,
+                fingerprint_rule=meta.fingerprint_rule,
             ) for k, staged, meta in items]
             group = build_group(role=role, target=keys[0].target, step=keys[0].step, shard=keys[0].shard,
                                 first=first, last=last, data=data, entries=manifests)

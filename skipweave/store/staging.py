@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skipweave.store.format import jsonio
+from skipweave.store.format.versions import ARGUMENTS
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,11 @@ class EntryMeta:
     """What the call ran with (the manifest's ``environment``, see :mod:`skipweave.store.format.environment`);
     ``None``: not
     recorded. One mapping shared by every entry of a target (computed once per process), never changed."""
+    fingerprint_rule: str = ARGUMENTS
+    """How ``fingerprint`` was taken (the manifest's ``fingerprint_rule``, one of :data:`~skipweave.store.format.
+    versions.FINGERPRINT_RULES`): a recording call's own rule (:meth:`~skipweave.weaving.calls.CallLedger.digest`),
+    an entry written again its manifest's. ``arguments`` by default: the rule of
+    :func:`~skipweave.weaving.fingerprint.fingerprint`, and of an empty fingerprint any rule will do."""
 
 
 def stage(result: Any, *, rng_state: dict[str, Any] | None, effects: dict[str, Any] | None = None,

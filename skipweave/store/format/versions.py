@@ -33,7 +33,13 @@ READABLE: frozenset[int] = frozenset({1, 2})
 """The versions this code reads; every other integer version is foreign. Read at each call, so a test can simulate
 an older reader by setting it to ``frozenset({1})``."""
 
-FINGERPRINT_RULES = ("signature", "arguments")
+SIGNATURE = "signature"
+"""The ``fingerprint_rule`` of a digest taken over the call's arguments bound to the target's signature."""
+
+ARGUMENTS = "arguments"
+"""The ``fingerprint_rule`` of a digest taken over the call's arguments as passed (every format-1 entry's)."""
+
+FINGERPRINT_RULES = (SIGNATURE, ARGUMENTS)
 """``fingerprint_rule`` values: ``signature`` binds a call's arguments to the target's signature before hashing
 (``gen(b, 3)``, ``gen(b, step=3)`` and ``gen(batch=b, step=3)`` are one fingerprint), ``arguments`` hashes them as
 passed (format 1)."""
@@ -97,5 +103,5 @@ def readable_text() -> str:
     return " and ".join([", ".join(str(v) for v in known[:-1]), str(known[-1])]) if len(known) > 1 else str(known[0])
 
 
-__all__ = ["FINGERPRINT_RULES", "FORMAT_VERSION", "READABLE", "fingerprint_rule", "readable_text", "version_of",
-           "written_by"]
+__all__ = ["ARGUMENTS", "FINGERPRINT_RULES", "FORMAT_VERSION", "READABLE", "SIGNATURE", "fingerprint_rule",
+           "readable_text", "version_of", "written_by"]
