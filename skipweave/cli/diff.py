@@ -283,6 +283,7 @@ def pairs(left: list[Any], right: list[Any]) -> list[tuple[Any, Any]]:
     index), else, when A's part has one writer whose calls never overlapped, the entry at B's call index.
     ``(entry, None)`` / ``(None, entry)``: one side only. Ordered by A's call index, B's unpaired ones last."""
     from skipweave.policy.matching import match_call, view_of
+    from skipweave.store.format.versions import fingerprint_rule
     from skipweave.store.identity import Writer, recorded_of
 
     me = Writer(*DIFF_WRITER)
@@ -292,16 +293,23 @@ def pairs(left: list[Any], right: list[Any]) -> list[tuple[Any, Any]]:
     paired: dict[int, Any] = {}
     alone: list[tuple[Any, Any]] = []
     for eb in right:
-        raw = (eb.manifest or {}).get("input_fingerprint")
+        manifest = eb.manifest or {}
+        raw = manifest.get("input_fingerprint")
         fp: str = raw if isinstance(raw, str) else ""
-        match = match_call(view, eb.key.call, functools.partial(str, fp), claimed, same_step=True, me=me,
-                           started=math.inf)
+        # B's digest compares only with A's entries of its own rule (a format-1 store beside a format-2 one: by index)
+        match = match_call(view, eb.key.call, functools.partial(_under, fp, fingerprint_rule(manifest)), claimed,
+                           same_step=True, me=me, started=math.inf)
         if match.call is not None and match.call in by_call:
             claimed.add(match.call)
             paired[match.call] = eb
         else:
             alone.append((None, eb))
     return [(ea, paired.get(ea.key.call)) for ea in left] + alone
+
+
+def _under(fp: str, rule: str, asked: str) -> str:
+    """``fp``, an entry's fingerprint taken by ``rule``, as the fingerprint under the rule ``asked`` (``""``: none)."""
+    return fp if asked == rule else ""
 
 
 def document(dump_a: str, dump_b: str, rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -253,7 +253,8 @@ class FingerprintConfig(Declared):
     Attributes:
         on_mismatch: ``warn`` (serve and log), ``regenerate`` (call through, re-record) or ``error``.
         ignore: dotted paths left out of the fingerprint: first part an argument index, a keyword
-            name or ``*``; e.g. ``*.non_tensor_batch.uid`` (verl's per-run random ids).
+            name or ``*``; e.g. ``*.non_tensor_batch.uid`` (verl's per-run random ids). A parameter is named by
+            its index (after ``self``) or its name however the call passes it (docs/format.md, ``fingerprint_rule``).
         include: dotted paths (as ``ignore``'s) of the only parts hashed; empty (default): every part. For a phase
             that reads a few fields of a batch the phases before it add to, e.g. reference log-probs, which read
             ``*.batch.input_ids`` and ``*.batch.attention_mask`` but not the rewards unioned into the batch.

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 
+from skipweave.store.format.versions import FINGERPRINT_RULES
 from skipweave.store.identity import Recorded, Writer, is_concurrent_other, is_other_of_run
 
 
@@ -50,13 +51,15 @@ class PartView:
         shared: the part holds entries of several writers (see :func:`match_call`).
         others: entries not served because a concurrent writer made them.
         by_call: the usable entries by call index.
-        by_fingerprint: input fingerprint -> call indices of usable entries recorded with it, ascending.
+        by_fingerprint: fingerprint rule -> input fingerprint -> call indices of usable entries recorded with it
+            under that rule, ascending (rules in :data:`~skipweave.store.format.versions.FINGERPRINT_RULES` order:
+            a part of today's entries holds only ``signature``).
     """
 
     shared: bool
     others: int
     by_call: Mapping[int, Recorded]
-    by_fingerprint: Mapping[str, tuple[int, ...]]
+    by_fingerprint: Mapping[str, Mapping[str, tuple[int, ...]]]
 
 
 def view_of(recorded: Sequence[Recorded], *, me: Writer, started: float) -> PartView:
@@ -67,18 +70,19 @@ def view_of(recorded: Sequence[Recorded], *, me: Writer, started: float) -> Part
     # it is matched by inputs only, never by its position (children of one launcher, Ray actors of one job).
     shared = is_shared(recorded) or any(is_other_of_run(r, me) for r in recorded)
     usable = [r for r in recorded if not is_concurrent_other(r, me, started)]
-    by_fp: dict[str, list[int]] = {}
+    by_fp: dict[str, dict[str, list[int]]] = {rule: {} for rule in FINGERPRINT_RULES}
     for r in usable:
         if r.fingerprint:
-            by_fp.setdefault(r.fingerprint, []).append(r.call)
+            by_fp.setdefault(r.rule, {}).setdefault(r.fingerprint, []).append(r.call)
     return PartView(shared, len(recorded) - len(usable), {r.call: r for r in usable},
-                    {fp: tuple(sorted(calls)) for fp, calls in by_fp.items()})
+                    {rule: {fp: tuple(sorted(calls)) for fp, calls in fps.items()}
+                     for rule, fps in by_fp.items() if fps})
 
 
 def match_call(
     recorded: Sequence[Recorded] | PartView,
     position: int,
-    fingerprint: Callable[[], str],
+    fingerprint: Callable[[str], str],
     claimed: Container[int],
     *,
     same_step: bool,
@@ -91,7 +95,9 @@ def match_call(
     Args:
         recorded: the part's committed entries, sorted by call index (or their :func:`view_of`).
         position: the call's position among this process's calls of its step (from 0).
-        fingerprint: returns the call's input fingerprint; called only when an entry could match by it.
+        fingerprint: returns the call's input fingerprint under a rule (one of :data:`~skipweave.store.format.
+            versions.FINGERPRINT_RULES`, ``""`` when it has none under it); called only for the rules of entries that
+            could match by it, so a part of ``signature`` entries never asks for the ``arguments`` digest.
         claimed: call indices this process already served or recorded at this step (never served twice).
         same_step: the part is the call's own step (``cache``, or a ``repeat*`` hit on its own step); for
             another step (a ``repeat*`` serving step) inputs differ by nature and only call order matches.
@@ -102,16 +108,23 @@ def match_call(
             come in the order of the interrupted one's).
 
     Returns:
-        A :class:`Match`: the exact-input entry with the lowest index when there is one; else, for a part of one
+        A :class:`Match`: the exact-input entry with the lowest index when there is one (an entry is compared with
+        the call's fingerprint under the entry's own rule, :attr:`Recorded.rule`); else, for a part of one
         writer, the entry at ``position``; else no entry.
     """
     view = recorded if isinstance(recorded, PartView) else view_of(recorded, me=me, started=started)
     shared, others = view.shared or inputs_only, view.others
     if same_step and view.by_fingerprint:
-        fp = fingerprint()
-        for call in view.by_fingerprint.get(fp, ()) if fp else ():
-            if call not in claimed:
-                return Match(call, True, shared, others)
+        best: int | None = None
+        for rule, by_fp in view.by_fingerprint.items():  # each entry compared by the rule it was recorded with
+            fp = fingerprint(rule)
+            for call in by_fp.get(fp, ()) if fp else ():
+                if call not in claimed:
+                    if best is None or call < best:
+                        best = call
+                    break
+        if best is not None:
+            return Match(best, True, shared, others)
     if not shared and position in view.by_call and not (same_step and position in claimed):
         return Match(position, False, shared, others)
     return Match(None, False, shared, others)

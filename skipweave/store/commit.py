@@ -255,6 +255,7 @@ class Committer:
                 call=key.call, shard=key.shard, fingerprint=meta.fingerprint, files=files, pickled=staged.pickled,
                 seconds=meta.seconds, concurrent=meta.concurrent, environment=meta.environment,
                 returned=meta.returned,
+                fingerprint_rule=meta.fingerprint_rule,
             )
             tmp_manifest = tmp_name_in(folder, manifest_name)
             made.append(tmp_manifest)
@@ -321,6 +322,7 @@ class Committer:
                 shard=k.shard, fingerprint=meta.fingerprint, files=[data], pickled=staged.pickled,
                 seconds=meta.seconds, concurrent=meta.concurrent, writer=writer, environment=meta.environment,
                 returned=meta.returned,
+                fingerprint_rule=meta.fingerprint_rule,
             ) for k, staged, meta in items]
             group = build_group(role=role, target=keys[0].target, step=keys[0].step, shard=keys[0].shard,
                                 first=first, last=last, data=data, entries=manifests)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skipweave.env import RUN_ENV, RUN_STARTED_ENV
+from skipweave.store.format.versions import SIGNATURE, fingerprint_rule
 
 _lock = threading.Lock()
 _started_unix = time.time()
@@ -66,6 +67,8 @@ class Recorded:
         writer: ``(run, host, pid)``; ``None`` for entries of skipweave versions that did not record it.
         created_unix: when it was committed (seconds since the epoch; 0.0 when unknown).
         concurrent: the writer saw another thread call the target at the same step while this call ran.
+        rule: how ``fingerprint`` was taken (:func:`~skipweave.store.format.versions.fingerprint_rule`): a call is
+            compared with it by its fingerprint under the same rule.
     """
 
     call: int
@@ -73,6 +76,7 @@ class Recorded:
     writer: tuple[str, str, int] | None
     created_unix: float
     concurrent: bool
+    rule: str = SIGNATURE
 
 
 def run_id() -> str:
@@ -180,6 +184,7 @@ def recorded_of(manifest: dict[str, Any], call: int) -> Recorded:
         writer=writer,
         created_unix=created_f if math.isfinite(created_f) else 0.0,
         concurrent=manifest.get("concurrent") is True,
+        rule=fingerprint_rule(manifest),
     )
 
 

@@ -35,6 +35,7 @@ from skipweave.store.atomic import fsync_dir
 from skipweave.store.folders import RoleFolders
 from skipweave.store.format.layout import TMP_PREFIX, EntryKey, group_stem
 from skipweave.store.format.manifest import seconds_of
+from skipweave.store.format.versions import fingerprint_rule
 from skipweave.store.identity import Recorded
 from skipweave.store.index import calls_in
 from skipweave.store.pending import Part
@@ -167,7 +168,8 @@ def write_apart(store: StepStore, keys: list[EntryKey]) -> bool:
         meta = EntryMeta(path if isinstance(path, str) else "", fp if isinstance(fp, str) else "",
                          seconds_of(m), replace=True, concurrent=m.get("concurrent") is True,
                          environment=env if isinstance(env, dict) else None,  # as recorded: judged on replay
-                         returned=m.get("returned"))  # (checked when the entry was read)
+                         returned=m.get("returned"),  # (checked when the entry was read)
+                         fingerprint_rule=fingerprint_rule(m))  # the digest is kept, so is how it was taken
         items.append((key, store.stage(loaded.result, rng_state=loaded.rng_state, effects=loaded.effects,
                                       appended=loaded.appended), meta))
     results = store.commit_many(items)

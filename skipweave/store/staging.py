@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skipweave.store.format import jsonio
+from skipweave.store.format.versions import ARGUMENTS
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,12 @@ class EntryMeta:
     returned: str | None = None
     """:data:`~skipweave.store.format.manifest.RETURNED_AWAITABLE` when the result is the value of an awaitable a plain
     ``def`` target handed back (the manifest's ``returned``: replayed as an awaitable); ``None`` otherwise."""
+
+    fingerprint_rule: str = ARGUMENTS
+    """How ``fingerprint`` was taken (the manifest's ``fingerprint_rule``, one of :data:`~skipweave.store.format.
+    versions.FINGERPRINT_RULES`): a recording call's own rule (:meth:`~skipweave.weaving.calls.CallLedger.digest`),
+    an entry written again its manifest's. ``arguments`` by default: the rule of
+    :func:`~skipweave.weaving.fingerprint.fingerprint`, and of an empty fingerprint any rule will do."""
 
 
 def stage(result: Any, *, rng_state: dict[str, Any] | None, effects: dict[str, Any] | None = None,

@@ -400,7 +400,9 @@ class StepStore:
             key: the entry.
             result: the live result to store.
             target_path: the target's configured path (kept in the manifest).
-            fingerprint: input fingerprint of the call.
+            fingerprint: input fingerprint of the call, taken by the ``arguments`` rule (as passed,
+                :func:`~skipweave.weaving.fingerprint.fingerprint`; the manifest says so), or ``""``. A woven call's
+                entry is written through :meth:`commit` with its own rule (:class:`EntryMeta`).
             rng_state: RNG state after the real call (:func:`skipweave.weaving.rng.capture_rng_state`).
             seconds: wall time of the real call, in seconds.
             replace: overwrite an existing committed entry (corrupt entry, fingerprint regenerate).

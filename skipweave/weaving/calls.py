@@ -22,8 +22,9 @@ from skipweave import lifecycle, report
 from skipweave.config.errors import ConfigError
 from skipweave.config.schema import Action, ShardKind
 from skipweave.policy.actions import choose_step
+from skipweave.store.format.versions import ARGUMENTS, SIGNATURE
 from skipweave.weaving import shared_dirs
-from skipweave.weaving.fingerprint import fingerprint
+from skipweave.weaving.fingerprint import fingerprint, signature_fingerprint
 from skipweave.weaving.notes import RESULT_NOTES
 from skipweave.weaving.shards import VALIDATION_SHARD, shard_label, shared_shard_advice
 
@@ -43,16 +44,24 @@ class Call:
     """One call the gate let through, from its call index to the end of its record.
 
     ``call`` is its position among this process's calls of its step; ``slot`` the call index of the entry it is
-    served or recorded under (see :mod:`skipweave.policy.matching`), ``None`` until chosen.
+    served or recorded under (see :mod:`skipweave.policy.matching`), ``None`` until chosen. ``fp`` is its input
+    fingerprint under ``fp_rule``, the rule its entry is recorded with (``signature``, or ``arguments`` when the
+    target has no signature or the call does not bind to it), ``None`` until taken; ``fp_arguments`` its fingerprint
+    under the ``arguments`` rule, taken only when an entry of that rule (format 1) is compared with it
+    (:meth:`CallLedger.fingerprint`).
     """
 
-    __slots__ = ("step", "call", "shard", "served", "fp", "replace", "no_store", "start_number", "slot",
-                 "waits_for", "done", "thread", "concurrent", "instance", "waited", "validation", "unserved",
-                 "rng_before", "lists_before", "effects_open", "work")
+    __slots__ = ("step", "call", "shard", "served", "fp", "fp_rule", "fp_arguments", "inputs", "replace", "no_store",
+                 "start_number", "slot", "waits_for", "done", "thread", "concurrent", "instance", "waited",
+                 "validation", "unserved", "rng_before", "lists_before", "effects_open", "work")
 
     def __init__(self, step: int, call: int, shard: str, served: int | None) -> None:
         self.step, self.call, self.shard, self.served = step, call, shard, served
         self.fp: str | None = None
+        self.fp_rule = ARGUMENTS
+        self.fp_arguments: str | None = None
+        # (args, kwargs) of a call of a fingerprint shard, until its serving step is chosen: see CallLedger.choose
+        self.inputs: tuple[tuple[Any, ...], Mapping[str, Any]] | None = None
         self.replace = False
         self.no_store = False
         # while the store counts it as running in its part: its number among the calls the store saw start, else 0
@@ -71,6 +80,15 @@ class Call:
         self.lists_before: dict[str, tuple[list[Any], list[Any]]] | None = None
         self.effects_open = 0  # its number among the target's real calls with effects, until they are taken
         self.work = lifecycle.Work()  # its hold on skipweave's own work, which the process's exit waits for
+
+    def fingerprint_taken(self, rule: str) -> str | None:
+        """Its input fingerprint under ``rule`` as already taken (:meth:`CallLedger.fingerprint` takes it), ``None``
+        when not taken yet; ``""`` when it has none under ``rule``."""
+        if self.fp is None:
+            return None
+        if rule == self.fp_rule:
+            return self.fp
+        return self.fp_arguments if rule == ARGUMENTS else ""
 
 
 class CallLedger:
@@ -149,9 +167,9 @@ class CallLedger:
         and choose the serving step (both touch the dump dir: an ``async`` call does them in a thread)."""
         proxy = self.proxy
         role = proxy.role
-        fp = None
+        fp, rule = None, ARGUMENTS
         if role.shard is ShardKind.FINGERPRINT:
-            fp = self.digest(args, kwargs)
+            fp, rule = self.digest(args, kwargs)
             shard = "f" + fp[:16]
         else:
             try:
@@ -165,7 +183,9 @@ class CallLedger:
         if validation:
             shard = VALIDATION_SHARD + shard
         d = Call(step, self.take_index(step, shard), shard, None)
-        d.fp, d.validation = fp, validation
+        d.fp, d.fp_rule, d.validation = fp, rule, validation
+        if rule == SIGNATURE:  # its format-1 shard is looked for only when its own serves nothing (choose)
+            d.inputs = (args, kwargs)
         if choose:
             try:
                 self.choose_first(d)
@@ -204,6 +224,10 @@ class CallLedger:
             else:
                 recorded = store.recorded_steps(target, shard)
             served = choose_step(action, step, recorded, role.record_steps)
+            inputs, d.inputs = d.inputs, None
+            if served is None and inputs is not None:
+                served = self._format1_shard(d, action, *inputs)
+                shard = d.shard
         except Exception as exc:  # an unreadable dump dir never fails the training call
             logger.warning("skipweave: role %s target %s step %d: the store under %s is unusable (%s: %s); "
                            "running live without recording", role.role, target, step, store.dump_dir,
@@ -226,6 +250,32 @@ class CallLedger:
                 d.waits_for = self._recording_that_serves(d, recorded)
             if d.waits_for is None:
                 self.register(d)
+
+    def _format1_shard(self, d: Call, action: Action, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int | None:
+        """For a call of a fingerprint shard (``shard: fingerprint``) that nothing serves under its signature digest:
+        the shard named by its as-passed digest, where format 1 recorded the same input, when a step there serves it.
+        ``d`` then moves to that shard (its call index taken there); its entries are compared by their own rule.
+        Returns the serving step, or ``None`` (``d`` stays where it is).
+
+        Raises:
+            OSError, UnsafePath: the store is unusable (as :meth:`choose`'s own look).
+        """
+        fp = self.fingerprint(d, args, kwargs, ARGUMENTS)
+        if not fp:
+            return None
+        legacy = (VALIDATION_SHARD if d.validation else "") + "f" + fp[:16]
+        role, target, store = self.proxy.role, self.proxy.target.name, self.proxy.store
+        if role.action is not Action.VERIFY:
+            store.prepare_part(d.step, target, legacy, resumable=False)
+        if action is Action.CACHE:
+            recorded = [d.step] if store.is_complete(d.step, target, legacy) else []
+        else:
+            recorded = store.recorded_steps(target, legacy)
+        served = choose_step(action, d.step, recorded, role.record_steps)
+        if served is not None:
+            self.give_back(d)  # its index in the shard it leaves serves the next call there
+            d.shard, d.call = legacy, self.take_index(d.step, legacy)
+        return served
 
     def resumable(self, d: Call) -> bool:
         """Whether a short part an interrupted run left at ``d``'s step may be resumed (:mod:`skipweave.store.resume`):
@@ -295,37 +345,82 @@ class CallLedger:
             d.done.set_result(None)
 
     # ------------------------------------------------------------------ inputs and writers
-    def fingerprint(self, d: Call, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
-        """The input fingerprint of ``d`` (computed once); ``""`` when the inputs cannot be fingerprinted."""
+    def fingerprint(self, d: Call, args: tuple[Any, ...], kwargs: Mapping[str, Any], rule: str | None = None) -> str:
+        """The input fingerprint of ``d`` under ``rule`` (one of :data:`~skipweave.store.format.versions.
+        FINGERPRINT_RULES`; ``None``: the call's own rule, ``d.fp_rule``, the one its entry is recorded with), taken
+        once per rule and kept on ``d``. ``""`` when the inputs cannot be fingerprinted, or not under ``rule`` (a
+        ``signature`` digest of a call that does not bind to the signature: nothing recorded under that rule is its).
+
+        Take it before the real call (the host may change its inputs in place): the ``arguments`` digest of a call
+        whose own rule is ``signature`` is taken only when an entry of that rule (format 1) is compared with it,
+        which a replay and a verify run do before the call.
+        """
         if d.fp is None:
             try:
-                d.fp = self.digest(args, kwargs)
+                d.fp, d.fp_rule = self.digest(args, kwargs)
             except Exception as exc:  # e.g. inputs nested too deep: never fail the training call
-                logger.warning("skipweave: role %s target %s: inputs cannot be fingerprinted (%s: %s); "
-                               "the entry is recorded without a fingerprint", self.proxy.role.role,
-                               self.proxy.target.name, type(exc).__name__, exc)
+                self._unfingerprinted(exc)
                 d.fp = ""
-        return d.fp
+        if rule is None or rule == d.fp_rule:
+            return d.fp
+        if rule != ARGUMENTS:
+            return ""
+        if d.fp_arguments is None:
+            try:
+                d.fp_arguments = self.arguments_digest(args, kwargs)
+            except Exception as exc:  # as above
+                self._unfingerprinted(exc)
+                d.fp_arguments = ""
+        return d.fp_arguments
 
-    def digest(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
-        """The input fingerprint of a call under the role's ``fingerprint.ignore`` and ``include``, with skipweave's
-        own result notes on any argument ignored too (``*.meta_info.skipweave*`` and the ``note`` of every role of
-        the woven plan): a phase whose input is an earlier phase's result (rewards of a
-        rollout) sees the same inputs whether that result was replayed or recorded live, and only the note would
-        tell them apart.
+    def _unfingerprinted(self, exc: Exception) -> None:
+        """The inputs could not be fingerprinted (``exc``): a WARNING, and the call goes on without a fingerprint."""
+        logger.warning("skipweave: role %s target %s: inputs cannot be fingerprinted (%s: %s); "
+                       "the entry is recorded without a fingerprint", self.proxy.role.role,
+                       self.proxy.target.name, type(exc).__name__, exc)
+
+    def digest(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str, str]:
+        """The input fingerprint of a call under its own rule, and that rule: ``signature`` (its arguments bound to
+        the target's signature, :func:`~skipweave.weaving.fingerprint.signature_fingerprint`) when the weaver gave
+        the proxy a :attr:`~skipweave.weaving.proxy.SkipProxy.binding` and the call binds to it, else ``arguments``
+        (:meth:`arguments_digest`).
 
         Raises:
             ValueError, RecursionError: the inputs cannot be fingerprinted.
         """
+        binding = self.proxy.binding
+        if binding is not None:
+            include = self.proxy.role.fingerprint.include or None
+            fp = signature_fingerprint(binding, args, kwargs, ignore=self._ignored(), include=include,
+                                       on_unmatched=None if include is None or self.include_warned
+                                       else self.warn_unmatched)
+            if fp is not None:
+                return fp, SIGNATURE
+        return self.arguments_digest(args, kwargs), ARGUMENTS
+
+    def arguments_digest(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+        """The input fingerprint of a call under the ``arguments`` rule (as passed, format 1's): positional arguments
+        by index, keyword arguments by name (:func:`~skipweave.weaving.fingerprint.fingerprint`).
+
+        Raises:
+            ValueError, RecursionError: the inputs cannot be fingerprinted.
+        """
+        include = self.proxy.role.fingerprint.include or None
+        return fingerprint(args, kwargs, ignore=self._ignored(), include=include,
+                           on_unmatched=None if include is None or self.include_warned else self.warn_unmatched)
+
+    def _ignored(self) -> tuple[str, ...]:
+        """The role's ``fingerprint.ignore`` paths with skipweave's own result notes on any argument (``*.meta_info.
+        skipweave*`` and the ``note`` of every role of the woven plan): a phase whose input is an earlier phase's
+        result (rewards of a rollout) sees the same inputs whether that result was replayed or recorded live, and
+        only the note would tell them apart. Built at the first call, then kept."""
         ignore = self._fp_ignore
         if ignore is None:
             keys = tuple(dict.fromkeys(k for k in (*RESULT_NOTES.role_keys, self.proxy.role.note) if k))
             notes = tuple(p for attribute, key in RESULT_NOTES.current()
                           for p in (f"*.{attribute}.{key}*", *(f"*.{attribute}.{k}" for k in keys)))
             ignore = self._fp_ignore = tuple(dict.fromkeys((*self.proxy.role.fingerprint.ignore, *notes)))
-        include = self.proxy.role.fingerprint.include or None
-        return fingerprint(args, kwargs, ignore=ignore, include=include,
-                           on_unmatched=None if include is None or self.include_warned else self.warn_unmatched)
+        return ignore
 
     def warn_unmatched(self) -> None:
         """Once per proxy: ``fingerprint.include`` named no part of a call's inputs, so all of them were hashed."""

@@ -1,7 +1,20 @@
-"""Stable fingerprints of a call's inputs.
+"""Stable fingerprints of a call's inputs, by one of two rules (the manifest's ``fingerprint_rule``).
 
-:func:`fingerprint` hashes the positional and keyword arguments of a call with xxh3-128 into a hex digest
-that is identical across processes and machines (no ``id()``, no ``hash()``, no memory addresses). It hashes:
+- ``signature`` (:func:`signature_fingerprint`, what format 2 records): the call's arguments are first bound to the
+  target's signature (:mod:`skipweave.weaving.binding`, built once per target at weave time), so ``gen(b, 3)``,
+  ``gen(b, step=3)`` and ``gen(batch=b, step=3)`` are one fingerprint; a parameter left out, or passed equal to a
+  plain default (``None``, bool, int, float, str), is not hashed. The bound arguments are hashed as a mapping from
+  parameter name to value in sorted-name order, ``*args`` as the sequence of the extra positional arguments and
+  ``**kwargs`` as the mapping of the extra keyword arguments (sorted by keyword), each under its own name.
+- ``arguments`` (:func:`fingerprint`, format 1's, and the fallback for a target without a readable signature or a
+  call that does not fit it): positional arguments by index and keyword arguments by name, as passed.
+
+The two rules tag their streams apart and never give one digest; an entry is always compared with the live call's
+fingerprint taken by the entry's own rule (:meth:`skipweave.weaving.calls.CallLedger.fingerprint`), so format-1
+entries keep matching the call form they were recorded with.
+
+Both hash values with xxh3-128 into a hex digest that is identical across processes and machines (no ``id()``, no
+``hash()``, no memory addresses). They hash:
 
 * tensors by dtype, shape and raw bytes (device and ``requires_grad`` are NOT part of the digest, so the
   same values on CPU and GPU match); contiguous CPU tensors are hashed in place without a copy;
@@ -16,7 +29,10 @@ that is identical across processes and machines (no ``id()``, no ``hash()``, no 
   attributes whose values the codec supports natively (others are skipped);
 * anything else by type name plus ``repr`` when the repr carries no memory address (else type name only).
 
-Parts of the inputs can be excluded with ``ignore`` paths, see :func:`fingerprint`.
+Parts of the inputs can be excluded with ``ignore`` paths (or only some hashed, ``include``), see :func:`fingerprint`.
+A path's first component keeps its meaning under both rules: a positional index or a keyword name; under
+``signature`` it names the parameter however the call passes it (:func:`signature_fingerprint`), so the paths of the
+shipped profiles (``*.batch.input_ids``, ``0.meta_info.seed``) select the same parts.
 """
 
 from __future__ import annotations
@@ -28,7 +44,7 @@ import re
 import struct
 import types
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -37,9 +53,12 @@ import xxhash
 from skipweave.store.classes import class_ref
 from skipweave.store.hosts import HOST_TYPES, FingerprintParts
 
+if TYPE_CHECKING:
+    from skipweave.weaving.binding import Binding
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["fingerprint"]
+__all__ = ["fingerprint", "signature_fingerprint"]
 
 _ADDRESS_RE = re.compile(r" at 0x[0-9a-fA-F]+")
 _Pattern = tuple[str, ...]
@@ -295,14 +314,15 @@ def _digest_of(obj: Any) -> bytes:
     return bytes(h.h.digest())
 
 
-def _advance(sel: _Sel, depth: int, comp: str) -> _Sel | None:
+def _advance(sel: _Sel, depth: int, comp: str, alias: str | None = None) -> _Sel | None:
     """What is hashed below ``comp`` at ``depth``; None if it is left out (an ignore pattern matches it completely,
-    or include patterns exist and none leads into it)."""
+    or include patterns exist and none leads into it). A pattern component matching ``alias`` matches too (a bound
+    parameter is named by its name and by its position)."""
     if not sel.ignore and sel.keep is None:
         return sel
     ignore = []
     for p in sel.ignore:
-        if _matches(p[depth], comp):
+        if _matches(p[depth], comp) or (alias is not None and _matches(p[depth], alias)):
             if len(p) == depth + 1:
                 return None
             ignore.append(p)
@@ -310,7 +330,7 @@ def _advance(sel: _Sel, depth: int, comp: str) -> _Sel | None:
     if sel.keep is not None:
         alive: list[_Pattern] = []
         for p in sel.keep:
-            if _matches(p[depth], comp):
+            if _matches(p[depth], comp) or (alias is not None and _matches(p[depth], alias)):
                 if len(p) == depth + 1:
                     alive = []
                     sel.found[0] = True
@@ -379,6 +399,81 @@ def fingerprint(args: tuple[Any, ...], kwargs: Mapping[str, Any], *, ignore: Seq
             on_unmatched()
         digest = _call_digest(args, kwargs, _Sel(pats.ignore))
     return digest
+
+
+def signature_fingerprint(binding: Binding, args: tuple[Any, ...], kwargs: Mapping[str, Any], *,
+                          ignore: Sequence[str] = (), include: Sequence[str] | None = None,
+                          on_unmatched: Callable[[], None] | None = None) -> str | None:
+    """Return the digest of a call's inputs under the ``signature`` rule: its arguments bound to the target's
+    parameters (:meth:`Binding.bind <skipweave.weaving.binding.Binding.bind>`), so every form of one call (by
+    position, by keyword, mixed; a parameter left out or passed equal to its plain default) has one digest.
+
+    The bound arguments are hashed as a mapping from parameter name to value, in the order of their sorted names;
+    ``*args`` under its name as the sequence of the extra positional arguments, ``**kwargs`` under its name as the
+    mapping of the extra keyword arguments, sorted by keyword. The stream is tagged apart from the ``arguments``
+    rule's (:func:`fingerprint`), so the two rules never give one digest.
+
+    ``ignore`` and ``include`` paths mean what they mean under the ``arguments`` rule, whatever form the call takes:
+    their first component names a parameter by its name or, for a positional parameter, by its position (``"0"``
+    is the first parameter after ``self``, passed by position or by keyword); a position past the named ones names
+    an extra positional argument (an element of ``*args``), and a name that is no parameter names an extra keyword
+    argument (a key of ``**kwargs``).
+
+    Args:
+        binding: the target's binding (:func:`~skipweave.weaving.binding.binding_of`, built at weave time).
+        args, kwargs, ignore, include, on_unmatched: as :func:`fingerprint`'s.
+
+    Returns:
+        The lowercase hex digest (xxh3-128, 32 hex characters), or ``None`` when the call does not bind to the
+        signature (it will raise ``TypeError`` itself): the caller takes the ``arguments`` rule instead.
+
+    Raises:
+        ValueError: an ignore or include path is empty or has an empty component.
+    """
+    bound = binding.bind(args, kwargs)
+    if bound is None:
+        return None
+    pats = _Sel(_patterns(ignore, "ignore"), None if include is None else _patterns(include, "include"))
+    digest = _bound_digest(bound, binding, pats)
+    if pats.keep is not None and not pats.found[0]:
+        if on_unmatched is not None:
+            on_unmatched()
+        digest = _bound_digest(bound, binding, _Sel(pats.ignore))
+    return digest
+
+
+def _bound_digest(bound: Mapping[str, Any], binding: Binding, pats: _Sel) -> str:
+    h = _Hasher(xxhash.xxh3_128())
+    h.put(b"call-v2")
+    index = binding.index
+    for name in binding.order:
+        if name not in bound:
+            continue
+        value = bound[name]
+        if name == binding.var_positional:  # extra positional arguments, named by their position in the call
+            first = len(binding.positional)
+            h.put_str(b"V", name)
+            for j, v in enumerate(value):
+                comp = str(first + j)
+                sub = _advance(pats, 0, comp)
+                if sub is not None:
+                    h.feed(v, (comp,), sub, False)
+                    h.put_str(b"#", str(j))
+            h.put(b"]")
+        elif name == binding.var_keyword:  # extra keyword arguments, named by their keyword
+            h.put_str(b"W", name)
+            for key in sorted(value):
+                sub = _advance(pats, 0, key)
+                if sub is not None:
+                    h.feed(value[key], (key,), sub, False)
+                    h.put_str(b"=", key)
+            h.put(b"}")
+        else:
+            sub = _advance(pats, 0, name, index.get(name))
+            if sub is not None:
+                h.feed(value, (name,), sub, False)
+                h.put_str(b"=", name)
+    return str(h.h.hexdigest())
 
 
 def _call_digest(args: tuple[Any, ...], kwargs: Mapping[str, Any], pats: _Sel) -> str:

@@ -43,6 +43,7 @@ from skipweave.weaving.asyncio_bridge import (
     resolvable,
     wraps_coroutine_function,
 )
+from skipweave.weaving.binding import Binding
 from skipweave.weaving.calls import RUNNING_HERE, Call, CallLedger
 from skipweave.weaving.effects import DeclaredEffects
 from skipweave.weaving.environment import live_environment
@@ -84,6 +85,9 @@ class SkipProxy:
             action is ``verify``; else ``None``.
         original: the function the weaver patched (set by the weaver; ``None`` for a proxy built otherwise): whose
             source and package belong to :attr:`environment`.
+        binding: how a call's arguments bind to the target's signature (set by the weaver,
+            :func:`~skipweave.weaving.binding.binding_of`): its calls are fingerprinted by the ``signature`` rule;
+            ``None`` (a target without a signature, a proxy built otherwise): by the ``arguments`` rule.
         counts: this target's counters (:func:`skipweave.report.for_target`).
     """
 
@@ -130,6 +134,7 @@ class SkipProxy:
         self.async_bridge = AsyncBridge(self)
         self.verifier = Verifier(self) if role.action is Action.VERIFY else None
         self.original: Callable[..., Any] | None = None
+        self.binding: Binding | None = None
         self._environment: dict[str, Any] | None = None
 
     @property

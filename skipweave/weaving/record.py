@@ -161,7 +161,8 @@ class Recorder:
             effects, appended = split_appended(effects)
             staged = store.stage(result, rng_state=rng, effects=effects, appended=appended)
             meta = EntryMeta(target.path, d.fp or "", seconds, d.replace, d.concurrent, displace=True,
-                             background=True, environment=proxy.environment, returned=returned)
+                             background=True, environment=proxy.environment, returned=returned,
+                             fingerprint_rule=d.fp_rule)
             budget = role.write_buffer
             if WRITER.behind() and 0 < staged.nbytes <= budget:
                 staged = staged.copied()  # the host may change its result in place as soon as it has it

@@ -24,6 +24,7 @@ from skipweave.store.errors import EntryForeign
 from skipweave.store.format import codec
 from skipweave.store.format.environment import EnvironmentInvalid, Field, changes, describe, fields_of, identical
 from skipweave.store.format.manifest import EntryInvalid, seconds_of
+from skipweave.store.format.versions import fingerprint_rule
 from skipweave.store.fs import UnsafePath
 from skipweave.store.identity import started_unix, this_writer
 from skipweave.weaving.calls import Call
@@ -189,13 +190,15 @@ class Replayer:
         role, target = proxy.role, proxy.target
         match, key, loaded = read
         recorded_fp = loaded.manifest.get("input_fingerprint")  # "" for entries imported without their inputs
+        # the live inputs fingerprinted by the rule the entry's was taken with (format 1: as passed)
         if (not match.exact and d.served == d.step and recorded_fp
-                and recorded_fp != proxy.ledger.fingerprint(d, args, kwargs)):
+                and recorded_fp != (live_fp := proxy.ledger.fingerprint(d, args, kwargs,
+                                                                       fingerprint_rule(loaded.manifest)))):
             if not self.mismatch(
                     d, role.fingerprint.on_mismatch, FingerprintMismatch, "on_mismatch",
-                    error=f"the recorded entry was made for other inputs (recorded {recorded_fp}, live {d.fp})",
+                    error=f"the recorded entry was made for other inputs (recorded {recorded_fp}, live {live_fp})",
                     hint=f"add the differing fields to skip.{role.role}.fingerprint.ignore",
-                    warn=f"inputs differ from the recording (fingerprint {recorded_fp} vs {d.fp})",
+                    warn=f"inputs differ from the recording (fingerprint {recorded_fp} vs {live_fp})",
                     regenerate="inputs differ from the recording"):
                 return False, None
         recorded_env = loaded.manifest.get("environment")  # entries written before it have none: served as they were
@@ -343,8 +346,8 @@ class Replayer:
         # a short part of an interrupted run this process resumes: its entries serve the calls of their step by inputs
         resumed = same and store.is_resumed(d.step, target, d.shard)
         match = match_call(self._view(d.served, d.shard, entries), d.call,
-                           lambda: ledger.fingerprint(d, args, kwargs), claimed, same_step=same, me=this_writer(),
-                           started=started_unix(), inputs_only=resumed)
+                           lambda rule: ledger.fingerprint(d, args, kwargs, rule), claimed, same_step=same,
+                           me=this_writer(), started=started_unix(), inputs_only=resumed)
         if resumed:
             if match.call is not None:
                 ledger.claim(d.step, d.shard, match.call)

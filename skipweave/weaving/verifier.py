@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from skipweave import lifecycle, report
 from skipweave.config.schema import OnDiverge, Serve
 from skipweave.config.values import default_report_path
+from skipweave.store.format.versions import fingerprint_rule
 from skipweave.verify.compare import DIVERGED, IDENTICAL, compare
 from skipweave.verify.report import UNRECORDED, ReportFile, Tally, describe, record
 from skipweave.weaving.asyncio_bridge import EXIT_BEGAN, ExitBegan, off_loop, resolvable
@@ -127,6 +128,7 @@ class Verifier:
         proxy = self.proxy
         proxy.ledger.fingerprint(d, args, kwargs)  # before the call: the host may mutate its inputs
         read = proxy.replayer.read_entry(d, args, kwargs)
+        self._fingerprint_as_recorded(d, read, args, kwargs)
         d.no_store = True  # a verify run records nothing
         lengths = self._list_lengths(d, read)
         t0 = time.perf_counter()
@@ -136,6 +138,13 @@ class Verifier:
             return self._judged_when_awaited(live, d, read, args, kwargs, t0, lengths)
         expected = self.expected(read, args, kwargs)
         return self.finish(d, read, live, self.compare(d, read, expected, live), args, kwargs, t0, lengths)
+
+    def _fingerprint_as_recorded(self, d: Call, read: Read | None, args: tuple[Any, ...],
+                                 kwargs: Mapping[str, Any]) -> None:
+        """Before the live call (the host may change its inputs in place): take the call's fingerprint under the rule
+        its recording's was taken with (a format-1 entry's: as passed), which :meth:`compare` reads."""
+        if read is not None:
+            self.proxy.ledger.fingerprint(d, args, kwargs, fingerprint_rule(read[2].manifest))
 
     def _list_lengths(self, d: Call, read: Read | None) -> list[tuple[list[Any], int]] | None:
         """With ``serve: recorded``, the declared list effects' lengths before the live call (see
@@ -161,6 +170,7 @@ class Verifier:
             raise
         if read is EXIT_BEGAN or not d.work.enter():
             return await proxy.stand_aside(wrapped, args, kwargs, d, awaited=True)
+        self._fingerprint_as_recorded(d, read, args, kwargs)
         d.no_store = True
         lengths = self._list_lengths(d, read)
         t0 = time.perf_counter()
@@ -228,9 +238,11 @@ class Verifier:
         proxy = self.proxy
         comparison, inputs = None, "unknown"
         if read is not None:
-            recorded_fp = read[2].manifest.get("input_fingerprint")
-            if recorded_fp and d.fp:
-                inputs = "same" if recorded_fp == d.fp else "differ"
+            manifest = read[2].manifest
+            recorded_fp = manifest.get("input_fingerprint")
+            live_fp = d.fingerprint_taken(fingerprint_rule(manifest))  # taken before the live call
+            if recorded_fp and live_fp:
+                inputs = "same" if recorded_fp == live_fp else "differ"
             comparison = compare(expected, live, self.spec)
         return record(role=proxy.role.role, target=proxy.target.name, step=d.step, call=d.call, shard=d.shard,
                       validation=d.validation, comparison=comparison, inputs=inputs, reason=d.unserved)

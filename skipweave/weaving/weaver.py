@@ -33,6 +33,7 @@ from skipweave.store.identity import end_run, made_here, run_id, run_started
 from skipweave.store.retention import KeepRule
 from skipweave.store.step_store import StepStore
 from skipweave.store.write_behind import flush
+from skipweave.weaving.binding import binding_of
 from skipweave.weaving.main_script import MAIN, WATCH, names_main_script
 from skipweave.weaving.notes import RESULT_NOTES
 from skipweave.weaving.proxy import SkipProxy, shard_label, wraps_coroutine_function
@@ -309,6 +310,7 @@ class Weaver:
                           bridge=bridge, positions=positions)
         proxy.defaults = _defaults(original)
         proxy.original = func  # its source and package: the entries' environment
+        proxy.binding = binding_of(original, owner)  # once per target: calls are bound to it, never re-inspected
         handle = wrapt.wrap_function_wrapper(owner, attr, proxy.wrapper())
         patch.proxy, patch.owner, patch.attr, patch.handle, patch.pending = proxy, owner, attr, handle, False
         store = self._store(patch.role)  # for a driver whose workers alone weave it: no never-woven warning

@@ -5,6 +5,7 @@ one role each, composed with each other and with the rollout profiles, through H
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from hydra.core.global_hydra import GlobalHydra
 from skipweave.config import load_skip_config
 from skipweave.config.profiles import compose_profile
 from skipweave.config.schema import DEFAULT_DUMP_DIR, Action, SkipConfig
-from skipweave.weaving.fingerprint import fingerprint
+from skipweave.weaving.binding import binding_of
+from skipweave.weaving.fingerprint import fingerprint, signature_fingerprint
 
 PHASES = {"ref_cache": "ref", "reward_cache": "reward", "values_cache": "values", "old_log_prob_cache": "old_log_prob"}
 
@@ -133,6 +135,21 @@ def test_a_phase_reading_the_tokens_is_fingerprinted_by_them_alone(profile: str)
     recorded = fingerprint((Batch(responses, torch.zeros(2)),), {}, ignore=ignore, include=include)
     assert fingerprint((Batch(responses, torch.ones(2)),), {}, ignore=ignore, include=include) == recorded
     assert fingerprint((Batch(responses + 1, torch.zeros(2)),), {}, ignore=ignore, include=include) != recorded
+
+    # the same paths under the signature rule (format 2), the batch passed by position or by keyword
+    class Trainer:  # verl's RayPPOTrainer._compute_ref_log_prob(self, batch) and its siblings
+        def compute(self, batch: Batch) -> None: ...
+
+    binding = binding_of(inspect.getattr_static(Trainer, "compute"), Trainer)
+    assert binding is not None
+
+    def bound(batch: Batch, by_keyword: bool) -> str | None:
+        args, kwargs = ((), {"batch": batch}) if by_keyword else ((batch,), {})
+        return signature_fingerprint(binding, args, kwargs, ignore=ignore, include=include)
+
+    recorded = bound(Batch(responses, torch.zeros(2)), False)
+    assert bound(Batch(responses, torch.ones(2)), True) == bound(Batch(responses, torch.ones(2)), False) == recorded
+    assert bound(Batch(responses + 1, torch.zeros(2)), True) != recorded
 
 
 VERL_APP = {"trainer": {"experiment_name": "e", "project_name": "p"},

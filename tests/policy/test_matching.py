@@ -23,7 +23,7 @@ def rec(call: int, fp: str, writer: tuple[str, str, int] | None = EARLIER, creat
 
 def match(recorded: list[Recorded], position: int, fp: str, claimed: set[int] | None = None,
           same_step: bool = True) -> int | None:
-    return match_call(recorded, position, lambda: fp, claimed or set(), same_step=same_step, me=ME,
+    return match_call(recorded, position, lambda rule: fp, claimed or set(), same_step=same_step, me=ME,
                       started=STARTED).call
 
 
@@ -85,7 +85,7 @@ def test_another_step_is_served_by_call_order_and_only_from_a_lone_writer() -> N
 def test_the_fingerprint_is_computed_only_when_an_entry_carries_one() -> None:
     asked: list[int] = []
 
-    def fp() -> str:
+    def fp(rule: str) -> str:
         asked.append(1)
         return "a"
 
@@ -93,3 +93,28 @@ def test_the_fingerprint_is_computed_only_when_an_entry_carries_one() -> None:
     assert not asked
     match_call([rec(0, "a")], 0, fp, set(), same_step=True, me=ME, started=STARTED)
     assert asked == [1]
+
+
+def test_each_entry_is_compared_by_its_own_fingerprint_rule_and_only_asked_rules_are_computed() -> None:
+    # a part of today's entries (signature) and of format 1 (arguments, as passed) side by side
+    part = [Recorded(0, "s-other", EARLIER, 10.0, False, "signature"),
+            Recorded(1, "a-mine", EARLIER, 10.0, False, "arguments"),
+            Recorded(2, "s-mine", EARLIER, 10.0, False, "signature")]
+    asked: list[str] = []
+
+    def fp(rule: str) -> str:
+        asked.append(rule)
+        return {"signature": "s-mine", "arguments": "a-mine"}[rule]
+
+    found = match_call(part, 0, fp, set(), same_step=True, me=ME, started=STARTED)
+    assert (found.call, found.exact) == (1, True)  # the lowest call index among the exact entries of either rule
+    assert sorted(asked) == ["arguments", "signature"]
+    assert match_call(part, 0, fp, {1}, same_step=True, me=ME, started=STARTED).call == 2
+    # a digest equal to another rule's never matches: "a-mine" recorded by the signature rule is another input
+    crossed = [Recorded(0, "a-mine", EARLIER, 10.0, False, "signature")]
+    assert match_call(crossed, 5, fp, set(), same_step=True, me=ME, started=STARTED).call is None
+
+    asked.clear()
+    signature_only = [Recorded(c, f"s{c}", EARLIER, 10.0, False, "signature") for c in range(3)]
+    match_call(signature_only, 0, fp, set(), same_step=True, me=ME, started=STARTED)
+    assert asked == ["signature"]  # the as-passed digest is never taken for a part without format-1 entries

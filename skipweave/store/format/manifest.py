@@ -120,13 +120,13 @@ def build_manifest(
     call: int,
     shard: str,
     fingerprint: str,
+    fingerprint_rule: str,
     files: list[PayloadFile],
     pickled: bool,
     seconds: float,
     writer: dict[str, Any] | None = None,
     concurrent: bool = False,
     environment: Mapping[str, Any] | None = None,
-    fingerprint_rule: str = "arguments",
     returned: str | None = None,
 ) -> dict[str, Any]:
     """Return the manifest mapping of a new entry, of format :data:`FORMAT_VERSION` (see docs/format.md).
@@ -134,9 +134,10 @@ def build_manifest(
     ``writer`` is :meth:`skipweave.store.identity.Writer.as_manifest` (this process when ``None``);
     ``concurrent`` says another thread called the target at the same step while this call ran; ``environment`` what
     the call ran with (:mod:`skipweave.store.format.environment`), left out when ``None``; ``fingerprint_rule`` how
-    ``fingerprint`` was taken (:data:`~skipweave.store.format.versions.FINGERPRINT_RULES`); ``returned`` is
-    :data:`RETURNED_AWAITABLE` when a plain ``def`` target returned an awaitable whose value is the recorded result,
-    ``None`` (left out) otherwise.
+    ``fingerprint`` was taken (:data:`~skipweave.store.format.versions.FINGERPRINT_RULES`; no default: an entry
+    written again, by ``migrate`` or a resume, keeps its digest and so the rule it was taken with, format 1's
+    ``arguments``, while a new recording's is its call's, so every writer must say which); ``returned`` is
+    :data:`RETURNED_AWAITABLE` when a plain ``def`` target returned an awaitable whose value is the recorded result.
     """
     versions = library_versions()
     manifest = {

@@ -27,7 +27,13 @@ from typing import Any
 
 from skipweave.store.errors import EntryForeign, EntryInvalid
 
-FINGERPRINT_RULES = ("signature", "arguments")
+SIGNATURE = "signature"
+"""The ``fingerprint_rule`` of a digest taken over the call's arguments bound to the target's signature."""
+
+ARGUMENTS = "arguments"
+"""The ``fingerprint_rule`` of a digest taken over the call's arguments as passed (every format-1 entry's)."""
+
+FINGERPRINT_RULES = (SIGNATURE, ARGUMENTS)
 """``fingerprint_rule`` values: ``signature`` binds a call's arguments to the target's signature before hashing
 (``gen(b, 3)``, ``gen(b, step=3)`` and ``gen(batch=b, step=3)`` are one fingerprint), ``arguments`` hashes them as
 passed (format 1)."""
@@ -64,10 +70,10 @@ class VersionReader:
 
 
 READERS: dict[int, VersionReader] = {
-    1: VersionReader(1, "manifests, group files of small entries, codec trees, environments", "arguments",
+    1: VersionReader(1, "manifests, group files of small entries, codec trees, environments", ARGUMENTS,
                      names_rule=False, says_returned=False),
     2: VersionReader(2, "skipweave_version, fingerprint_rule (signature-bound fingerprints), returned, migrated",
-                     "signature", names_rule=True, says_returned=True),
+                     SIGNATURE, names_rule=True, says_returned=True),
 }
 """A reader per version this code knows; every version it ever wrote stays here."""
 
@@ -141,5 +147,5 @@ def readable_text() -> str:
     return " and ".join([", ".join(str(v) for v in known[:-1]), str(known[-1])]) if len(known) > 1 else str(known[0])
 
 
-__all__ = ["FINGERPRINT_RULES", "FORMAT_VERSION", "READABLE", "READERS", "VersionReader", "fingerprint_rule",
-           "readable_text", "reader_of", "version_of", "written_by"]
+__all__ = ["ARGUMENTS", "FINGERPRINT_RULES", "FORMAT_VERSION", "READABLE", "READERS", "SIGNATURE", "VersionReader",
+           "fingerprint_rule", "readable_text", "reader_of", "version_of", "written_by"]
