@@ -299,7 +299,7 @@ def scan(dump_dir: str, *, checksums: bool = False, calls_per_step: int | None =
 
 
 def role_leftovers(dump_dir: str, namespace: str, role: str, *,
-                   stop: Callable[[], bool] | None = None) -> list[Leftover]:
+                   stop: Callable[[], bool] | None = None) -> Iterator[Leftover]:
     """The temporary files and orphan payload files of one role's step folders, found by their names alone: what a
     run's upkeep (:mod:`skipweave.store.upkeep`) removes once their writer is gone.
 
@@ -311,20 +311,20 @@ def role_leftovers(dump_dir: str, namespace: str, role: str, *,
 
     Args:
         dump_dir, namespace, role: the role.
-        stop: polled before each target folder; True ends the walk there (what was found so far is returned).
+        stop: polled before each target folder; True ends the walk there.
 
-    Returns:
-        The leftovers, kinds ``temporary`` and ``orphan`` (``stem`` set for an orphan). Never raises for what it finds
-        (a folder that cannot be listed, or vanished, is passed over).
+    Yields:
+        The leftovers, folder by folder (so a caller may remove each before the walk goes on), kinds ``temporary``
+        and ``orphan`` (``stem`` set for an orphan). Never raises for what it finds (a folder that cannot be listed,
+        or vanished, is passed over).
     """
-    out: list[Leftover] = []
     rdir = role_dir(os.path.abspath(dump_dir), namespace, role)
     try:
         with os.scandir(rdir) as it:
             steps = sorted((int(d.name), d.path) for d in it
                            if is_step_name(d.name) and d.is_dir(follow_symlinks=False))
     except OSError:
-        return out
+        return
     for _step, step_dir in steps:
         try:
             with os.scandir(step_dir) as it:
@@ -334,13 +334,12 @@ def role_leftovers(dump_dir: str, namespace: str, role: str, *,
             continue
         for folder in targets:
             if stop is not None and stop():
-                return out
+                return
             try:
                 names = os.listdir(folder)
             except OSError:
                 continue
-            out.extend(_leftovers_by_name(folder, names))
-    return out
+            yield from _leftovers_by_name(folder, names)
 
 
 def _leftovers_by_name(folder: str, names: list[str]) -> list[Leftover]:

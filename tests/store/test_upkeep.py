@@ -225,7 +225,7 @@ def test_names_and_walk(tmp_path: Path) -> None:
     assert found == {(LeftoverKind.ORPHAN, "r0-0001.bb.tree.json", "r0-0001"),
                      (LeftoverKind.ORPHAN, "r0-0006-0007.dd.pack.safetensors", "r0-0006-0007"),
                      (LeftoverKind.TEMPORARY, ".tmp-0123456789ab-r0-0008.manifest.json", None)}
-    assert role_leftovers(str(tmp_path), NS, ROLE, stop=lambda: True) == []
+    assert list(role_leftovers(str(tmp_path), NS, ROLE, stop=lambda: True)) == []
 
 
 @pytest.mark.parametrize("foreign", [False, True])
@@ -248,3 +248,25 @@ def test_an_orphan_goes_only_under_its_parts_lock_and_never_from_a_foreign_part(
     assert orphan.exists() is foreign and done.orphan == (0 if foreign else 1)
     if foreign:
         assert "format version 99" in done.kept[0][1]
+
+
+def test_a_process_ending_during_its_upkeep_exits_cleanly(tmp_path: Path, host_module: Any) -> None:
+    # The upkeep thread is stopped and joined at the process's end (before the interpreter finalizes): fresh processes
+    # that end right after weaving, in the middle of a long upkeep, exit with status 0; the next one finishes it.
+    host = host_module("def gen(step):\n    return {'step': step}\n", import_now=False)
+    dump = tmp_path / "dump"
+    left = []
+    for step in range(1500):
+        folder = dump / NS / ROLE / str(step) / "gen"
+        folder.mkdir(parents=True)
+        left.append(folder / ".tmp-0123456789ab-r0-0000.manifest.json")
+        left[-1].write_text("{")
+        _old(left[-1])
+    for _ in range(3):
+        t0 = time.monotonic()
+        out = subprocess.run(_script(host, dump, [], wait=False), capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0 and "terminate called" not in out.stderr, out.stderr
+        assert time.monotonic() - t0 < 60
+    out = subprocess.run(_script(host, dump, []), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert not [p for p in left if p.exists()]
