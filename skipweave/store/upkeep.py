@@ -17,7 +17,7 @@ week-long job keeps gigabytes of them). :func:`leftover_kept` decides whether on
   files are not this code's to judge.
 
 A run's upkeep (:func:`start`) walks each role it weaves once (per process and run) on a daemon thread of its own,
-and again with every retention round (:class:`~skipweave.store.retention.Retainer`), finding leftovers by their names
+and again with every retention round (:class:`~skipweave.store.retainer.Retainer`), finding leftovers by their names
 (:func:`~skipweave.store.scan.role_leftovers`); it stops after :data:`UPKEEP_MAX_S` seconds, or at once when the
 process ends (the thread is joined before the interpreter finalizes), and logs what it removed at INFO.
 """
@@ -76,15 +76,16 @@ def leftover_kept(kind: LeftoverKind, path: str, modified: float, *, min_age: fl
     Returns:
         ``None``, or why it stays, for people.
     """
-    if kind is LeftoverKind.TEMPORARY and (writer := tmp_writer(os.path.basename(path))) is not None:
+    writer = tmp_writer(os.path.basename(path)) if kind is LeftoverKind.TEMPORARY else None
+    if writer is not None:
         running = writer.running()
         if running:
             return f"its writer (pid {writer.pid} on this host) is still running"
         if running is False:
             return None  # its writer ended: nobody commits it, whatever its age
     if now - modified < min_age:
-        who = "its writer runs elsewhere (another host or container)" if kind is LeftoverKind.TEMPORARY \
-            and tmp_writer(os.path.basename(path)) is not None else "a run may still be writing it"
+        who = "its writer runs elsewhere (another host, container or boot)" if writer is not None \
+            else "a run may still be writing it"
         return f"modified {now - modified:.0f} s ago, less than {age_name} {min_age:.0f} s; {who}"
     return None
 

@@ -17,7 +17,8 @@ from skipweave.cli.main import main
 from skipweave.config.errors import ConfigError
 from skipweave.config.parse import parse_role
 from skipweave.store.format.layout import list_steps
-from skipweave.store.retention import KeepRule, Retainer, plan_retention, remove_step, trash_folders
+from skipweave.store.retainer import Retainer
+from skipweave.store.retention import KeepRule, plan_retention, remove_step, trash_folders
 from skipweave.store.scan import Status, scan
 from skipweave.store.step_store import StepStore
 
