@@ -352,9 +352,11 @@ class RoleConfig(Declared):
             one that would go over waits for room. An entry larger than the buffer, or ``0``, is written in the
             caller's thread before the call returns. Given as an integer or with a unit (``512MB``, ``2GiB``).
         keep: which recorded steps are kept (:class:`KeepConfig`: ``last``, ``bytes``, ``pin``): after a new step is
-            committed, the recording process's background writer removes whole steps beyond the newest ``last``,
-            then the oldest until the role's steps hold at most ``bytes``; never a pinned step, the step just written
-            or one a writer may still be adding to ([retention](cli.md#retention)). Default: every step is kept.
+            committed, the recording process removes whole steps beyond the newest ``last``, then the oldest until
+            the role's steps hold at most ``bytes``, off the recorded calls (in its background writer); and once more
+            when the run ends (unweave, exit: at most 5 s, so the rule holds on disk after a quick run too); never a
+            pinned step, the step just written or one a writer may still be adding to ([retention](cli.md#retention)).
+            Default: every step is kept.
         compress: ``none``, or ``zstd`` / ``zstd:<level>`` (1-22, ``zstd`` meaning level 1): new entries' tensor
             files are compressed with zstandard (a verl batch shrinks about 3x; a warm replay takes about 2.5x
             as long, see docs/performance.md). Entries of either form are served whatever the setting.

@@ -2,24 +2,69 @@
 
 A reader sees either nothing or the whole file, also when the writer is SIGKILLed at any instant
 (POSIX ``rename`` within one folder is atomic). Temporary names start with ``.tmp-`` so readers
-and ``skipweave gc`` can tell them apart.
+and ``skipweave gc`` can tell them apart, and name the process writing them::
+
+    .tmp-{token}.{pid}.{start}.{place}-{final name}
+
+``token``: 8 fresh hex digits; ``pid`` and ``start`` (clock ticks since boot, ``0`` when unknown) the writer's;
+``place``: :func:`skipweave.store.identity.place`, a hash of its host name, boot id and pid namespace. So a run's
+upkeep and ``skipweave gc`` (:mod:`skipweave.store.upkeep`) can tell that the writer of a temporary file left on this
+machine has ended (:func:`tmp_writer`), and remove the file at once, while one a running writer may still commit is
+kept. Names of the older form ``.tmp-{12 hex digits}-{final name}`` name no writer.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
-import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from skipweave.store.format.layout import TMP_PREFIX
 from skipweave.store.fs import open_nofollow
+from skipweave.store.identity import PLACE_DIGITS, place, running_at, this_process
+
+_TMP_RE = re.compile(r"^\.tmp-[0-9a-f]{8}\.(?P<pid>[1-9][0-9]{0,9})\.(?P<start>0|[1-9][0-9]{0,19})"
+                     rf"\.(?P<place>[0-9a-f]{{{PLACE_DIGITS}}})-.", re.ASCII | re.DOTALL)
+
+
+@dataclass(frozen=True)
+class TmpWriter:
+    """The process a temporary file's name says is writing it.
+
+    Attributes:
+        place: its :func:`~skipweave.store.identity.place` tag (host name, boot id, pid namespace).
+        pid: its process id.
+        start: its start (clock ticks since boot), ``None`` when unknown.
+    """
+
+    place: str
+    pid: int
+    start: int | None
+
+    def running(self) -> bool | None:
+        """Whether the writer still runs: True or False on its machine (same place), ``None`` elsewhere
+        (:func:`skipweave.store.identity.running_at`)."""
+        return running_at(self.place, self.pid, self.start)
 
 
 def tmp_name(folder: str, final_name: str) -> str:
-    """Return a unique temporary path in ``folder`` for a file that will become ``final_name``."""
-    return os.path.join(folder, f"{TMP_PREFIX}{uuid.uuid4().hex[:12]}-{final_name}")
+    """Return a unique temporary path in ``folder`` for a file that will become ``final_name``; its name says which
+    process writes it (module docstring)."""
+    me = this_process()
+    return os.path.join(folder, f"{TMP_PREFIX}{os.urandom(4).hex()}.{me.pid}.{me.start or 0}.{place()}-{final_name}")
+
+
+def tmp_writer(name: str) -> TmpWriter | None:
+    """The writer a temporary file's name (no folder) names; ``None`` for a name of the older form, or none of
+    skipweave's."""
+    m = _TMP_RE.match(name)
+    if m is None:
+        return None
+    start = int(m.group("start"))
+    return TmpWriter(m.group("place"), int(m.group("pid")), start or None)
 
 
 def tmp_name_in(folder: str, final_name: str) -> str:
@@ -105,4 +150,4 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
         raise
 
 
-__all__ = ["fsync_dir", "sync_files", "tmp_name", "tmp_name_in", "write_bytes_atomic"]
+__all__ = ["TmpWriter", "fsync_dir", "sync_files", "tmp_name", "tmp_name_in", "tmp_writer", "write_bytes_atomic"]

@@ -7,8 +7,11 @@ leftovers (see :mod:`skipweave.store.scan`), then the ``.runs`` marks of runs th
 selects (``--keep-last``, ``--max-bytes``). :func:`apply_gc` removes one item. Entries are judged again
 (:func:`skipweave.store.validity.check_entry`) right before they are removed, under the file lock their writer
 takes, so a complete, valid entry is never removed, also when a run replaces or completes one meanwhile. Anything a
-running writer may still own (temporary and orphan files, incomplete parts, set-aside folders, run marks) is kept
-while it is younger than ``min_age``. Nothing outside the dump dir is touched, and no symlink is followed.
+running writer may still own (incomplete parts, set-aside folders, run marks) is kept while it is younger than
+``min_age``; temporary and orphan payload files are judged as a run's upkeep judges them
+(:func:`skipweave.store.upkeep.leftover_kept`: a temporary file of a writer that ended on this host goes at any age,
+one of a writer still running here stays at any age, any other stays while younger than ``min_age``). Nothing outside
+the dump dir is touched, and no symlink is followed.
 """
 
 from __future__ import annotations
@@ -22,23 +25,21 @@ from dataclasses import dataclass
 import filelock
 
 from skipweave.store import runs
-from skipweave.store.format.group import read_group
 from skipweave.store.format.layout import (
     GROUP_SUFFIX,
     MANIFEST_SUFFIX,
     PART_SUFFIX,
     TMP_PREFIX,
     group_stem,
-    parse_group_data_name,
     parse_group_name,
     touch_role,
 )
-from skipweave.store.format.manifest import EntryInvalid, read_manifest
 from skipweave.store.fs import is_real_dir, remove_tree
 from skipweave.store.retention import KeepRule, StepRemoval, plan_retention, remove_step, role_lock
 from skipweave.store.scan import DumpScan, EntryScan, LeftoverKind, PartScan, Status, size_and_mtime
 from skipweave.store.step_store import calls_in, part_lock
-from skipweave.store.validity import check_entry, group_data_names, payload_names, payload_stem
+from skipweave.store.upkeep import leftover_kept, remove_orphan
+from skipweave.store.validity import check_entry
 
 __all__ = ["LOCK_WAIT_S", "GcAction", "GcKind", "apply_gc", "hold_role_locks", "plan_gc", "plan_retention_gc",
            "without_removed_steps"]
@@ -276,8 +277,13 @@ def apply_gc(result: DumpScan, action: GcAction, *, min_age: float, dry_run: boo
     if action.kept is not None:  # kept by the plan whatever its age (a driver's mark): said why
         action.outcome, action.detail = "skipped", action.kept
         return
+    if action.kind in (GcKind.TEMPORARY, GcKind.ORPHAN):  # the judgement a run's upkeep makes (store.upkeep)
+        why = leftover_kept(LeftoverKind(action.kind.value), action.path, action.modified, min_age=min_age, now=now)
+        if why is not None:
+            action.outcome, action.detail = "skipped", why
+            return
     # A corrupt entry is never served, and a trash folder is written by nobody: either goes at any age.
-    if action.kind not in (GcKind.CORRUPT_ENTRY, GcKind.TRASH, GcKind.RETENTION) and now - action.modified < min_age:
+    elif action.kind not in (GcKind.CORRUPT_ENTRY, GcKind.TRASH, GcKind.RETENTION) and now - action.modified < min_age:
         action.outcome = "skipped"
         action.detail = (
             f"modified {now - action.modified:.0f} s ago, less than --min-age {min_age:.0f} s; "
@@ -310,12 +316,6 @@ def _unlink_stem(folder: str, stem: str) -> None:
             path = os.path.join(folder, n)
             with contextlib.suppress(FileNotFoundError):
                 remove_tree(path)
-
-
-def _entry_lock(folder: str, stem: str) -> filelock.FileLock:
-    # The lock of the entry's (or group's) part, which every writer of the part holds (StepStore's part_lock).
-    grouped = parse_group_name(stem + GROUP_SUFFIX)
-    return part_lock(folder, grouped[0] if grouped else stem.rsplit("-", 1)[0], timeout=LOCK_WAIT_S)
 
 
 def _part_lock(folder: str, shard: str) -> filelock.FileLock:
@@ -394,24 +394,7 @@ def _remove_file(result: DumpScan, action: GcAction, min_age: float, now: float)
 
 
 def _remove_orphan(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:
-    folder, name = os.path.split(action.path)
-    stem = payload_stem(name) or name
-    grouped = parse_group_data_name(name) is not None
-    with _entry_lock(folder, stem):
-        manifest_file = os.path.join(folder, stem + (GROUP_SUFFIX if grouped else MANIFEST_SUFFIX))
-        if os.path.exists(manifest_file):
-            try:
-                referenced = group_data_names(read_group(manifest_file)) if grouped \
-                    else payload_names(read_manifest(manifest_file))
-            except EntryInvalid:
-                referenced = None
-            if referenced is None or name in referenced:
-                return "a manifest refers to it now"
-        try:
-            remove_tree(action.path)  # a file, or a folder planted at its name
-        except FileNotFoundError:
-            return "already gone"
-    return None
+    return remove_orphan(action.path, lock_timeout=LOCK_WAIT_S)  # judged again under its part's lock
 
 
 def _remove_run_marks(result: DumpScan, action: GcAction, min_age: float, now: float) -> str | None:

@@ -17,6 +17,7 @@ runtime environment of Ray workers. Nothing here imports Ray.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import platform
@@ -36,6 +37,7 @@ _writer: Writer | None = None
 _pid = os.getpid()  # this process's pid (set again in a forked child, see _forked)
 _made_here: str | None = None  # the run id this process made (not inherited)
 _made_pid = 0  # the pid of the process that made _made_here (a forked child inherits the variable, not the run)
+_PID_MAX = 2**31  # os.kill raises OverflowError beyond a C int
 
 
 @dataclass(frozen=True)
@@ -222,21 +224,130 @@ def is_other_of_run(rec: Recorded, me: Writer) -> bool:
     return rec.writer is not None and rec.writer[0] == me.run and rec.writer[1:] != (me.host, me.pid)
 
 
-def _alive(pid: int) -> bool:
-    if pid <= 0:
+# ---------------------------------------------------------------------------------------------- processes
+# Whether a process that left something in a dump dir still runs: one judgement for the owners of run marks
+# (skipweave.store.runs), the writers of temporary files (skipweave.store.upkeep) and gc.
+
+@dataclass(frozen=True)
+class Process:
+    """Where and which process: enough to tell, on the machine it ran on, whether it still runs.
+
+    Attributes:
+        host: the machine's network name.
+        pid: the process id, meaningful only within ``pid_namespace``.
+        pid_namespace: the pid namespace (``pid:[4026531836]`` on Linux, ``""`` where there is none): two containers
+            may share a host name, never a namespace.
+        start: when the process started, in clock ticks since boot (Linux), ``None`` when unknown: a pid taken by
+            a later process has another start.
+        boot: the kernel's boot id (Linux), ``None`` when unknown: two machines may share a host name and the initial
+            pid namespace's name, never a boot id, and a pid of an earlier boot is no process of this one.
+    """
+
+    host: str
+    pid: int
+    pid_namespace: str
+    start: int | None
+    boot: str | None = None
+
+
+_process: Process | None = None  # this process's (made again after a fork: its pid and start differ)
+_place: tuple[Process, str] | None = None  # (the process it was made for, place())
+PLACE_DIGITS = 12
+"""Hex digits of a :func:`place` tag (48 bits): what a temporary file's name says of the machine that wrote it."""
+
+
+def this_process() -> Process:
+    """This process as :class:`Process` (kept; made afresh in a forked child)."""
+    global _process
+    cached = _process
+    if cached is not None and cached.pid == _pid:
+        return cached
+    _process = Process(platform.node(), _pid, pid_namespace(), process_start(_pid), boot_id())
+    return _process
+
+
+def process_running(proc: Process) -> bool | None:
+    """Whether ``proc`` still runs: True or False when it ran where this process runs (same host name, pid namespace
+    and, when both are known, boot), ``None`` when that cannot be told here (another machine or container, or an
+    earlier boot). A pid that is taken by a process of another start time counts as gone."""
+    me = this_process()
+    if proc.host != me.host or proc.pid_namespace != me.pid_namespace:
+        return None
+    if proc.boot is not None and me.boot is not None and proc.boot != me.boot:
+        return None
+    return _alive(proc.pid, proc.start)
+
+
+def place() -> str:
+    """A short tag of where this process runs (host name, boot id and pid namespace, hashed): with a pid and a start
+    time, what a temporary file's name carries of its writer (:func:`skipweave.store.atomic.tmp_name`). Equal tags
+    mean :func:`process_running` would ask this machine."""
+    global _place
+    me = this_process()
+    cached = _place
+    if cached is not None and cached[0] is me:
+        return cached[1]
+    text = "\0".join((me.host, me.boot or "", me.pid_namespace))
+    tag = hashlib.blake2s(text.encode("utf-8", "surrogateescape"), digest_size=PLACE_DIGITS // 2).hexdigest()
+    _place = (me, tag)
+    return tag
+
+
+def running_at(where: str, pid: int, start: int | None) -> bool | None:
+    """:func:`process_running` for a process known by its :func:`place` tag: ``None`` when ``where`` is not this
+    process's place (another machine, container or boot), else whether ``pid`` (of start ``start``) still runs."""
+    if where != place():
+        return None
+    return _alive(pid, start)
+
+
+def pid_namespace() -> str:
+    """This process's pid namespace (``pid:[4026531836]`` on Linux, ``""`` elsewhere)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (Linux ``/proc/{pid}/stat``), else ``None``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read(4096)
+        return int(data[data.rindex(b")") + 2:].split()[19])  # field 22; the name before ")" may hold spaces
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def boot_id() -> str | None:
+    """The kernel's boot id (Linux ``/proc/sys/kernel/random/boot_id``), else ``None``."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as fh:
+            value = fh.read(64).strip().decode("ascii")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return value or None
+
+
+def _alive(pid: int, start: int | None = None) -> bool:
+    """True while process ``pid`` (of this machine and pid namespace) runs and, when ``start`` is known, started
+    then: a pid the system gave to a later process is the earlier one gone."""
+    if pid <= 0 or pid >= _PID_MAX:
         return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except OSError:  # e.g. PermissionError: the pid exists, owned by another user
-        return True
-    return True
+        pass
+    now_start = process_start(pid) if start is not None else None
+    return now_start is None or now_start == start
 
 
 def _valid_run(value: str) -> bool:
     return 1 <= len(value) <= 64 and value.isascii() and all(c.isalnum() or c in "-_" for c in value)
 
 
-__all__ = ["RUN_ENV", "Recorded", "Writer", "end_run", "is_concurrent_other", "is_other_of_run", "made_here",
-           "recorded_of", "run_id", "run_started", "started_unix", "this_writer", "writer_running"]
+__all__ = ["PLACE_DIGITS", "RUN_ENV", "Process", "Recorded", "Writer", "boot_id", "end_run", "is_concurrent_other",
+           "is_other_of_run", "made_here", "pid_namespace", "place", "process_running", "process_start", "recorded_of",
+           "run_id", "run_started", "running_at", "started_unix", "this_process", "this_writer", "writer_running"]

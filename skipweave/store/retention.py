@@ -2,8 +2,9 @@
 and their crash-safe removal.
 
 One judgement for the run and the CLI: :func:`plan_retention` lists the steps a :class:`KeepRule` selects in one
-``{dump_dir}/{namespace}/{role}``, :func:`remove_step` removes one of them, and :class:`Retainer` runs both in a
-recording process after its background writer committed a new step. The rule:
+``{dump_dir}/{namespace}/{role}``, :func:`remove_step` removes one of them, and
+:class:`~skipweave.store.retainer.Retainer` runs both in a recording process after it committed a new step, and once
+more at the run's end. The rule:
 
 1. ``last``: every step but the newest ``last`` (by step number) is selected;
 2. ``max_bytes``: then the oldest steps left are selected until the role's steps hold at most ``max_bytes``.
@@ -27,10 +28,9 @@ import contextlib
 import logging
 import os
 import re
-import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Container, Iterable
+from collections.abc import Collection, Container
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -382,107 +382,6 @@ def trash_folders(dump_dir: str, namespace: str, role: str) -> list[str]:
         return []
 
 
-class Retainer:
-    """Runs a role's retention in a recording process, after it committed entries of a step newer than any it
-    committed before (so once per step, not once per commit: per-sample recording commits thousands of entries a
-    step), in the background writer's thread (:meth:`after_commit`) or a thread of its own for an entry committed
-    in the caller's thread (:meth:`after_commit_soon`), never in a recorded call's. A round is skipped when
-    another process cleans the role (``.retention.lock`` held) or a part's lock is held.
-
-    Args:
-        store: the role's store.
-        rule: the role's :class:`KeepRule` (an active one).
-    """
-
-    def __init__(self, store: StepStore, rule: KeepRule) -> None:
-        self.store = store
-        self.rule = rule
-        self._newest: int | None = None  # the newest step a round ran after
-        self._lock = threading.Lock()
-
-    def after_commit(self, steps: Iterable[int], pending: Collection[int] = (), *,
-                     stop: Callable[[], bool] | None = None) -> list[StepRemoval]:
-        """Run a round when ``steps`` (just committed) hold a step newer than the last round saw.
-
-        Args:
-            steps: the steps of the entries just committed. The newest is never removed; the others (one batch of the
-                background writer can hold many steps of a fast host) are steps the process moved on from, judged as
-                any other (one it still keeps open is held, see :meth:`StepStore.held_steps`).
-            pending: steps this process is still writing (never removed).
-            stop: polled before each step the round removes; True ends the round there (the process is ending: its
-                exit must not wait for deletions, which the next round or ``skipweave gc`` finishes).
-
-        Returns:
-            What the round removed or kept (empty when no round ran). Never raises: a failure is logged.
-        """
-        steps = set(steps)
-        if not steps:
-            return []
-        with self._lock:
-            newest = max(steps)
-            if self._newest is not None and newest <= self._newest:
-                return []
-            self._newest = newest
-        try:
-            return self._round({newest} | set(pending), stop)  # (and the store's held steps, read when the round runs)
-        except Exception:  # noqa: BLE001 - a failed cleanup must never stop the writer or the host
-            logger.exception("skipweave: role %s: retention round failed", self.store.role)
-            return []
-
-    def after_commit_soon(self, steps: Iterable[int], pending: Collection[int] = ()) -> threading.Thread | None:
-        """As :meth:`after_commit`, on a thread of its own, for an entry committed in a recorded call's thread (a
-        Ray worker outside a task, ``write_buffer: 0``): the call returns without waiting for the round.
-
-        The thread is a daemon: a process that ends in the middle of a round leaves at most a ``.trash-`` folder
-        (never part of a served step), which the next round or ``skipweave gc`` removes.
-
-        Returns:
-            The thread started, or ``None`` when no round is due (no step newer than the last round saw).
-        """
-        steps = set(steps)
-        with self._lock:
-            if not steps or (self._newest is not None and max(steps) <= self._newest):
-                return None
-        thread = threading.Thread(target=self.after_commit, args=(steps, tuple(pending)), daemon=True,
-                                  name=f"skipweave-retention-{self.store.role}")
-        thread.start()
-        return thread
-
-    def _round(self, protect: set[int], stop: Callable[[], bool] | None = None) -> list[StepRemoval]:
-        store = self.store
-        rdir = role_dir(store.dump_dir, store.namespace, store.role)
-        if not is_real_dir(rdir):
-            return []
-        lock = role_lock(store.dump_dir, store.namespace, store.role, timeout=0)
-        try:
-            lock.acquire()
-        except filelock.Timeout:
-            logger.debug("skipweave: role %s: another process cleans it; this round is skipped", store.role)
-            return []
-        try:
-            protect = protect | store.held_steps()  # read under the role lock: what this process writes or resumes now
-            plan = plan_retention(store, self.rule, protect=protect)
-            for item in plan.remove:
-                if stop is not None and stop():
-                    item.outcome, item.detail = "skipped", "the process is ending"
-                    continue
-                remove_step(store, item, lock_timeout=0, protect=protect)
-            for trash in trash_folders(store.dump_dir, store.namespace, store.role):  # a killed round's leftovers
-                with contextlib.suppress(OSError):
-                    remove_tree(trash)
-        finally:
-            lock.release()
-        done = [i for i in plan.remove if i.outcome == "removed"]
-        if done:
-            logger.info("skipweave: role %s: removed %d recorded step(s) (%s; %d bytes) under skip.%s.keep",
-                        store.role, len(done), ", ".join(str(i.step) for i in done), sum(i.bytes for i in done),
-                        store.role)
-        for item in plan.remove + plan.kept:
-            if item.outcome in ("skipped", "failed"):
-                logger.debug("skipweave: role %s step %d kept this round: %s", store.role, item.step, item.detail)
-        return plan.remove + plan.kept
-
-
 def role_lock(dump_dir: str, namespace: str, role: str, *, timeout: float) -> filelock.FileLock:
     """The lock of the one process cleaning a role (``{role}/.retention.lock``), for ``skipweave gc``.
 
@@ -492,5 +391,5 @@ def role_lock(dump_dir: str, namespace: str, role: str, *, timeout: float) -> fi
     return filelock.FileLock(os.path.join(role_dir(dump_dir, namespace, role), RETENTION_LOCK), timeout=timeout)
 
 
-__all__ = ["OPEN_PART_AGE_S", "RETENTION_LOCK", "TRASH_PREFIX", "KeepRule", "RetentionPlan", "Retainer", "StepRemoval",
-           "busy", "foreign", "is_trash_name", "plan_retention", "remove_step", "role_lock", "trash_folders"]
+__all__ = ["OPEN_PART_AGE_S", "RETENTION_LOCK", "TRASH_PREFIX", "KeepRule", "RetentionPlan", "StepRemoval", "busy",
+           "foreign", "is_trash_name", "plan_retention", "remove_step", "role_lock", "trash_folders"]

@@ -15,11 +15,11 @@ The marks are read only while their run runs (each process reads them at its own
 
 - the first call a process records leaves ``{target}.recorded`` too (:data:`RECORDED`);
 - the process that made the run id (:func:`~skipweave.store.identity.made_here`) names itself in
-  ``.runs/{run}/.owner.json`` (:data:`OWNER`: host, pid, pid namespace, process start; :func:`claim`), and at
+  ``.runs/{run}/.owner.json`` (:data:`OWNER`: host, pid, pid namespace, process start, boot id; :func:`claim`), and at
   its exit, after its summary read the marks (:func:`release`), removes ``.runs/{run}`` when no process of the
   run recorded anything, else writes ``ended_unix`` into that file;
 - ``skipweave gc`` removes the folders of runs that ended (:func:`ended_runs`, :func:`remove_ended`): the
-  owner file says the run ended; or its owner ran on this host, in this pid namespace, and that process is
+  owner file says the run ended; or its owner ran on this host, in this pid namespace and boot, and that process is
   gone (its pid is free, or now another process's: the start time differs); or, when that cannot be checked
   (another host or container, no readable owner file), nothing in the folder changed for
   :data:`RUN_MAX_AGE_S` -- unless the folder holds a Ray driver's mark (:mod:`skipweave.store.shared_mark`): such
@@ -49,7 +49,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from skipweave.store import shared_mark
+from skipweave.store import identity, shared_mark
 from skipweave.store.atomic import tmp_name
 from skipweave.store.fs import (
     RUNS,
@@ -171,9 +171,9 @@ def _write_owner(key: tuple[str, str], *, ended: float | None = None) -> None:
     tmp = ""
     try:
         folder = inside(dump_dir, RUNS, check_name("run", run), create=True)
-        pid = os.getpid()
-        doc = {"host": platform.node(), "pid": pid, "pid_namespace": _pid_namespace(),
-               "process_start": _process_start(pid), "ended_unix": ended}
+        me = identity.this_process()
+        doc = {"host": me.host, "pid": me.pid, "pid_namespace": me.pid_namespace, "process_start": me.start,
+               "boot_id": me.boot, "ended_unix": ended}
         tmp = tmp_name(folder, OWNER)  # then a rename: gc never reads half a file
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
         try:
@@ -190,25 +190,6 @@ def _write_owner(key: tuple[str, str], *, ended: float | None = None) -> None:
     with _lock:
         if key in _claims:
             _claims[key] = True
-
-
-def _pid_namespace() -> str:
-    """This process's pid namespace (``pid:[4026531836]`` on Linux, ``""`` elsewhere): two containers may share a
-    host name, never a namespace, and a pid means something only within its namespace."""
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return ""
-
-
-def _process_start(pid: int) -> int | None:
-    """When process ``pid`` started, in clock ticks since boot (Linux ``/proc/{pid}/stat``), else ``None``."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read(4096)
-        return int(data[data.rindex(b")") + 2:].split()[19])  # field 22; the name before ")" may hold spaces
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 # ---------------------------------------------------------------------------------------------- gc
@@ -236,10 +217,7 @@ class EndedRun:
 
 @dataclass(frozen=True)
 class _Owner:
-    host: str
-    pid: int
-    pid_namespace: str
-    start: int | None
+    process: identity.Process
     ended: float | None
 
 
@@ -341,18 +319,22 @@ def _judge(folder: str, now: float, max_age: float) -> tuple[str | None, str | N
     owner = _read_owner(os.path.join(folder, OWNER))
     if owner is not None and owner.ended is not None:
         return "its first process wrote at its exit that the run ended", None, size, newest
-    if owner is not None and owner.host == platform.node() and owner.pid_namespace == _pid_namespace():
-        if _alive(owner.pid, owner.start):
-            return None, None, size, newest
-        return f"its first process (pid {owner.pid} on this host) is gone", None, size, newest
+    running = identity.process_running(owner.process) if owner is not None else None
+    if running is True:
+        return None, None, size, newest
+    if owner is not None and running is False:
+        return f"its first process (pid {owner.process.pid} on this host) is gone", None, size, newest
     if now - newest < max_age:
         return None, None, size, newest  # its owner cannot be asked: it may run for days yet
     if owner is None:
         who, asker = "it names no first process", None
-    elif owner.host == platform.node():
+    elif owner.process.host != platform.node():
+        who, asker = f"its first process ran on host {owner.process.host!r}", f"on host {owner.process.host!r}"
+    elif owner.process.pid_namespace != identity.pid_namespace():
         who, asker = "its first process ran in another pid namespace (container) of this host", "in that container"
     else:
-        who, asker = f"its first process ran on host {owner.host!r}", f"on host {owner.host!r}"
+        who, asker = ("its first process ran on a host of this name under another boot (an earlier one, or another "
+                      "machine of the same name)", None)
     why = f"{who}, and nothing in it changed for {(now - newest) / 86400:.1f} days"
     if not shared_mark.holds_mark(folder):
         return why, None, size, newest
@@ -377,11 +359,13 @@ def _read_owner(path: str) -> _Owner | None:
         return None
     if not isinstance(doc, dict):
         return None
-    host, pid, ns, start, ended = (doc.get(k) for k in ("host", "pid", "pid_namespace", "process_start",
-                                                         "ended_unix"))
+    host, pid, ns, start, boot, ended = (doc.get(k) for k in ("host", "pid", "pid_namespace", "process_start",
+                                                               "boot_id", "ended_unix"))
     if not (isinstance(host, str) and type(pid) is int and 0 < pid < _PID_MAX and isinstance(ns, str)):
         return None
-    return _Owner(host, pid, ns, start if type(start) is int else None, _time_or_none(ended))
+    process = identity.Process(host, pid, ns, start if type(start) is int else None,
+                               boot if isinstance(boot, str) and boot else None)  # (no boot_id: an older owner file)
+    return _Owner(process, _time_or_none(ended))
 
 
 def _time_or_none(value: Any) -> float | None:
@@ -392,18 +376,6 @@ def _time_or_none(value: Any) -> float | None:
     except OverflowError:
         return None
     return value if math.isfinite(value) else None
-
-
-def _alive(pid: int, start: int | None) -> bool:
-    """True while process ``pid`` (of this host and pid namespace) runs and, when known, started at ``start``."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # PermissionError: it exists, another user's; anything else: do not take it for gone
-        pass
-    now_start = _process_start(pid) if start is not None else None
-    return now_start is None or now_start == start  # another start: the pid now belongs to a later process
 
 
 def _walk(folder: str) -> tuple[list[str], int, float]:

@@ -55,7 +55,8 @@ from skipweave.store.parts import PartStates, part_lock
 from skipweave.store.pending import PendingWrites
 from skipweave.store.read import EntryReader, Loaded
 from skipweave.store.resume import set_aside_calls, write_apart
-from skipweave.store.retention import KeepRule, Retainer, StepRemoval
+from skipweave.store.retainer import FINAL_ROUND_S, Retainer
+from skipweave.store.retention import KeepRule, StepRemoval
 from skipweave.store.staging import EntryMeta, Staged, stage
 
 logger = logging.getLogger(__name__)
@@ -134,7 +135,7 @@ class StepStore:
     def after_commit(self, steps: Collection[int], *, stop: Callable[[], bool] | None = None) -> list[StepRemoval]:
         """Entries of ``steps`` were just committed (by the background writer, off any recorded call): apply the
         role's ``keep`` rule when one of them is a step newer than any before (see
-        :class:`~skipweave.store.retention.Retainer`). Those steps, and the ones this process is still writing, are
+        :class:`~skipweave.store.retainer.Retainer`). Those steps, and the ones this process is still writing, are
         never removed. ``stop``: polled between the steps a round removes; True ends the round (the process is ending).
         Returns what the round removed or kept (empty when none ran); never raises."""
         if self._retainer is None:
@@ -153,12 +154,21 @@ class StepStore:
         if self._retainer is not None:
             self._retainer.after_commit_soon(steps)
 
+    def final_round(self, timeout: float = FINAL_ROUND_S) -> list[StepRemoval]:
+        """The run's end (unweave, the process's exit), once every entry is committed and every part closed: apply
+        the role's ``keep`` rule once more when this process committed anything since the last round that ran whole
+        (:meth:`~skipweave.store.retainer.Retainer.final_round`), within ``timeout`` seconds. Returns what it removed
+        or kept; never raises."""
+        return self._retainer.final_round(timeout) if self._retainer is not None else []
+
     def _after_fork(self) -> None:
         """In a forked child: the parent's background writes are the parent's (never waited for here); fresh
         locks (another thread may have held the parent's)."""
         self._lock = self._parts.lock = threading.RLock()
         self._pending.after_fork()
         self._folders.after_fork()
+        if self._retainer is not None:
+            self._retainer.after_fork()
 
     # ------------------------------------------------------------------ folders
     def key(self, step: int, target: str, shard: str, call: int) -> EntryKey:

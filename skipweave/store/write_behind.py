@@ -355,7 +355,8 @@ class WriteBehind:
         # Retention after the commit, in this thread: nobody waits for it (the futures are set), and a round runs
         # once per new step only (the store's Retainer), not after each of thousands of per-sample commits. Not once
         # the process is ending (close() joins this thread: the host's exit would wait for the deletions); a round
-        # under way stops after the step it is removing.
+        # under way stops after the step it is removing. The run's end applies the rule once more, bounded in time
+        # (StepStore.final_round, from the weaver's close_parts), for the steps whose rounds were skipped or cut.
         steps = {o[1].step for o in outcomes if not isinstance(o, BaseException)}
         if retain and steps and not self._closed:
             store.after_commit(steps, stop=lambda: self._closed)

@@ -27,7 +27,7 @@ from skipweave import lifecycle, report
 from skipweave.config.errors import ConfigError
 from skipweave.config.schema import Action, RoleConfig, ShardKind, SkipConfig, TargetSpec
 from skipweave.policy.bypass import make_bypass
-from skipweave.store import runs
+from skipweave.store import runs, upkeep
 from skipweave.store.fs import dump_dir_problem
 from skipweave.store.identity import end_run, made_here, run_id, run_started
 from skipweave.store.retention import KeepRule
@@ -197,6 +197,8 @@ class Weaver:
                 self.unweave()  # nothing stays patched, and the same plan can be woven again
                 raise
             lifecycle.at_exit(lifecycle.FINISH, self.close_parts)
+            for store in self._state.stores.values():  # what writers killed earlier left: off the host's calls
+                upkeep.start(store.dump_dir, store.namespace, store.role)
             run = made_here()
             if run is not None:  # the run's first process owns its marks, and removes them at its end
                 for dump_dir in dict.fromkeys(r.dump_dir for r in plan.enabled_roles):
@@ -358,14 +360,17 @@ class Weaver:
             self._state = _State(generation=self._state.generation + 1)
 
     def close_parts(self) -> None:
-        """Finish the pending background writes, then mark every part this process recorded as complete (at
-        unweave and interpreter exit)."""
+        """Finish the pending background writes, then mark every part this process recorded as complete, then apply
+        each role's ``keep`` rule once more (at unweave and interpreter exit: the run's end)."""
         flush()
-        for store in list(self._state.stores.values()):
+        stores = list(self._state.stores.values())
+        for store in stores:
             try:
                 store.close_all()
             except OSError as exc:
                 logger.warning("skipweave: could not close recorded steps under %s: %s", store.dump_dir, exc)
+        for store in stores:  # after every part is closed: a closed step is no longer held by this process
+            store.final_round()
 
 
 def _why_unwoven(rpath: ResolvedPath) -> str:

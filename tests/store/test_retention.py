@@ -17,7 +17,8 @@ from skipweave.cli.main import main
 from skipweave.config.errors import ConfigError
 from skipweave.config.parse import parse_role
 from skipweave.store.format.layout import list_steps
-from skipweave.store.retention import KeepRule, Retainer, plan_retention, remove_step, trash_folders
+from skipweave.store.retainer import Retainer
+from skipweave.store.retention import KeepRule, plan_retention, remove_step, trash_folders
 from skipweave.store.scan import Status, scan
 from skipweave.store.step_store import StepStore
 
@@ -252,3 +253,75 @@ def test_a_step_removed_while_a_run_serves_it_is_named(tmp_path: Path, host_modu
     finally:
         skipweave.unweave()
     assert "recorded step 1 was removed while this run served it" in caplog.text
+
+
+def test_the_final_round_applies_the_rule_that_skipped_rounds_left(tmp_path: Path) -> None:
+    # Another process cleans the role (its .retention.lock is held) while this one records every step: each round is
+    # skipped. The run's end waits for the lock (within FINAL_ROUND_S) and applies the rule once.
+    import threading
+
+    from skipweave.store.retention import role_lock
+
+    dump = str(tmp_path / "dump")
+    store = StepStore(dump, NS, ROLE, keep=KeepRule(last=3, pin={2}))
+    _record(store, 1)
+    held, release = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with role_lock(dump, NS, ROLE, timeout=0):
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=other)
+    holder.start()
+    assert held.wait(30)
+    try:
+        for step in range(1, 11):
+            _record(store, step)
+            assert store.after_commit({step}) == []  # skipped: the role is being cleaned
+        assert list_steps(dump, NS, ROLE) == list(range(1, 11))
+        threading.Timer(0.3, release.set).start()
+        done = store.final_round(timeout=10)
+    finally:
+        release.set()
+        holder.join()
+    assert sorted(i.step for i in done if i.outcome == "removed") == [1, 3, 4, 5, 6, 7]
+    assert list_steps(dump, NS, ROLE) == [2, 8, 9, 10] and all(_serves(store, s) for s in (2, 8, 9, 10))
+    assert store.final_round() == []  # nothing committed since: no round due
+
+
+_QUICK = '''
+import sys
+sys.path.insert(0, {host!r})
+import skipweave, {name} as host
+role = {{"enable": True, "dump_dir": {dump!r}, "keep": {{"last": 3, "pin": [2]}}, "targets": {{"gen": "{name}.gen"}}}}
+if {through!r}:
+    role["write_buffer"] = 0  # committed in the recorded call's thread, as a Ray worker outside a task does
+skipweave.weave({{"skip": {{"rollout": role}}}})
+for step in range(1, 11):
+    skipweave.set_step(step)
+    host.gen(step)
+'''
+
+
+def test_keep_holds_when_a_quick_run_ends(tmp_path: Path, host_module: Any) -> None:
+    # 10 steps in well under a second: rounds queued behind the steps, or cut short by the exit, leave the rule unmet
+    # unless the run's end applies it once more. Several fresh processes: each must end with exit status 0.
+    name, folder = host_module("import torch\n\ndef gen(step):\n    return {'ids': torch.full((4096,), step)}\n",
+                               import_now=False)
+
+    def run(i: int) -> tuple[str, subprocess.CompletedProcess[str]]:
+        dump = str(tmp_path / f"dump{i}")
+        code = _QUICK.format(host=str(folder), name=name, dump=dump, through=i >= 3)
+        return dump, subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(run, range(5)))
+    for dump, out in results:
+        assert out.returncode == 0 and "terminate called" not in out.stderr, out.stderr
+        assert list_steps(dump, NS, ROLE) == [2, 8, 9, 10], (dump, out.stderr)
+        assert not trash_folders(dump, NS, ROLE)
+        store = StepStore(dump, NS, ROLE)
+        for step in (2, 8, 9, 10):
+            assert store.is_complete(step, "gen", "r0")
+            assert torch.equal(store.load(store.key(step, "gen", "r0", 0)).result["ids"], torch.full((4096,), step))
