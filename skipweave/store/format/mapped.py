@@ -3,14 +3,14 @@
 A replay used to read every byte of a payload into freshly allocated tensors and checksum that copy. Filling fresh
 memory is most of its cost (page faults and zeroing: 0.12 s of a 256 MiB warm read here, the checksum 0.01-0.02 s).
 A plain (uncompressed) tensor file skipweave wrote lays every tensor out aligned (header padded to 8 bytes, tensors
-by decreasing element size), so its tensors can be the file's own pages instead: :func:`read` checksums the file,
-maps it privately (``mmap.ACCESS_COPY``) and builds each tensor on the mapping with ``torch.frombuffer``. Nothing is
-copied; the pages are the page cache's until the host writes to one (then that page alone is copied, privately: the
-file never changes).
+by decreasing element size), so its tensors can be the file's own pages instead:
+:func:`~skipweave.store.format.tensorfile.read` checksums the file, maps it privately (``mmap.ACCESS_COPY``) and builds
+each tensor on the mapping with ``torch.frombuffer``. Nothing is copied; the pages are the page cache's until the host
+writes to one (then that page alone is copied, privately: the file never changes).
 
 **The checksum pass never touches the mapping.** A mapped page beyond the end of a file that was truncated after
 it was mapped raises SIGBUS on access, which Python cannot catch: it kills the process. So the file is hashed with
-``readinto`` into one reused 256 KiB buffer (as fast as hashing the mapping, measured: 17-18 ms for 256 MiB warm,
+``readinto`` into one reused 1 MiB buffer (as fast as hashing the mapping, measured: 17-18 ms for 256 MiB warm,
 both ways; equal cold), where a truncation shows as a short read: an :class:`EntryInvalid`, a miss. The mapping is
 made only after the checksum matched, and the file's size is checked again (``fstat``) once it is made. From then
 on the tensors' pages are the file's: docs/format.md "Reading without a copy" says what an *outside* truncation or
@@ -43,8 +43,10 @@ MAP_MIN = 16 << 20
 host that keeps many small replayed results alive (a buffer of per-sample entries) would otherwise hold one mapping
 and, on Python < 3.13, one open file descriptor for each."""
 
-HASH_CHUNK = 256 << 10
-"""Bytes per ``readinto`` of the checksum pass: the buffer stays in the CPU's L2 cache while it is hashed."""
+HASH_CHUNK = 1 << 20
+"""Bytes per ``readinto`` of the checksum pass: the buffer is hashed right after the kernel filled it, still in the CPU
+cache. 128 KiB to 4 MiB measured alike (within the noise of a shared machine: 1.05-1.15x hashing the mapped file for
+a whole replay); 1 MiB makes few system calls."""
 
 LOCAL_FILESYSTEMS = frozenset({
     "ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "zfs", "bcachefs", "jfs", "reiserfs", "tmpfs", "ramfs",

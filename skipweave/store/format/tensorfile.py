@@ -363,16 +363,16 @@ def read(path: str, *, size: int, checksum: str, desc: str | None = None) -> dic
             _check(hasher, checksum, path)
             try:
                 mapping = mapped.map_private(fh, size, path)
-            except EntryInvalid:
-                raise
             except OSError as exc:  # a limit of this process (map count, address space): the entry is sound
                 logger.debug("payload %s could not be mapped (%s): read into memory", path, exc)
             else:
                 return mapped.tensors_on(mapping, 8 + n, spans)
-            fh.seek(8 + n)
+            fh.seek(8 + n)  # read again into memory, hashed again: what is served is what is verified
             hasher = new_hasher()
             hasher.update(prefix)
             hasher.update(header)
+            bar.close()
+            bar = _progress(size, desc)
         tensors = {name: torch.empty(shape, dtype=dtype) for _lo, _hi, name, dtype, shape in spans}
         for t in tensors.values():
             for chunk in _chunks(_byte_view(t)) if t.numel() else ():
