@@ -21,6 +21,8 @@ Sections (see docs/performance.md for what each row means):
    ``compress`` -- bytes on disk, record and replay seconds per ``compress`` setting (verl batch, token ids).
    ``stall``   -- the worst event-loop stall while 32 ``async`` calls record 8 MB each.
    ``verify``  -- what a verified call adds (the recording's read, the comparison) beside a raw read of the bytes.
+   ``reads``   -- a verified replay of a 250 MB verl batch beside a memory-map + xxh3 (warm) and a raw read (cold) of
+                  the same files, and its peak memory in fresh processes.
 4. ``job``     -- examples/tiny_grpo/compare.py: run-1 and run-2 rollout seconds, whole-run seconds of the record,
                  replay, replay-only, update_only and new-reward runs, and the phases each ran live.
 
@@ -500,6 +502,56 @@ def section_verify(opts: argparse.Namespace) -> list[Row]:
     return rows
 
 
+READ_WARM_X = 1.5
+"""A verified replay (warm page cache) takes at most this many times a memory-map + xxh3 of the same files."""
+READ_COLD_X = 1.0
+"""A verified replay (cold page cache) takes at most as long as a raw ``read()`` of the same files."""
+READ_PEAK_X = 1.2
+"""The peak memory a replay adds, every page of its tensors touched once, is at most this many times the batch."""
+
+
+def section_reads(opts: argparse.Namespace) -> list[Row]:
+    """A verified replay of a verl-sized batch beside a memory-map + xxh3 (warm) and a raw read (cold) of the same
+    files, and its peak memory measured in fresh processes (``bench.read_cases``)."""
+    mb = 32.0 if opts.quick else 250.0
+    folder = tempfile.mkdtemp(prefix="skipweave-bench-reads-", dir=opts.dir or None)
+    try:
+        data = run_child("bench.read_cases", ["--mb", str(mb), "--rounds", str(opts.rounds), "--peaks",
+                                              "1" if opts.quick else "3", "--dir", folder], timeout=3600)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    secs, batch = data["seconds"], data["batch_bytes"]
+    group = (f"{_size_label(mb)}: {data['sequences']} seq x 8192 tokens (int64, float32, bfloat16), "
+             f"{data['payload_bytes'] / 1e6:.0f} MB of payload, {data['rounds']} rounds")
+    floor, raw = secs["mmap_xxh3.warm"], secs["raw_read.cold"]
+    warm = row("reads", "skipweave replay (StepStore.load) [warm cache]", secs["skipweave_load.warm"], "s",
+               group=group, key="reads.load.warm", ratio=_paired(secs["skipweave_load.warm"], floor),
+               ratio_to="mmap + xxh3", target=f"<= {READ_WARM_X:g}x a memory-map + xxh3 of the same files")
+    warm["ok"] = warm["ratio"] is not None and warm["ratio"] <= READ_WARM_X
+    touched = row("reads", "replay, then one byte of every tensor page read [warm]", secs["skipweave_touch.warm"],
+                  "s", group=group, key="reads.touch.warm", ratio=_paired(secs["skipweave_touch.warm"], floor),
+                  ratio_to="mmap + xxh3", note="what a host's first pass over the mapped tensors adds")
+    cold = row("reads", "skipweave replay (StepStore.load) [cold cache]", secs["skipweave_load.cold"], "s",
+               group=group, key="reads.load.cold", ratio=_paired(secs["skipweave_load.cold"], raw), ratio_to="raw read",
+               target=f"<= {READ_COLD_X:g}x a raw read() of the same files, cold")
+    cold["ok"] = cold["ratio"] is not None and cold["ratio"] <= READ_COLD_X
+    load_mb = [p["load"] / 1e6 for p in data["peak"]]
+    touched_mb = [p["touched"] / 1e6 for p in data["peak"]]
+    peak = row("reads", "peak memory of a replay, every page touched", touched_mb, "MB",
+               group=group, key="reads.peak", ratio=max(touched_mb) * 1e6 / batch, ratio_to="the batch",
+               target=f"<= {READ_PEAK_X:g}x the batch ({batch / 1e6:.0f} MB)",
+               note=f"right after the replay, before any page is touched: {max(load_mb):.0f} MB")
+    peak["ok"] = peak["ratio"] <= READ_PEAK_X
+    return [
+        row("reads", "mmap + xxh3 of the entry's payload files [warm]", floor, "s", group=group,
+            key="reads.mmap_xxh3.warm", note="the floor of a verified read"),
+        warm, touched,
+        row("reads", "raw read() of the same files into one buffer [cold]", raw, "s", group=group,
+            key="reads.raw.cold", note="posix_fadvise(DONTNEED) before each read"),
+        cold, peak,
+    ]
+
+
 def section_small(opts: argparse.Namespace) -> list[Row]:
     """Per-sample recording: many 1 KB entries recorded (amortized, with the final flush) and replayed."""
     base = opts.dir or tempfile.gettempdir()
@@ -580,6 +632,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
     "stall": section_stall,
     "startup": section_startup,
     "verify": section_verify,
+    "reads": section_reads,
     "job": section_job,
 }
 TITLES = {
@@ -590,6 +643,7 @@ TITLES = {
     "compress": "2d. compression of entries (skip.<role>.compress)",
     "stall": "2e. event-loop stall while async calls record",
     "verify": "2f. what verifying a call adds (action: verify)",
+    "reads": "2g. verified reads without a copy",
     "startup": "3. start-up",
     "job": "4. the main job (examples/tiny_grpo/compare.py)",
 }
@@ -612,6 +666,8 @@ def fmt_value(value: float | None, unit: str) -> str:
         return f"{value:.0f} µs"
     if unit == "s":
         return f"{value:.3f} s"
+    if unit == "MB":
+        return f"{value:.0f} MB"
     return f"{value:g} {unit}"
 
 
@@ -731,7 +787,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes and few repeats (a smoke run)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
-    parser.add_argument("--only", default="calls,io,returns,small,compress,stall,verify,startup,job",
+    parser.add_argument("--only", default="calls,io,returns,small,compress,stall,verify,reads,startup,job",
                         help="comma-separated sections to run")
     parser.add_argument("--sizes", default=None, help="batch sizes in MB (default 250,1000; quick 16)")
     parser.add_argument("--caches", default="cold,warm", help="page-cache states for reads: cold, warm")

@@ -45,5 +45,10 @@ PROFILE_PATH_ENV = "SKIPWEAVE_PROFILE_PATH"
 PROGRESS_ENV = "SKIPWEAVE_PROGRESS"
 """``0`` turns progress bars off, ``1`` on even when stderr is no terminal; unset: on for a terminal."""
 
-__all__ = ["APP_HOOK_ENV", "APP_HOOK_PICKLE_ENV", "LOG_LEVEL_ENV", "PLAN_ENV", "PROFILE_PATH_ENV", "PROGRAM_PID_ENV",
-           "PROGRESS_ENV", "RUN_ENV", "RUN_STARTED_ENV", "SHARED_MARKS_ENV", "SUMMARY_ENV"]
+MAP_ENV = "SKIPWEAVE_MAP_PAYLOADS"
+"""``0`` reads every tensor payload into memory: no replayed tensor is backed by a mapping of its file (for a dump dir
+that another program rewrites in place, docs/format.md "Reading without a copy"); unset or anything else: large plain
+payloads on a local disk are mapped."""
+
+__all__ = ["APP_HOOK_ENV", "APP_HOOK_PICKLE_ENV", "LOG_LEVEL_ENV", "MAP_ENV", "PLAN_ENV", "PROFILE_PATH_ENV",
+           "PROGRAM_PID_ENV", "PROGRESS_ENV", "RUN_ENV", "RUN_STARTED_ENV", "SHARED_MARKS_ENV", "SUMMARY_ENV"]

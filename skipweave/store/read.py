@@ -1,8 +1,11 @@
 """Serving one entry: read its manifest (or its group's), check it, read and verify its payload, decode it.
 
-Part of :class:`~skipweave.store.step_store.StepStore`. Each file is read once, into memory, and verified there: what
-is checked is what is served. An entry is judged by :func:`~skipweave.store.format.manifest.check_manifest` (or,
-grouped,
+Part of :class:`~skipweave.store.step_store.StepStore`. Each file is read once and verified before anything is
+served: the manifest and tree into memory; a large plain tensor file hashed, then mapped privately with its tensors
+built on the mapping (no copy, :mod:`~skipweave.store.format.mapped`); other tensor files read straight into their
+tensors. A group's data file is read whole into memory and kept while it is unchanged; each hit copies out its own
+tensors (a few KB), so the host never writes into what later hits are served from. An entry is judged by
+:func:`~skipweave.store.format.manifest.check_manifest` (or, grouped,
 :func:`~skipweave.store.format.group.check_group`), the same functions ``skipweave verify``, ``gc`` and ``ls`` use.
 """
 

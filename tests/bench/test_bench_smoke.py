@@ -27,7 +27,8 @@ def test_quick_run_writes_the_documented_table(quick_run: Any) -> None:
     stdout, stderr = quick_run.output()
     assert quick_run.proc.returncode == 0, stdout[-2000:] + stderr[-3000:]
     for title in ("1. cost per call", "2. record and replay", "2b. time-to-return", "2c. many small entries",
-                  "2d. compression", "2e. event-loop stall", "2f. what verifying a call adds", "3. start-up",
+                  "2d. compression", "2e. event-loop stall", "2f. what verifying a call adds", "2g. verified reads",
+                  "3. start-up",
                   "4. the main job", "targets"):
         assert title in stdout
     check_table(json.loads((quick_run.folder / "out.json").read_text(encoding="utf-8")))
@@ -36,8 +37,8 @@ def test_quick_run_writes_the_documented_table(quick_run: Any) -> None:
 def check_table(data: dict[str, Any]) -> None:
     """The structure of the JSON table."""
     assert data["schema"] == 1
-    assert data["sections"] == ["calls", "io", "returns", "small", "compress", "stall", "verify", "startup",
-                                "job"]
+    assert data["sections"] == ["calls", "io", "returns", "small", "compress", "stall", "verify", "reads",
+                                "startup", "job"]
     assert {"cpus", "python", "torch", "loadavg_start", "loadavg_end"} <= set(data["machine"])
     rows = data["rows"]
     for r in rows:
@@ -90,6 +91,13 @@ def check_table(data: dict[str, Any]) -> None:
         assert by_key[key]["unit"] == "s" and by_key[key]["median"] > 0, by_key[key]
     assert by_key["verify.adds"]["ratio_to"] == "raw" and by_key["verify.adds"]["ok"] in (True, False)
 
+    # 2g. a verified replay beside mmap + xxh3 (warm) and a raw read (cold), and its peak memory, with targets
+    for key in ("reads.mmap_xxh3.warm", "reads.load.warm", "reads.touch.warm", "reads.raw.cold", "reads.load.cold"):
+        assert by_key[key]["unit"] == "s" and by_key[key]["median"] > 0, by_key[key]
+    for key in ("reads.load.warm", "reads.load.cold", "reads.peak"):
+        assert by_key[key]["ratio"] > 0 and isinstance(by_key[key]["ok"], bool), by_key[key]
+    assert by_key["reads.peak"]["unit"] == "MB" and by_key["reads.peak"]["median"] > 0
+
     # 3. start-up: import, weave of 20 targets, and the three Hydra variants
     for key in ("startup.import", "startup.first_weave", "startup.weave20", "startup.unweave20",
                 "startup.hydra.without", "startup.hydra.installed", "startup.hydra.profile"):
@@ -106,4 +114,4 @@ def check_table(data: dict[str, Any]) -> None:
     assert targets and all(t["ok"] in (True, False) for t in targets)
     assert {t["key"] for t in targets} >= {"calls.bypass_step_not_eligible", "startup.hydra.installed",
                                            "returns.16 MB.behind", "returns.16 MB.behind_warm", "small.record",
-                                           "small.hit"}
+                                           "small.hit", "reads.load.warm", "reads.load.cold", "reads.peak"}

@@ -1,26 +1,27 @@
 """The tensor payload of an entry: a safetensors file written and read in one streaming pass, checksum included.
 
 The bytes on disk are plain safetensors (``safetensors.torch.load_file`` reads them). This module writes
-and reads them itself, for three reasons measured in docs/performance.md:
+and reads them itself, for reasons measured in docs/performance.md:
 
 * **One pass on write.** Each tensor's memory is written in 1 MiB chunks and every chunk is hashed
   right after it was copied (still in the CPU cache); nothing is re-read from disk afterwards
   (``save_file`` + a checksum of the file read it all back) and no tensor is copied to ``bytes``.
-* **Every byte in memory on replay, verified.** Each tensor is allocated once and the file is read
-  with ``readinto`` straight into it; the checksum is computed on that memory chunk by chunk (the
-  kernel's read-ahead fetches the next chunk meanwhile) and checked before anything is returned.
-  ``safetensors.torch.load_file`` maps the file instead: its pages are read lazily, after the checksum
-  was checked on a separate read, so the file is read twice and bytes changed on disk in between would
-  be served unverified.
-* **No extra copy.** The peak memory of a replay is the payload plus a few MB, and every tensor owns
-  its storage (offset 0: some torch functions, e.g. ``torch.set_rng_state``, ignore a view's offset).
+* **Verified before served, without a copy where the file allows it.** A large plain file on a local disk is
+  hashed through one small reused buffer, checked, then mapped privately and its tensors built on the mapping
+  (:mod:`~skipweave.store.format.mapped`): the replay copies nothing, and the checksum pass never touches the
+  mapping, so a file truncated under the reader is a miss, never SIGBUS. Other files (small, compressed, on a
+  network file system) are read with ``readinto`` straight into each tensor's freshly allocated memory, hashing
+  each chunk. Either way the checksum is checked before anything is returned.
+* **Each tensor its own storage.** Offset 0, aligned, of exactly its bytes: some torch functions (e.g.
+  ``torch.set_rng_state``) ignore a view's offset.
 
 The layout follows safetensors' own writer: tensors by decreasing element size, header padded to a
-multiple of 8 bytes, so the file is also aligned for readers that map it.
+multiple of 8 bytes, so the file is also aligned for readers that map it (this one included).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import sys
@@ -30,10 +31,12 @@ from typing import Any, Protocol
 import torch
 
 from skipweave.progress import bars_enabled
-from skipweave.store.format import jsonio, safetensors_header
+from skipweave.store.format import jsonio, mapped, safetensors_header
 from skipweave.store.format.manifest import EntryInvalid, bytes_checksum, checksum_digest, new_hasher
 from skipweave.store.format.safetensors_header import MAX_RATIO, header_length
 from skipweave.store.fs import open_new, open_payload
+
+logger = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
 """Bytes per ``write``/``readinto`` call, each hashed right after it is copied (while it is still in the
@@ -300,12 +303,15 @@ def _readinto_exact(fh: Any, view: memoryview, path: str) -> None:
 
 
 def read(path: str, *, size: int, checksum: str, desc: str | None = None) -> dict[str, torch.Tensor]:
-    """Read a safetensors file into memory, verify it against its manifest entry and return its tensors.
+    """Read a safetensors file, verify it against its manifest entry and return its tensors.
 
-    Every byte is read once: the header first, then each tensor's bytes straight into that tensor's own
-    freshly allocated memory (``readinto``). The checksum is computed on that memory, chunk by chunk,
-    and checked before anything is returned, so what was verified is
-    what is served. Each tensor owns its storage (offset 0, aligned): dropping one frees its memory.
+    The header is read and judged first (:func:`_spans`: nothing is allocated for a header that does not fit the
+    file). Then, for a plain file that :func:`~skipweave.store.format.mapped.mappable` allows and whose tensors are
+    aligned, the file is hashed through one reused buffer, checked, mapped privately and every tensor built on the
+    mapping (:mod:`~skipweave.store.format.mapped`: no copy; writes to a tensor never reach the file). Otherwise
+    (small, compressed, unaligned, on a network file system) each tensor is allocated once and the file is read
+    straight into it (``readinto``), hashing each chunk. Either way the checksum is checked before anything is
+    returned, and each tensor has a storage of its own (offset 0, aligned).
 
     Args:
         path: the file.
@@ -314,57 +320,99 @@ def read(path: str, *, size: int, checksum: str, desc: str | None = None) -> dic
         desc: label of the progress bar shown for large payloads (none when ``None``).
 
     Raises:
-        EntryInvalid: the file is missing, has another size, does not match its checksum, or its header
-            is malformed.
+        EntryInvalid: the file is missing, has another size (or gets one while it is read), does not match its
+            checksum, or its header is malformed.
     """
     fh = open_payload(path, size)
     bar: _Progress = _NoProgress()
-    hasher = new_hasher()
-    compressed = path.endswith(COMPRESSED_SUFFIX)
     try:
         if hasattr(os, "posix_fadvise"):
             try:
                 os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
             except OSError:
                 pass
-        source: Any = fh
-        if compressed:  # the checksum is the file's: hashed as the decompressor reads it
-            import zstandard
-
-            source = zstandard.ZstdDecompressor().stream_reader(_Hashing(fh, hasher),  # type: ignore[arg-type]
-                                                                read_size=CHUNK)
+        if path.endswith(COMPRESSED_SUFFIX):
+            bar = _progress(size, desc)
+            return _read_compressed(fh, path, size, checksum, bar)
         prefix = bytearray(8)
-        _readinto_exact(source, memoryview(prefix), path)
-        n = header_length(prefix, path, room=None if compressed else size - 8)
+        _readinto_exact(fh, memoryview(prefix), path)
+        n = header_length(prefix, path, room=size - 8)
         header = bytearray(n)
-        _readinto_exact(source, memoryview(header), path)
-        if not compressed:
+        _readinto_exact(fh, memoryview(header), path)
+        spans = _spans(header, size - 8 - n, path)
+        hasher = new_hasher()
+        hasher.update(prefix)
+        hasher.update(header)
+        bar = _progress(size, desc)
+        if mapped.mappable(fh.fileno(), size) and mapped.aligned(spans, 8 + n):
+            mapped.hash_rest(fh, hasher, size, path, bar)
+            _check(hasher, checksum, path)
+            try:
+                mapping = mapped.map_private(fh, size, path)
+            except OSError as exc:  # a limit of this process (map count, address space): the entry is sound
+                logger.debug("payload %s could not be mapped (%s): read into memory", path, exc)
+            else:
+                return mapped.tensors_on(mapping, 8 + n, spans)
+            fh.seek(8 + n)  # read again into memory, hashed again: what is served is what is verified
+            hasher = new_hasher()
             hasher.update(prefix)
             hasher.update(header)
-        tensors = _allocate(header, -(size * MAX_RATIO + RATIO_SLACK) if compressed else size - 8 - n, path)
-        bar = _progress(size, desc)
+            bar.close()
+            bar = _progress(size, desc)
+        tensors = {name: torch.empty(shape, dtype=dtype) for _lo, _hi, name, dtype, shape in spans}
         for t in tensors.values():
             for chunk in _chunks(_byte_view(t)) if t.numel() else ():
-                _readinto_exact(source, chunk, path)
-                if not compressed:
-                    hasher.update(chunk)  # while the kernel's read-ahead fetches the next chunk
+                _readinto_exact(fh, chunk, path)
+                hasher.update(chunk)  # while the kernel's read-ahead fetches the next chunk
                 bar.update(len(chunk))
-        if compressed:
-            if source.read(1):
-                raise EntryInvalid(f"payload {path} holds more than its tensors")
-            while block := fh.read(CHUNK):  # anything after the frame is hashed too
-                hasher.update(block)
+        _check(hasher, checksum, path)
+        return tensors
     except OSError as exc:
         raise EntryInvalid(f"payload {path} is unreadable: {exc}") from exc
-    except Exception as exc:  # zstandard.ZstdError: a damaged frame
-        if isinstance(exc, EntryInvalid):
-            raise
-        raise EntryInvalid(f"payload {path} is not a valid compressed file: {type(exc).__name__}: {exc}") from exc
     finally:
         fh.close()
         bar.close()
+
+
+def _check(hasher: Any, checksum: str, path: str) -> None:
+    """Compare a hasher's digest with the manifest's checksum (``EntryInvalid`` when they differ)."""
     if checksum_digest(hasher) != checksum:
         raise EntryInvalid(f"payload {path} does not match its checksum {checksum}")
+
+
+def _read_compressed(fh: Any, path: str, size: int, checksum: str, bar: _Progress) -> dict[str, torch.Tensor]:
+    """:func:`read` of a compressed file: decompressed into allocated tensors, the file's bytes hashed as the
+    decompressor reads them (and whatever follows the frame).
+
+    Raises:
+        EntryInvalid: a damaged frame, a header that does not fit, more bytes than the tensors, another checksum.
+        OSError: the file could not be read.
+    """
+    import zstandard
+
+    hasher = new_hasher()
+    try:
+        source = zstandard.ZstdDecompressor().stream_reader(_Hashing(fh, hasher),  # type: ignore[arg-type]
+                                                            read_size=CHUNK)
+        prefix = bytearray(8)
+        _readinto_exact(source, memoryview(prefix), path)
+        n = header_length(prefix, path, room=None)
+        header = bytearray(n)
+        _readinto_exact(source, memoryview(header), path)
+        tensors = _allocate(header, -(size * MAX_RATIO + RATIO_SLACK), path)
+        for t in tensors.values():
+            for chunk in _chunks(_byte_view(t)) if t.numel() else ():
+                _readinto_exact(source, chunk, path)
+                bar.update(len(chunk))
+        if source.read(1):
+            raise EntryInvalid(f"payload {path} holds more than its tensors")
+        while block := fh.read(CHUNK):  # anything after the frame is hashed too
+            hasher.update(block)
+    except (EntryInvalid, OSError):
+        raise
+    except Exception as exc:  # zstandard.ZstdError: a damaged frame
+        raise EntryInvalid(f"payload {path} is not a valid compressed file: {type(exc).__name__}: {exc}") from exc
+    _check(hasher, checksum, path)
     return tensors
 
 
