@@ -16,6 +16,7 @@ from skipweave.store.errors import EntryForeign, EntryInvalid
 from skipweave.store.format.group import read_group
 from skipweave.store.format.layout import parse_group_name, parse_manifest_name
 from skipweave.store.format.manifest import read_manifest
+from skipweave.store.format.versions import version_of
 from skipweave.store.fs import is_real_dir
 
 __all__ = ["describe", "foreign_in", "foreign_in_step"]
@@ -45,13 +46,32 @@ def foreign_in(folder: str, shard: str | None = None, names: Iterable[str] | Non
         owner = manifest[0] if manifest is not None else grouped[0] if grouped is not None else None
         if owner is None or name.startswith(".") or (shard is not None and owner != shard):
             continue
+        path = os.path.join(folder, name)
         try:
-            (read_manifest if manifest is not None else read_group)(os.path.join(folder, name))
+            if manifest is not None:
+                read_manifest(path)
+            else:
+                _entries_readable(read_group(path), path)
         except EntryForeign as exc:
             found.append(exc)
         except (EntryInvalid, OSError):
             continue
     return found
+
+
+def _entries_readable(group: dict[str, object], path: str) -> None:
+    """Raise :class:`EntryForeign` when a group file of a readable version holds a manifest of a version this code
+    does not read: the run's and the CLI's judgement (:func:`skipweave.store.validity.check_group`) takes such a
+    group for foreign, so keeping it is decided here alike (retention, set-aside, orphans)."""
+    entries = group.get("entries")
+    if not isinstance(entries, list):
+        return
+    for i, entry in enumerate(entries):
+        if isinstance(entry, dict):
+            try:
+                version_of(entry, f"{path} (entry {i})")
+            except EntryInvalid:
+                continue
 
 
 def foreign_in_step(step_dir: str) -> list[EntryForeign]:

@@ -85,6 +85,7 @@ READABLE: frozenset[int] = frozenset(READERS)
 an older reader by setting it to ``frozenset({1})``."""
 
 _WRITER_MAX = 64
+_INT64 = 2.0**63
 
 
 def written_by(data: Mapping[str, Any]) -> str | None:
@@ -115,6 +116,10 @@ def version_of(data: Any, path: str, what: str = "manifest") -> int:
         EntryInvalid: no JSON object, or no integer ``format_version``.
     """
     found = data.get("format_version") if isinstance(data, dict) else None
+    if type(found) is float and found.is_integer() and abs(found) >= _INT64:
+        # a JSON integer beyond 64 bits, which jsonio (orjson) reads as a float: still an integer version, so foreign
+        # (kept), never taken for damage; its value is shown as that float's (close, not exact)
+        found = int(found)
     if type(found) is not int:
         shown = found if isinstance(data, dict) else type(data).__name__
         raise EntryInvalid(f"{what} {path} has format_version {shown!r:.40}, not a version number")

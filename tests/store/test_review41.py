@@ -1,0 +1,54 @@
+"""Review 41: foreign judgement corners (a foreign manifest inside a readable group, integer versions beyond 64 bits)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from skipweave.store.errors import EntryForeign
+from skipweave.store.format import versions
+from skipweave.store.retention import KeepRule, plan_retention
+from skipweave.store.step_store import StepStore
+from tests.store.test_foreign import GROUP_V2, NS, ROLE, SINGLE_V2, _cli, _digests, _folder, dump  # noqa: F401
+
+
+def test_retention_keeps_a_readable_group_holding_a_foreign_entry(
+        dump: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A format-2 group file with one format-99 manifest among its entries is foreign to runs, gc and verify (the
+    group's check meets the entry); retention must judge it alike and keep its step."""
+    [group] = [p for p in _folder(dump, GROUP_V2).iterdir() if p.name.endswith(".pack.json")]
+    doc = json.loads(group.read_text())
+    doc["entries"][1]["format_version"] = 99
+    group.write_text(json.dumps(doc))
+    before = _digests(dump, (GROUP_V2,))
+    code, out = _cli(capsys, "verify", str(dump), "--json")
+    assert ("foreign", GROUP_V2) in {(p["status"], p["step"]) for p in json.loads(out)["problems"]}
+    plan = plan_retention(StepStore(str(dump), NS, ROLE), KeepRule(last=1))
+    assert GROUP_V2 not in plan.remove
+    code, _ = _cli(capsys, "gc", str(dump), "--keep-last", "1", "--yes", "--min-age", "0")
+    assert code == 0 and _digests(dump, (GROUP_V2,)) == before
+
+
+@pytest.mark.parametrize("literal", ["18446744073709551616", "100000000000000000000000000000", "-99999999999999999999"])
+def test_an_integer_version_beyond_64_bits_is_foreign_not_corrupt(
+        dump: Path, capsys: pytest.CaptureFixture[str], literal: str) -> None:
+    """JSON integers beyond 64 bits read as floats (jsonio, orjson): still an integer version, so foreign and kept."""
+    path = _folder(dump, SINGLE_V2) / "r0-0002.manifest.json"
+    path.write_text(path.read_text().replace('"format_version": 2', f'"format_version": {literal}'))
+    before = _digests(dump, (SINGLE_V2,))
+    code, out = _cli(capsys, "gc", str(dump), "--yes", "--min-age", "0")
+    assert code == 0 and _digests(dump, (SINGLE_V2,)) == before, out
+    code, out = _cli(capsys, "verify", str(dump))
+    assert code == 3 and "CORRUPT" not in out, out
+
+
+def test_non_integral_or_small_float_versions_stay_invalid() -> None:
+    from skipweave.store.errors import EntryInvalid
+
+    for bad in (2.0, 1.5, 1.5e-3, 1e18, float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(EntryInvalid):
+            versions.version_of({"format_version": bad}, "m.json")
+    with pytest.raises(EntryForeign):
+        versions.version_of({"format_version": 1e30}, "m.json")
