@@ -14,7 +14,9 @@ What a bound call holds (docs/format.md "Manifest", ``fingerprint_rule``):
   when that default is a plain immutable value (``None``, a ``bool``, ``int``, ``float`` or ``str``, compared by
   type and value, floats by bit pattern): ``gen(b)`` and ``gen(b, step=None)`` with ``step=None`` as default are one
   call. A default of any other type (a list, a config object) is hashed when passed explicitly, since an equal
-  object need not be the same input;
+  object need not be the same input. A decorated target (one whose signature is read through ``__wrapped__``:
+  ``functools.wraps``, a wrapt decorator) leaves out no value passed explicitly: its wrapper may give a parameter a
+  default other than the inner function's;
 - ``*args`` as the tuple of the extra positional arguments under its name, ``**kwargs`` as the mapping of the extra
   keyword arguments under its name (each left out when empty).
 
@@ -71,8 +73,10 @@ class Binding:
     plain: bool
 
     @classmethod
-    def of(cls, params: list[inspect.Parameter]) -> Binding:
-        """The binding of a signature's parameters (``self``/``cls`` already removed)."""
+    def of(cls, params: list[inspect.Parameter], *, own_defaults: bool = True) -> Binding:
+        """The binding of a signature's parameters (``self``/``cls`` already removed). ``own_defaults``: the
+        parameters' defaults are the ones a call left out gets (else, a signature read through ``__wrapped__``, no
+        value passed equal to a default is left out: the wrapper the call reaches may apply defaults of its own)."""
         positional = tuple(p.name for p in params if p.kind in _POSITIONAL)
         keyword = frozenset(p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                                                   inspect.Parameter.KEYWORD_ONLY))
@@ -84,7 +88,7 @@ class Binding:
             if p.kind not in _POSITIONAL or p.default is not empty:
                 break
             required += 1
-        simple = {p.name: p.default for p in params if type(p.default) in _SIMPLE_DEFAULTS}
+        simple = {p.name: p.default for p in params if type(p.default) in _SIMPLE_DEFAULTS} if own_defaults else {}
         plain = (var_pos is None and var_kw is None and len(positional) == len(params) == required)
         return cls(positional, keyword, var_pos, var_kw, required,
                    tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is empty),
@@ -156,6 +160,8 @@ def binding_of(original: Any, owner: Any) -> Binding | None:
         extension callables): its calls are fingerprinted by the ``arguments`` rule.
     """
     func = original.__func__ if isinstance(original, (classmethod, staticmethod)) else original
+    while (inner := _skipweave_wrapped(func)) is not None:  # a target woven by another role: its own function
+        func = inner
     try:
         params = list(inspect.signature(func).parameters.values())  # follows __wrapped__: the unwrapped function
     except (TypeError, ValueError) as exc:
@@ -165,7 +171,20 @@ def binding_of(original: Any, owner: Any) -> Binding | None:
                                                                                                     staticmethod))
     if drops_first and params and params[0].kind in _POSITIONAL:
         params = params[1:]
-    return Binding.of(params)
+    # A decorated target (functools.wraps, a wrapt decorator) is called through its wrapper, which may supply a
+    # default of its own (``kwargs.setdefault("temperature", 0.7)``): ``gen(b)`` and ``gen(b, temperature=1.0)``
+    # then differ although 1.0 is the inner default. The parameters still name the arguments; defaults are not used.
+    return Binding.of(params, own_defaults=not hasattr(func, "__wrapped__"))
+
+
+def _skipweave_wrapped(func: Any) -> Any:
+    """The function inside ``func`` when ``func`` is skipweave's own wrapper (a target another role wove first),
+    else ``None``."""
+    from skipweave.weaving.proxy import proxy_of
+    from skipweave.weaving.unpatch import wrapper_of
+
+    wrapper = wrapper_of(func)
+    return func.__wrapped__ if wrapper is not None and proxy_of(wrapper) is not None else None
 
 
 __all__ = ["Binding", "binding_of"]
