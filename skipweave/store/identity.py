@@ -295,8 +295,10 @@ def place() -> str:
 
 def running_at(where: str, pid: int, start: int | None) -> bool | None:
     """:func:`process_running` for a process known by its :func:`place` tag: ``None`` when ``where`` is not this
-    process's place (another machine, container or boot), else whether ``pid`` (of start ``start``) still runs."""
-    if where != place():
+    process's place (another machine, container or boot), else whether ``pid`` (of start ``start``) still runs.
+    ``None`` too where this machine has no boot id (no ``/proc``): its place is then its host name alone, which two
+    machines sharing a store may both have (``MacBook-Pro.local``), and a pid free here may be a live writer's there."""
+    if where != place() or this_process().boot is None:
         return None
     return _alive(pid, start)
 

@@ -52,3 +52,27 @@ def test_non_integral_or_small_float_versions_stay_invalid() -> None:
             versions.version_of({"format_version": bad}, "m.json")
     with pytest.raises(EntryForeign):
         versions.version_of({"format_version": 1e30}, "m.json")
+
+
+def test_a_temporary_is_judged_by_age_where_no_boot_id_tells_machines_apart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a boot id (and a pid namespace) a place is the host name alone: another machine of that name writing
+    to a shared store makes a temporary whose pid is free here, and it must not be taken for a dead writer's."""
+    import time
+
+    from skipweave.store import identity
+    from skipweave.store.scan import LeftoverKind
+    from skipweave.store.upkeep import leftover_kept
+
+    monkeypatch.setattr(identity, "boot_id", lambda: None)
+    monkeypatch.setattr(identity, "pid_namespace", lambda: "")
+    monkeypatch.setattr(identity, "_process", None)
+    monkeypatch.setattr(identity, "_place", None)
+    me = identity.this_process()
+    assert me.boot is None
+    free_pid = 4_000_000 - 7  # (below the pid limit, never a live pid here)
+    name = f".tmp-0000abcd.{free_pid}.0.{identity.place()}-r0-0000.manifest.json"  # the other machine's writer
+    now = time.time()
+    kept = leftover_kept(LeftoverKind.TEMPORARY, str(tmp_path / name), now - 5, min_age=3600, now=now)
+    assert kept is not None and "less than" in kept
+    assert leftover_kept(LeftoverKind.TEMPORARY, str(tmp_path / name), now - 7200, min_age=3600, now=now) is None
