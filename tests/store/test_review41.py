@@ -1,4 +1,4 @@
-"""Review 41: foreign judgement corners (a foreign manifest inside a readable group, integer versions beyond 64 bits)."""
+"""Review 41: foreign judgement corners (a foreign manifest in a readable group, versions beyond 64 bits, places)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,14 @@ from skipweave.store.errors import EntryForeign
 from skipweave.store.format import versions
 from skipweave.store.retention import KeepRule, plan_retention
 from skipweave.store.step_store import StepStore
-from tests.store.test_foreign import GROUP_V2, NS, ROLE, SINGLE_V2, _cli, _digests, _folder, dump  # noqa: F401
+from tests.store import test_foreign
+from tests.store.test_foreign import GROUP_V2, NS, ROLE, SINGLE_V2, _cli, _digests, _folder
+
+
+@pytest.fixture
+def dump(tmp_path: Path) -> Path:
+    """test_foreign's dump dir: steps of format 1, 2 and 99, single entries and groups."""
+    return test_foreign.dump.__wrapped__(tmp_path)  # type: ignore[attr-defined, no-any-return]
 
 
 def test_retention_keeps_a_readable_group_holding_a_foreign_entry(
