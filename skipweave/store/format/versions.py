@@ -126,10 +126,11 @@ def version_of(data: Any, path: str, what: str = "manifest") -> int:
     if found not in READABLE:
         writer = written_by(data)
         by = f"written by skipweave {writer}" if writer else "by an unknown skipweave"
-        upgrade = f"at least {writer}" if writer else "a version that reads it"
+        upgrade = (f"Upgrade skipweave to at least {writer} to use it" if writer and _newer(writer)
+                   else f"Use a skipweave that reads format {found} to use it")
         raise EntryForeign(f"{what} {path} is of format version {found} ({by}); this skipweave reads versions "
-                           f"{readable_text()}: it is kept as it is and never served here. Upgrade skipweave to "
-                           f"{upgrade} to use it", path=path, version=found, writer=writer, what=what)
+                           f"{readable_text()}: it is kept as it is and never served here. {upgrade}", path=path,
+                           version=found, writer=writer, what=what)
     return found
 
 
@@ -144,6 +145,19 @@ def fingerprint_rule(manifest: Mapping[str, Any]) -> str:
     """How a readable manifest's ``input_fingerprint`` was taken (one of :data:`FINGERPRINT_RULES`): format 1 always
     ``arguments``; format 2 as its ``fingerprint_rule`` says (``signature`` when absent)."""
     return reader_of(manifest).fingerprint_rule(manifest)
+
+
+def _newer(writer: str) -> bool:
+    """Whether ``writer`` names a skipweave release newer than this one (then it is the one to upgrade to); a version
+    that cannot be compared is not."""
+    from packaging.version import InvalidVersion, Version
+
+    from skipweave import __version__
+
+    try:
+        return Version(writer) > Version(__version__)
+    except InvalidVersion:
+        return False
 
 
 def readable_text() -> str:
