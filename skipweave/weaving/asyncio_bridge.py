@@ -58,15 +58,16 @@ def wraps_coroutine_function(func: Any) -> bool:
 
 def resolvable(result: Any) -> bool:
     """Whether a plain ``def`` target's result is an awaitable whose value the proxy may await and record in its place:
-    a coroutine object, or an asyncio future (a ``Task`` among them). Either is awaited in the caller's own event loop,
-    when the caller awaits what the proxy handed back, and yields exactly what the caller would have got.
+    a coroutine object. The caller can only await a coroutine (or pass it to something that awaits it), so handing
+    back another coroutine that awaits it and records the value changes nothing the caller can see.
 
-    Any other awaitable is a handle to work running elsewhere, e.g. a Ray ``ObjectRef``: the host may pass it on
-    (``ray.get``, an argument of another task) without ever awaiting it, and its value may be large and remote. It is
-    handed back untouched and not recorded (:meth:`~skipweave.weaving.record.Recorder.record_live` says so).
-    ``asyncio.isfuture`` is asyncio's own test (its futures and those of loops compatible with it); an ``ObjectRef``
-    fails it (Ray 2.60)."""
-    return type(result) is types.CoroutineType or asyncio.isfuture(result)
+    Any other awaitable is handed back untouched and not recorded
+    (:meth:`~skipweave.weaving.record.Recorder.record_live`
+    says so): an asyncio future or ``Task`` has methods and identity a host uses (``done()``, ``add_done_callback``,
+    ``cancel()``, ``asyncio.wait({fut})``, which refuses coroutines), which a coroutine in its place would break, even
+    in the recording run; a Ray ``ObjectRef`` is a handle to work running elsewhere that the host may pass on without
+    ever awaiting it."""
+    return type(result) is types.CoroutineType
 
 
 def awaited_by_caller(depth: int = 2) -> bool:
