@@ -139,7 +139,7 @@ def figure(rows: Iterable[Mapping[str, Any]]) -> Any:
         bottom.text(0.5, 0.5, "no float field in these results", transform=bottom.transAxes, ha="center",
                     va="center", color="gray")
     elif set(data.max_abs_diff) - set(data.token_match):  # a series the top legend does not name
-        bottom.legend(loc="upper left", fontsize="small")
+        bottom.legend(loc="lower right", fontsize="small")
     bottom.xaxis.get_major_locator().set_params(integer=True)
     bottom.set_xlabel("step")
     bottom.grid(True, alpha=0.3)
