@@ -13,24 +13,14 @@ The comparison never raises: a pair that cannot be compared (a sparse tensor, an
 (``torch.equal``); differing float tensors are compared in float32 (float64 and complex fields in their own
 precision): a pair of float32 tensors of N bytes each then takes about 4N bytes more at peak.
 
-Token fields. Token ids come as integer tensors (verl) or as Python lists (TRL's and vLLM's generation outputs); both
-are compared as token sequences, never as numbers. A *token field* is
-
-- a ``list`` or ``tuple`` (exactly: not a namedtuple, not a ``torch.Size``) whose elements are all integers (Python or
-  numpy; ``bool`` is not an integer here), or a list/tuple of such lists (ragged or not: one per sample); recorded and
-  live must both be of that form, and at least one of them hold a token;
-- a tensor or numpy array of an integer dtype other than ``bool``, of at least one dimension.
-
-A lone integer (a step, a count) is no token field, nor is a list holding anything but integers, nor a bool mask
-(compared element by element all the same). For a token field that differs, the :class:`Divergence` names the first
-diverging position (``[sample, position]`` for a list of lists or a 2-D tensor, one index per dimension), the recorded
-and the live token there (``None`` where that side's sequence has ended) and the token match ratio: the fraction of
-positions that hold the same token on both sides (a ragged pair counts the longer side's positions).
+Token ids are compared as token sequences wherever they live, integer tensors (verl) or Python lists (TRL, vLLM):
+:mod:`skipweave.verify.tokens` says what a token field is and how two are compared.
 
 What a :class:`Divergence` says, per kind of field:
 
-- token fields: as above (``detail["tokens"]`` is ``True``); integer scalar tensors and bool tensors alike, with
-  ``tokens: False``;
+- token fields: the first diverging position (``[sample, position]``, one index per dimension), the recorded and the
+  live token there (``None`` past a sequence's end) and the token match ratio, ``detail["tokens"]`` ``True``;
+  integer scalar tensors and bool tensors alike, with ``tokens: False``;
 - float tensors and float numbers: max ``|Δ|``, max relative ``Δ`` (against ``|recorded|``), the index of the max
   ``|Δ|``, and the fraction of elements beyond the tolerance (``exact``: beyond equality);
 - integers and other scalars: the recorded and the live value;
@@ -52,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from skipweave.config.compare import EXACT, IGNORE, CompareSpec, Rule, Tolerance
+from skipweave.verify.tokens import SampleCount, compare_sequences, is_token_tensor, token_pair
 
 Status = Literal["identical", "close", "diverged"]
 """A comparison's (and a field's) status."""
@@ -233,7 +224,7 @@ class _Walk:
             self._batch_size(path, a, b)
             self._mapping(path, a, b)
         elif isinstance(a, (list, tuple)):
-            nested = _token_pair(a, b)
+            nested = token_pair(a, b)
             if nested is not None and not (rule == IGNORE and self.spec.names_below(path)):
                 self._tokens(path, a, b, nested)
                 return
@@ -257,37 +248,16 @@ class _Walk:
             self._scalar(path, a, b, rule)
 
     def _tokens(self, path: str, a: Any, b: Any, nested: bool) -> None:
-        """Compare two token fields (lists or tuples of ints, or of such lists: see the module docstring): the
-        first diverging ``[sample, position]`` (``[position]`` for one sequence), the tokens there (``None`` past
-        a sequence's end) and the match ratio. One C-level ``==`` when equal (the common case)."""
+        """Compare two token fields (lists or tuples of ints, or of such lists: :mod:`skipweave.verify.tokens`)."""
         if self.leaf(path):
             return
         self.tokens += 1
-        if a == b:
-            return
-        rows_a, rows_b = (a, b) if nested else ((a,), (b,))
-        if len(rows_a) != len(rows_b):  # another number of samples: no ratio can be told
-            self.add(path, "length", recorded=len(rows_a), live=len(rows_b), tokens=True)
-            return
-        first: list[int] | None = None
-        tokens_there: tuple[Any, Any] = (None, None)
-        same = total = 0
-        for i, (x, y) in enumerate(zip(rows_a, rows_b, strict=True)):
-            longest = max(len(x), len(y))
-            total += longest
-            if x == y or (len(x) == len(y) and list(x) == list(y)):  # a list and a tuple of the same tokens
-                same += longest
-                continue
-            equal = [p == q for p, q in zip(x, y, strict=False)]
-            same += sum(equal)
-            if first is None:
-                at = equal.index(False) if False in equal else min(len(x), len(y))
-                first = [i, at] if nested else [at]
-                tokens_there = (_plain(x[at]) if at < len(x) else None, _plain(y[at]) if at < len(y) else None)
-        if first is None:
-            return
-        self.add(path, "value", first_index=first, recorded=tokens_there[0], live=tokens_there[1],
-                 match_ratio=same / total if total else 1.0, tokens=True)
+        found = compare_sequences(a, b, nested)
+        if isinstance(found, SampleCount):  # another number of samples: no ratio can be told
+            self.add(path, "length", recorded=found.recorded, live=found.live, tokens=True)
+        elif found is not None:
+            self.add(path, "value", first_index=found.first_index, recorded=_plain(found.recorded),
+                     live=_plain(found.live), match_ratio=found.match_ratio, tokens=True)
 
     def _batch_size(self, path: str, a: Any, b: Any) -> None:
         """A TensorDict's batch size is part of it, beside its keys."""
@@ -381,18 +351,18 @@ class _Walk:
         except (TypeError, ValueError):  # a dtype torch does not have (strings, datetimes, big-endian): elements
             if self.leaf(path):
                 return
-            tokens = (a.dtype.kind in "iu" and a.ndim >= 1) or (b.dtype.kind in "iu" and b.ndim >= 1)
-            self.tokens += tokens
-            self.floats += not tokens and (a.dtype.kind in "fc" or b.dtype.kind in "fc")
+            is_tokens = (a.dtype.kind in "iu" and a.ndim >= 1) or (b.dtype.kind in "iu" and b.ndim >= 1)
+            self.tokens += is_tokens
+            self.floats += not is_tokens and (a.dtype.kind in "fc" or b.dtype.kind in "fc")
             same_kind = a.dtype == b.dtype or (a.dtype.kind == b.dtype.kind and a.dtype.kind in "US")
             if not same_kind or a.shape != b.shape:
-                mark: dict[str, Any] = {"tokens": True} if tokens else {}
+                mark: dict[str, Any] = {"tokens": True} if is_tokens else {}
                 self.add(path, "shape" if a.shape != b.shape else "dtype", recorded=_describe(a), live=_describe(b),
                          **mark)
             elif not np.array_equal(a, b, equal_nan=a.dtype.kind in "fcmM"):
                 where = np.argwhere(a != b)
                 self.add(path, "value", first_index=[int(i) for i in where[0]] if len(where) else None,
-                         match_ratio=float((a == b).mean()) if a.size else 1.0, tokens=tokens)
+                         match_ratio=float((a == b).mean()) if a.size else 1.0, tokens=is_tokens)
 
     def _tensors(self, path: str, a: Any, b: Any, rule: Rule) -> None:
         import torch
@@ -402,11 +372,11 @@ class _Walk:
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
             self.add(path, "type", recorded=_type_name(a), live=_type_name(b))
             return
-        tokens = _token_tensor(a) or _token_tensor(b)
-        self.tokens += tokens
-        self.floats += not tokens and (a.is_floating_point() or a.is_complex() or b.is_floating_point()
+        is_tokens = is_token_tensor(a) or is_token_tensor(b)
+        self.tokens += is_tokens
+        self.floats += not is_tokens and (a.is_floating_point() or a.is_complex() or b.is_floating_point()
                                        or b.is_complex())
-        mark: dict[str, Any] = {"tokens": True} if tokens else {}  # a token field no ratio tells (token_match: None)
+        mark: dict[str, Any] = {"tokens": True} if is_tokens else {}  # a token field no ratio tells (token_match None)
         if a.dtype != b.dtype:
             self.add(path, "dtype", recorded=str(a.dtype), live=str(b.dtype), **mark)
             return
@@ -422,7 +392,8 @@ class _Walk:
             ne = a != b
             first = [int(i) for i in ne.nonzero()[0]] if ne.dim() else []
             self.add(path, "value", first_index=first, recorded=_plain(a[tuple(first)].item()),
-                     live=_plain(b[tuple(first)].item()), match_ratio=1.0 - float(ne.float().mean()), tokens=tokens)
+                     live=_plain(b[tuple(first)].item()), match_ratio=1.0 - float(ne.float().mean()),
+                     tokens=is_tokens)
             return
         # float64 and complex128 fields in their own precision, narrower floats in float32, which holds every
         # float16/bfloat16 value exactly (and float32 costs half the passes' memory of float64)
@@ -447,45 +418,6 @@ class _Walk:
         rel = diff / scale.clamp_min(torch.finfo(diff.dtype).tiny)
         self.add(path, "value", DIVERGED if bool(beyond.any()) else CLOSE, max_abs_diff=_plain(float(diff.max())),
                  max_rel_diff=_plain(float(rel.max())), at=at, beyond_fraction=float(beyond.double().mean()))
-
-
-def _is_int(x: Any) -> bool:
-    """A Python or numpy integer, bools not (``type is int`` first: the common case, at a fraction of the cost)."""
-    return type(x) is int or (isinstance(x, numbers.Integral) and not isinstance(x, bool))
-
-
-def _token_form(x: Any) -> tuple[int, int] | None:
-    """``(1, n)`` for a list or tuple of ``n`` integers, ``(2, n)`` for a list or tuple of such sequences holding
-    ``n`` integers in all, ``None`` for anything else (subclasses such as namedtuples and ``torch.Size`` included)."""
-    if type(x) is not list and type(x) is not tuple:
-        return None
-    if all(_is_int(e) for e in x):
-        return 1, len(x)
-    count = 0
-    for row in x:
-        if (type(row) is not list and type(row) is not tuple) or not all(_is_int(e) for e in row):
-            return None
-        count += len(row)
-    return 2, count
-
-
-def _token_pair(a: Any, b: Any) -> bool | None:
-    """Whether ``a`` and ``b`` are a pair of token fields: ``None`` when not, else whether they are lists of
-    sequences (``True``) or one sequence each (``False``). Both must have a token form, the same one (an empty list
-    goes with either), and hold at least one token between them."""
-    form_a, form_b = _token_form(a), _token_form(b)
-    if form_a is None or form_b is None or form_a[1] + form_b[1] == 0:
-        return None
-    if form_a[0] != form_b[0] and (1, 0) not in (form_a, form_b):
-        return None
-    return max(form_a[0], form_b[0]) == 2
-
-
-def _token_tensor(t: Any) -> bool:
-    """A tensor of token ids: an integer dtype other than bool, at least one dimension."""
-    import torch
-
-    return bool(t.dim() >= 1 and not (t.is_floating_point() or t.is_complex()) and t.dtype != torch.bool)
 
 
 def _is_number(x: Any) -> bool:
