@@ -5,13 +5,22 @@ before and after a change); each pair is compared as a verify run compares a liv
 recording, B the live side; see docs/verify.md). Only parts a run would serve are compared; an entry that cannot be
 read is reported ``unreadable``, an entry on one side only ``only_in_a`` / ``only_in_b``.
 
-What "equal" means: every field exact, unless ``--atol/--rtol`` (every float field) or ``--ignore GLOB`` (repeatable)
-say otherwise, or ``--compare-from PROFILE`` takes ``skip.<role>.compare`` of a profile (name or YAML file); the
-options win over the profile.
+Stores are read without rebuilding the host's classes: a recorded dataclass or batch object (verl's ``DataProto``, a
+trainer's own ``Batch``) is compared by its class name and its recorded fields, so no ``--trust`` or ``PYTHONPATH`` is
+needed; ``--trust CLASS`` rebuilds objects instead, for those who want them.
 
-Prints a table per target (step, call, status, first diverging field and position, token match, max |Δ|) and the
-first divergence; ``--json`` prints one document (schema ``skipweave.diff/1``); ``--plot FILE.png`` draws the token
-match ratio and the max |Δ| of float fields per step (needs matplotlib: ``pip install 'skipweave[plot]'``).
+What "equal" means: what the shipped verify profile (``rollout_verify``) says, for every role: every field exact but
+the per-run ones it ignores (``meta_info.timing*``, skipweave's own notes); ``--atol/--rtol`` (every float field) and
+``--ignore GLOB`` (repeatable) add to it; ``--compare-from PROFILE`` takes ``skip.<role>.compare`` of another profile
+(name or YAML file) for the roles it names (``--compare-from off``: every field exact); the options win over the
+profile.
+
+Prints a table per target (step, call, status, first diverging field and position, token match, the first differing
+token, max |Δ| of float fields; ``n/a`` where a result has no token field / no float field) and the first divergence,
+with what changed in the recorded environment (target source, packages, config keys) between the two entries as a
+likely cause; ``--json`` prints one document (schema ``skipweave.diff/1``); ``--plot FILE.png`` draws the token match
+ratio and the max |Δ| of float fields per step, with gaps where a series has no value and the steps only one store
+holds marked (needs matplotlib: ``pip install 'skipweave[plot]'``).
 
 Exit status: 0 every aligned pair identical or close; 1 some pair diverged, or an entry is only on one side or
 unreadable; 2 a dump dir cannot be read, the options are invalid (a ``--plot`` file that cannot be written
@@ -56,11 +65,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--ignore", action="append", default=[], metavar="GLOB",
                         help="a field path (glob) left out of the comparison, e.g. 'meta_info.timing*' (repeatable)")
     parser.add_argument("--compare-from", default=None, metavar="PROFILE",
-                        help="take skip.<role>.compare from this profile (a shipped name or a YAML file)")
+                        help="take skip.<role>.compare from this profile (a shipped name or a YAML file; default: "
+                             f"{DEFAULT_RULES_PROFILE}'s rules for every role; 'off': every field exact)")
     parser.add_argument("--trust", action="append", default=[], metavar="PKG.MOD:CLASS",
-                        help="a class of the host's results decoding may import and rebuild, as "
-                             "skip.<role>.trusted_classes (repeatable; its module must be importable, e.g. through "
-                             "PYTHONPATH)")
+                        help="rebuild the host's objects instead of comparing recorded fields by class name: a class "
+                             "decoding may import and rebuild, as skip.<role>.trusted_classes (repeatable; its module "
+                             "must be importable, e.g. through PYTHONPATH)")
     parser.add_argument("--allow-pickle", action="store_true",
                         help="decode entries holding pickled data (only for stores you trust)")
     parser.add_argument("--plot", default=None, metavar="FILE.png",
@@ -77,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         specs, trusted = compare_specs(args)
         trusted += parse_class_refs("--trust", args.trust)
+        views = not args.trust  # objects only for those who ask for them
         steps = _steps(args.steps)
     except ConfigError as exc:
         print(f"skipweave diff: {exc}", file=sys.stderr)
@@ -93,10 +104,12 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         scans.append(scanned)
     rows = list(diff_rows(scans[0], scans[1], specs, namespace=args.namespace, role=args.role,
-                          targets=args.target, steps=steps, trusted=trusted))
+                          targets=args.target, steps=steps, trusted=trusted, views=views))
     paired = [r for r in rows if r["status"] not in ("only_in_a", "only_in_b")]
     doc = document(scans[0].dump_dir, scans[1].dump_dir, rows)
     if args.plot:
+        from skipweave.cli.diff_plot import plot
+
         try:
             plot(rows, args.plot)
         except Exception as exc:  # noqa: BLE001 - the table still goes out; the status says the plot failed
@@ -144,16 +157,34 @@ def plot_problem(path: str) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------------ inputs
+DEFAULT_RULES_PROFILE = "rollout_verify"
+"""The shipped profile whose ``skip.rollout.compare`` is diff's rule for every role the options name no other for:
+one definition of what differs from run to run (timings) for verify runs and diffs alike."""
+
+
+def default_spec() -> Any:
+    """The :class:`~skipweave.config.compare.CompareSpec` of :data:`DEFAULT_RULES_PROFILE`'s ``rollout`` role.
+
+    Raises:
+        ConfigError: the shipped profile cannot be composed (a broken installation).
+    """
+    from skipweave.config import load_skip_config
+    from skipweave.config.profiles import compose_profile
+
+    return load_skip_config(compose_profile(DEFAULT_RULES_PROFILE)).roles["rollout"].compare
+
+
 def compare_specs(args: argparse.Namespace) -> tuple[dict[str | None, Any], tuple[str, ...]]:
     """``(role -> CompareSpec, trusted classes)`` from ``--compare-from`` (its roles' ``compare`` and
-    ``trusted_classes``) and the options; key ``None``: every role the profile does not name.
+    ``trusted_classes``) and the options; key ``None``: every role the profile does not name, compared as
+    :func:`default_spec` says.
 
     Raises:
         ConfigError: a profile that cannot be composed, or a tolerance that is not a finite number >= 0.
     """
     from skipweave.config.compare import IGNORE, CompareSpec, Tolerance, parse_rule
 
-    by_role: dict[str | None, CompareSpec] = {None: CompareSpec()}
+    by_role: dict[str | None, CompareSpec] = {None: default_spec()}
     trusted: tuple[str, ...] = ()
     if args.compare_from:
         from skipweave.config import load_skip_config
@@ -217,11 +248,14 @@ def _scan(path: str, allow_pickle: bool) -> Any:
 # ------------------------------------------------------------------------------------------------ the diff
 def diff_rows(a: Any, b: Any, specs: Any, *, namespace: str | None = None, role: str | None = None,
               targets: list[str] | None = None, steps: Any = None,
-              trusted: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
+              trusted: tuple[str, ...] = (), views: bool = True) -> Iterator[dict[str, Any]]:
     """One row per aligned entry of the scans ``a`` and ``b`` (:class:`~skipweave.store.scan.DumpScan`), in
     namespace, role, target, step, shard and call order: ``{namespace, role, target, step, shard, call, status,
-    first, token_match, max_abs_diff, fields, reason}``. ``trusted``: classes decoding may rebuild besides the
-    codec's own (``skip.<role>.trusted_classes``)."""
+    first, first_token, token_match, max_abs_diff, fields, reason}``, plus ``environment`` (``[[field, A's, B's],
+    ...]``) when the two entries' recorded environments differ. ``views``: compare the recorded fields of the host's
+    objects by class name (:func:`~skipweave.store.format.codec.decode_view`), else rebuild them (``trusted``:
+    classes decoding may rebuild besides the codec's own, ``skip.<role>.trusted_classes``)."""
+    from skipweave.store.format.environment import EnvironmentInvalid, changes_from, fields_of
     from skipweave.store.scan import Status
     from skipweave.store.step_store import StepStore
     from skipweave.verify.compare import compare
@@ -240,15 +274,28 @@ def diff_rows(a: Any, b: Any, specs: Any, *, namespace: str | None = None, role:
         store = stores.get((side, part.namespace, part.role))
         if store is None:
             store = stores[(side, part.namespace, part.role)] = StepStore(
-                scan.dump_dir, part.namespace, part.role, allow_pickle=scan.allow_pickle, trusted_classes=trusted)
+                scan.dump_dir, part.namespace, part.role, allow_pickle=scan.allow_pickle, trusted_classes=trusted,
+                views=views)
         try:
             return store.load(entry.key).result, None
         except Exception as exc:  # noqa: BLE001 - a damaged or foreign entry is a row, never a crash
             return None, f"{type(exc).__name__}: {exc}"
 
+    def environment(ea: Any, eb: Any) -> list[list[Any]]:
+        """What B's recorded environment changes from A's (the entries' manifests; a damaged one is a change)."""
+        env_a, env_b = (ea.manifest or {}).get("environment"), (eb.manifest or {}).get("environment")
+        if env_a is None or env_b is None or env_a == env_b:
+            return []
+        try:
+            live = fields_of(env_b)
+        except EnvironmentInvalid as exc:  # B's is not shaped as skipweave writes it
+            return [["environment", "A's", f"invalid in B ({exc})"]]
+        return [list(change) for change in changes_from(env_a, live, "B's")]
+
     def diff_pair(where: tuple[Any, ...], pa: Any, ea: Any, pb: Any, eb: Any) -> dict[str, Any]:
         row: dict[str, Any] = dict(zip(("namespace", "role", "target", "step", "shard"), where, strict=True))
-        row.update(call=(ea or eb).key.call, first=None, token_match=None, max_abs_diff=None, fields=0, reason=None)
+        row.update(call=(ea or eb).key.call, first=None, first_token=None, token_match=None, max_abs_diff=None,
+                   fields=0, reason=None)
         if ea is not None and eb is not None and eb.key.call != ea.key.call:
             row["call_b"] = eb.key.call  # concurrent calls, paired by their inputs
         if ea is None or eb is None:
@@ -263,8 +310,12 @@ def diff_rows(a: Any, b: Any, specs: Any, *, namespace: str | None = None, role:
             return row
         comparison = compare(ra, rb, specs.get(where[1], specs[None])).to_json()
         del ra, rb
-        row.update(status=comparison["status"], first=comparison["first"], token_match=comparison["token_match"],
-                   max_abs_diff=comparison["max_abs_diff"], fields=comparison["fields"])
+        row.update(status=comparison["status"], first=comparison["first"], first_token=comparison["first_token"],
+                   token_match=comparison["token_match"], max_abs_diff=comparison["max_abs_diff"],
+                   fields=comparison["fields"])
+        changed = environment(ea, eb)
+        if changed:
+            row["environment"] = changed
         return row
 
     for where in sorted(set(parts_a) | set(parts_b)):
@@ -335,12 +386,33 @@ def _where(first: Any) -> str:
     return first.get("kind", "")
 
 
-def _number(x: Any, fmt: str) -> str:
+PAIRED = ("identical", "close", "diverged")
+"""The statuses of rows whose two entries were compared."""
+
+
+def _number(x: Any, fmt: str, paired: bool) -> str:
+    """A table cell: ``n/a`` for a compared pair without such a field (no token field, no float field), ``-`` for a
+    row that compared nothing."""
     if x is None:
-        return "-"
+        return "n/a" if paired else "-"
     if isinstance(x, str):
         return x
     return format(x, fmt)
+
+
+def _token_cell(row: dict[str, Any]) -> str:
+    """The first differing token of a row, ``[sample, position] A→B`` (the field's path first when it is not the
+    row's first diverging field; ``(end)`` past a sequence's end)."""
+    token = row.get("first_token")
+    if not isinstance(token, dict):
+        return ""
+    detail = token.get("detail") or {}
+    if "first_index" not in detail:
+        return f"{token.get('path', '')}: {token.get('kind', '')}"
+    first = row.get("first") if isinstance(row.get("first"), dict) else {}
+    where = "" if token.get("path") == (first or {}).get("path") else f"{token.get('path')} "
+    recorded, live = ("(end)" if v is None else str(v) for v in (detail.get("recorded"), detail.get("live")))
+    return f"{where}{detail['first_index']} {recorded}→{live}"
 
 
 def render(doc: dict[str, Any]) -> str:
@@ -355,13 +427,15 @@ def render(doc: dict[str, Any]) -> str:
     for (namespace, role, target), rows in groups.items():
         lines += ["", f"{namespace}/{role} target {target}:"]
         cells = [["step", "call (A/B)" if any("call_b" in r for r in rows) else "call", "shard", "status",
-                  "first diverging field", "at", "token match", "max |Δ|"]]
+                  "first diverging field", "at", "token match", "first token A→B", "max |Δ|"]]
         for r in rows:
             first = r["first"] if isinstance(r["first"], dict) else None
             field = (first or {}).get("path", "") if r["status"] != "unreadable" else "(see below)"
             call = f"{r['call']}/{r['call_b']}" if "call_b" in r else str(r["call"])  # paired by inputs across
+            paired = r["status"] in PAIRED
             cells.append([str(r["step"]), call, r["shard"], r["status"], field or "", _where(first),
-                          _number(r["token_match"], ".3f"), _number(r["max_abs_diff"], ".3g")])
+                          _number(r["token_match"], ".3f", paired), _token_cell(r),
+                          _number(r["max_abs_diff"], ".3g", paired)])
         lines += ["  " + line for line in table(cells)]
     t = doc["totals"]
     counts = ", ".join(f"{s} {n}" for s, n in t.items() if s not in ("entries", "failing"))
@@ -371,63 +445,35 @@ def render(doc: dict[str, Any]) -> str:
         lines.append("first divergence: " + describe({**first, "inputs": None}))
     elif t["entries"] and not t["failing"]:
         lines.append("every aligned entry is identical" + (" or within tolerance" if t.get("close") else ""))
+    lines += _environment_lines(doc["rows"], first)
     reasons = list(dict.fromkeys(r["reason"] for r in doc["rows"] if r["status"] == "unreadable"))
     for reason in reasons[:3]:
         lines.append(f"unreadable ({sum(r['reason'] == reason for r in doc['rows'])} entries): {reason}")
     if len(reasons) > 3:
         lines.append(f"... and {len(reasons) - 3} other reasons (--json lists every row)")
-    if any("cannot be rebuilt" in r for r in reasons):
-        lines.append("a result of the host's own class is decoded only when trusted: pass --trust PKG.MOD:CLASS (its "
-                     "module importable, e.g. PYTHONPATH=<the host's source>), or --compare-from the profile that "
-                     "lists it in trusted_classes")
+    if any("cannot be rebuilt" in r or "cannot import module" in r for r in reasons):
+        lines.append("with --trust, the host's objects are rebuilt: each class must be trusted (--trust PKG.MOD:CLASS) "
+                     "and its module importable (e.g. PYTHONPATH=<the host's source>); without --trust, diff compares "
+                     "their recorded fields by class name and needs neither")
     if doc.get("plot"):
         lines.append(f"plot: {doc['plot']}")
     return "\n".join(lines)
 
 
-def plot(rows: list[dict[str, Any]], path: str) -> None:
-    """Draw, per target, the lowest token match ratio and the largest max |Δ| of each step into ``path``.
+def _environment_lines(rows: list[dict[str, Any]], first: dict[str, Any] | None) -> list[str]:
+    """One line per distinct environment change between A's and B's entries (the first divergence's own already
+    said beside it), with the number of entries it concerns."""
+    from skipweave.verify.report import environment_changes
 
-    Raises:
-        ImportError: matplotlib is not installed.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    series: dict[str, dict[int, tuple[float, float]]] = {}
+    said = environment_changes(first) if first is not None else ""
+    counts: dict[str, int] = {}
     for r in rows:
-        if r["status"] not in ("identical", "close", "diverged"):
-            continue
-        label = f"{r['role']}/{r['target']}" + (" (validation)" if str(r["shard"]).startswith("val_") else "")
-        match = 0.0 if r["token_match"] is None else float(r["token_match"])
-        delta = math.inf if isinstance(r["max_abs_diff"], str) else float(r["max_abs_diff"] or 0.0)
-        old = series.setdefault(label, {}).get(r["step"], (1.0, 0.0))
-        series[label][r["step"]] = (min(old[0], match), max(old[1], delta))
-    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
-    for label, by_step in sorted(series.items()):
-        steps = sorted(by_step)
-        top.plot(steps, [by_step[s][0] for s in steps], marker="o", label=label)
-        deltas = [by_step[s][1] for s in steps]
-        finite = [d if math.isfinite(d) else float("nan") for d in deltas]
-        bottom.plot(steps, finite, marker="o", label=label)
-    top.set_ylabel("token match ratio")
-    top.set_ylim(-0.02, 1.02)
-    top.grid(True, alpha=0.3)
-    if series:
-        top.legend(loc="lower left", fontsize="small")
-    # symlog: an identical step (0) sits on the axis, and deltas from 1e-9 to 1e3 stay readable on one plot
-    bottom.set_yscale("symlog", linthresh=1e-9)
-    bottom.set_ylim(bottom=0)
-    bottom.set_ylabel("max |Δ| of float fields")
-    bottom.xaxis.get_major_locator().set_params(integer=True)
-    bottom.set_xlabel("step")
-    bottom.grid(True, alpha=0.3)
-    top.set_title("skipweave diff: B against A, per step")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+        text = environment_changes(r)
+        if text:
+            counts[text] = counts.get(text, 0) + 1
+    return [f"environment differs between A and B in {n} entries: {text}" for text, n in counts.items()
+            if text != said or n > 1][:5]
 
 
-__all__ = ["SCHEMA", "compare_specs", "diff_rows", "document", "plot", "register", "render", "run"]
+__all__ = ["DEFAULT_RULES_PROFILE", "PAIRED", "SCHEMA", "compare_specs", "default_spec", "diff_rows", "document",
+           "register", "render", "run"]

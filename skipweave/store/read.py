@@ -48,14 +48,17 @@ class EntryReader:
         parts: the role's part index (listings and group files).
         allow_pickle: load entries holding pickled data.
         trusted_classes: ``module:qualname`` classes decoding may construct (see :mod:`skipweave.store.format.codec`).
+        views: decode results as read-only views that keep their classes' names instead of rebuilding them
+            (:func:`~skipweave.store.format.codec.decode_view`; ``skipweave diff``).
     """
 
     def __init__(self, folders: RoleFolders, parts: PartIndex, *, allow_pickle: bool,
-                 trusted_classes: tuple[str, ...]) -> None:
+                 trusted_classes: tuple[str, ...], views: bool = False) -> None:
         self._folders = folders
         self._parts = parts
         self.allow_pickle = allow_pickle
         self.trusted_classes = trusted_classes
+        self.views = views
 
     def load(self, key: EntryKey, *, mtime: Mtime | None = None) -> Loaded:
         """Read, check, verify and decode one entry (see :meth:`~skipweave.store.step_store.StepStore.load`)."""
@@ -88,7 +91,10 @@ class EntryReader:
             tree = jsonio.loads(tree_bytes)
         except (ValueError, RecursionError) as exc:
             raise EntryInvalid(f"payload of {where} is unreadable: {exc}") from exc
-        payload = codec.decode(tree, tensors, allow_pickle=self.allow_pickle, trusted=self.trusted_classes)
+        if self.views:
+            payload = codec.decode_view(tree, tensors, allow_pickle=self.allow_pickle)
+        else:
+            payload = codec.decode(tree, tensors, allow_pickle=self.allow_pickle, trusted=self.trusted_classes)
         if not isinstance(payload, dict) or "result" not in payload:
             raise EntryInvalid(f"payload of {where} holds no recorded result")
         rng = payload.get("rng")

@@ -77,6 +77,9 @@ class StepStore:
             ``None``; entries of either form are read.
         keep: which recorded steps are kept (``skip.<role>.keep``); ``None`` or an inactive rule keeps every step.
             Applied by :meth:`after_commit` (:mod:`skipweave.store.retention`).
+        views: :meth:`load` gives read-only views that keep the recorded classes' names instead of rebuilding
+            them (:func:`~skipweave.store.format.codec.decode_view`): what ``skipweave diff`` compares. Never for a
+            store that serves a host.
 
     Raises:
         ValueError: ``namespace`` or ``role`` is not a single folder name (see
@@ -94,6 +97,7 @@ class StepStore:
         trusted_classes: tuple[str, ...] = (),
         compress: int | None = None,
         keep: KeepRule | None = None,
+        views: bool = False,
     ) -> None:
         self._folders = RoleFolders(dump_dir, namespace, role)
         self.dump_dir = dump_dir
@@ -109,7 +113,7 @@ class StepStore:
         self._steps = StepIndex(self._folders)
         self._parts = PartStates(self._folders, self._index, self._steps, self._pending, calls_per_step, self._lock)
         self._reader = EntryReader(self._folders, self._index, allow_pickle=allow_pickle,
-                                   trusted_classes=self.trusted_classes)
+                                   trusted_classes=self.trusted_classes, views=views)
         self._committer = Committer(self._folders, self._index, self._parts, compress=compress)
         self._retainer = Retainer(self, keep) if keep is not None and keep.active else None
         self._parts.settle = self._settle

@@ -13,13 +13,17 @@ The comparison never raises: a pair that cannot be compared (a sparse tensor, an
 (``torch.equal``); differing float tensors are compared in float32 (float64 and complex fields in their own
 precision): a pair of float32 tensors of N bytes each then takes about 4N bytes more at peak.
 
+Token ids are compared as token sequences wherever they live, integer tensors (verl) or Python lists (TRL, vLLM):
+:mod:`skipweave.verify.tokens` says what a token field is and how two are compared.
+
 What a :class:`Divergence` says, per kind of field:
 
-- integer and bool tensors (token ids, masks): the first diverging position (an index per dimension, so ``(sample,
-  position)`` for a 2-D batch), the recorded and the live value there, and the fraction of equal elements (the
-  token match ratio);
-- float tensors: max ``|Δ|``, max relative ``Δ`` (against ``|recorded|``), the index of the max ``|Δ|``, and the
-  fraction of elements beyond the tolerance (``exact``: beyond equality);
+- token fields: the first diverging position (``[sample, position]``, one index per dimension), the recorded and the
+  live token there (``None`` past a sequence's end) and the token match ratio, ``detail["tokens"]`` ``True``;
+  integer scalar tensors and bool tensors alike, with ``tokens: False``;
+- float tensors and float numbers: max ``|Δ|``, max relative ``Δ`` (against ``|recorded|``), the index of the max
+  ``|Δ|``, and the fraction of elements beyond the tolerance (``exact``: beyond equality);
+- integers and other scalars: the recorded and the live value;
 - a shape, dtype, type, length or key-set mismatch, said as such.
 
 A float field whose elements all lie within its tolerance but are not all equal is ``close``; a comparison is
@@ -38,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from skipweave.config.compare import EXACT, IGNORE, CompareSpec, Rule, Tolerance
+from skipweave.verify.tokens import SampleCount, compare_sequences, is_token_tensor, token_pair
 
 Status = Literal["identical", "close", "diverged"]
 """A comparison's (and a field's) status."""
@@ -72,35 +77,53 @@ class Comparison:
         first: the first diverging field in walk order (for ``close``: the first close one), ``None`` when identical.
         fields: leaf fields compared (ignored ones not counted).
         divergences: every field that is not equal, in walk order.
+        tokens: token fields compared (see the module docstring), equal or not.
+        floats: float fields compared (tensors, arrays and numbers), equal or not.
     """
 
     status: Status
     first: Divergence | None
     fields: int
     divergences: list[Divergence]
+    tokens: int = 0
+    floats: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready record (one line of a divergence report)."""
         first = None if self.first is None else dataclasses.asdict(self.first)
+        token = self.first_token
         return {"status": self.status, "fields": self.fields, "first": first,
                 "diverged": sum(d.status == DIVERGED for d in self.divergences),
                 "close": sum(d.status == CLOSE for d in self.divergences),
-                "token_match": self.token_match, "max_abs_diff": _plain(self.max_abs_diff)}
+                "token_match": self.token_match, "max_abs_diff": _plain(self.max_abs_diff),
+                "first_token": None if token is None else dataclasses.asdict(token)}
+
+    @property
+    def first_token(self) -> Divergence | None:
+        """The first token field that differs, in walk order (``None`` when every token field is equal)."""
+        return next((d for d in self.divergences if d.detail.get("tokens") is True), None)
 
     @property
     def token_match(self) -> float | None:
-        """The lowest match ratio of the integer fields that differ by value (token ids, masks); ``1.0`` when none
-        does; ``None`` when a field differs in shape, type or keys (no ratio can be told)."""
-        ratios = [d.detail["match_ratio"] for d in self.divergences
-                  if d.kind == "value" and isinstance(d.detail.get("match_ratio"), float | int)]
-        if any(d.kind != "value" for d in self.divergences):
+        """The lowest token match ratio of the token fields (``1.0`` when every one is equal); ``None`` when the
+        result has no token field, or one differs in a way no ratio tells (its shape, dtype or number of samples)."""
+        if not self.tokens:
             return None
-        return float(min(ratios)) if ratios else 1.0
+        ratios = []
+        for d in self.divergences:
+            if d.detail.get("tokens") is True:
+                ratio = d.detail.get("match_ratio")
+                if d.kind != "value" or not isinstance(ratio, float | int):
+                    return None
+                ratios.append(float(ratio))
+        return min(ratios) if ratios else 1.0
 
     @property
-    def max_abs_diff(self) -> float:
+    def max_abs_diff(self) -> float | None:
         """The largest max ``|Δ|`` of the float fields that differ (``0.0`` when none does; ``inf`` for an inf or
-        NaN mismatch)."""
+        NaN mismatch); ``None`` when the result has no float field."""
+        if not self.floats:
+            return None
         out = 0.0
         for d in self.divergences:
             value = d.detail.get("max_abs_diff")
@@ -123,10 +146,10 @@ def compare(recorded: Any, live: Any, spec: CompareSpec | None = None) -> Compar
     walk.visit("", recorded, live)
     diverged = [d for d in walk.found if d.status == DIVERGED]
     if diverged:
-        return Comparison(DIVERGED, diverged[0], walk.leaves, walk.found)
+        return Comparison(DIVERGED, diverged[0], walk.leaves, walk.found, walk.tokens, walk.floats)
     if walk.found:
-        return Comparison(CLOSE, walk.found[0], walk.leaves, walk.found)
-    return Comparison(IDENTICAL, None, walk.leaves, [])
+        return Comparison(CLOSE, walk.found[0], walk.leaves, walk.found, walk.tokens, walk.floats)
+    return Comparison(IDENTICAL, None, walk.leaves, [], walk.tokens, walk.floats)
 
 
 def _join(path: str, part: Any) -> str:
@@ -145,6 +168,8 @@ class _Walk:
         self.spec = spec
         self.found: list[Divergence] = []
         self.leaves = 0
+        self.tokens = 0  # token fields compared
+        self.floats = 0  # float fields compared
         self.open: set[tuple[int, int]] = set()
         self.listed: list[str] | None = [] if listing else None
 
@@ -199,6 +224,10 @@ class _Walk:
             self._batch_size(path, a, b)
             self._mapping(path, a, b)
         elif isinstance(a, (list, tuple)):
+            nested = token_pair(a, b)
+            if nested is not None and not (rule == IGNORE and self.spec.names_below(path)):
+                self._tokens(path, a, b, nested)
+                return
             if len(a) != len(b):
                 self.leaves += 1
                 self.add(path, "length", recorded=len(a), live=len(b))
@@ -217,6 +246,18 @@ class _Walk:
             self._mapping(path, _state(a), _state(b))
         else:
             self._scalar(path, a, b, rule)
+
+    def _tokens(self, path: str, a: Any, b: Any, nested: bool) -> None:
+        """Compare two token fields (lists or tuples of ints, or of such lists: :mod:`skipweave.verify.tokens`)."""
+        if self.leaf(path):
+            return
+        self.tokens += 1
+        found = compare_sequences(a, b, nested)
+        if isinstance(found, SampleCount):  # another number of samples: no ratio can be told
+            self.add(path, "length", recorded=found.recorded, live=found.live, tokens=True)
+        elif found is not None:
+            self.add(path, "value", first_index=found.first_index, recorded=_plain(found.recorded),
+                     live=_plain(found.live), match_ratio=found.match_ratio, tokens=True)
 
     def _batch_size(self, path: str, a: Any, b: Any) -> None:
         """A TensorDict's batch size is part of it, beside its keys."""
@@ -249,19 +290,21 @@ class _Walk:
         if self.leaf(path):
             return
         if _is_number(a) and _is_number(b):
+            integers = isinstance(a, numbers.Integral) and isinstance(b, numbers.Integral)
+            if not integers:
+                self.floats += 1
             if (_is_nan(a) and _is_nan(b)) or _equal(a, b):  # inf == inf: their difference would be NaN
                 return
-            integers = isinstance(a, numbers.Integral) and isinstance(b, numbers.Integral)
-            if integers:
-                delta: Any = abs(int(b) - int(a))  # exact: a float loses integers past 2**53
-            else:
-                delta = abs(complex(b) - complex(a)) if isinstance(a, complex) or isinstance(b, complex) or \
-                    not (isinstance(a, numbers.Real) and isinstance(b, numbers.Real)) else abs(float(b) - float(a))
+            if integers:  # exact, and no |Δ|: a count or a step is no float field ("max |Δ| 94" read as a drift)
+                self.add(path, "value", recorded=_plain(a), live=_plain(b))
+                return
+            delta: Any = abs(complex(b) - complex(a)) if isinstance(a, complex) or isinstance(b, complex) or \
+                not (isinstance(a, numbers.Real) and isinstance(b, numbers.Real)) else abs(float(b) - float(a))
             if delta == 0:
                 return
             status: Status = DIVERGED
-            # integers are exact; an inf or NaN on either side is never within a tolerance (rtol * inf is inf)
-            if isinstance(rule, Tolerance) and not integers and _finite(a) and _finite(b):
+            # an inf or NaN on either side is never within a tolerance (rtol * inf is inf)
+            if isinstance(rule, Tolerance) and _finite(a) and _finite(b):
                 try:
                     status = CLOSE if delta <= rule.atol + rule.rtol * abs(a) else DIVERGED
                 except (OverflowError, TypeError):
@@ -308,13 +351,18 @@ class _Walk:
         except (TypeError, ValueError):  # a dtype torch does not have (strings, datetimes, big-endian): elements
             if self.leaf(path):
                 return
+            is_tokens = (a.dtype.kind in "iu" and a.ndim >= 1) or (b.dtype.kind in "iu" and b.ndim >= 1)
+            self.tokens += is_tokens
+            self.floats += not is_tokens and (a.dtype.kind in "fc" or b.dtype.kind in "fc")
             same_kind = a.dtype == b.dtype or (a.dtype.kind == b.dtype.kind and a.dtype.kind in "US")
             if not same_kind or a.shape != b.shape:
-                self.add(path, "shape" if a.shape != b.shape else "dtype", recorded=_describe(a), live=_describe(b))
+                mark: dict[str, Any] = {"tokens": True} if is_tokens else {}
+                self.add(path, "shape" if a.shape != b.shape else "dtype", recorded=_describe(a), live=_describe(b),
+                         **mark)
             elif not np.array_equal(a, b, equal_nan=a.dtype.kind in "fcmM"):
                 where = np.argwhere(a != b)
                 self.add(path, "value", first_index=[int(i) for i in where[0]] if len(where) else None,
-                         match_ratio=float((a == b).mean()) if a.size else 1.0)
+                         match_ratio=float((a == b).mean()) if a.size else 1.0, tokens=is_tokens)
 
     def _tensors(self, path: str, a: Any, b: Any, rule: Rule) -> None:
         import torch
@@ -324,11 +372,16 @@ class _Walk:
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
             self.add(path, "type", recorded=_type_name(a), live=_type_name(b))
             return
+        is_tokens = is_token_tensor(a) or is_token_tensor(b)
+        self.tokens += is_tokens
+        self.floats += not is_tokens and (a.is_floating_point() or a.is_complex() or b.is_floating_point()
+                                       or b.is_complex())
+        mark: dict[str, Any] = {"tokens": True} if is_tokens else {}  # a token field no ratio tells (token_match None)
         if a.dtype != b.dtype:
-            self.add(path, "dtype", recorded=str(a.dtype), live=str(b.dtype))
+            self.add(path, "dtype", recorded=str(a.dtype), live=str(b.dtype), **mark)
             return
         if a.shape != b.shape:
-            self.add(path, "shape", recorded=list(a.shape), live=list(b.shape))
+            self.add(path, "shape", recorded=list(a.shape), live=list(b.shape), **mark)
             return
         if a.numel() == 0:
             return
@@ -339,7 +392,8 @@ class _Walk:
             ne = a != b
             first = [int(i) for i in ne.nonzero()[0]] if ne.dim() else []
             self.add(path, "value", first_index=first, recorded=_plain(a[tuple(first)].item()),
-                     live=_plain(b[tuple(first)].item()), match_ratio=1.0 - float(ne.float().mean()))
+                     live=_plain(b[tuple(first)].item()), match_ratio=1.0 - float(ne.float().mean()),
+                     tokens=is_tokens)
             return
         # float64 and complex128 fields in their own precision, narrower floats in float32, which holds every
         # float16/bfloat16 value exactly (and float32 costs half the passes' memory of float64)

@@ -4,15 +4,22 @@ Each line (schema ``skipweave.verify.call/1``) says where the call sits and how 
 
     {"schema": "skipweave.verify.call/1", "role": "rollout", "target": "gen", "step": 2, "call": 0, "shard": "r0",
      "validation": false, "status": "diverged", "inputs": "same", "fields": 7, "diverged": 2, "close": 0,
+     "token_match": 0.91, "max_abs_diff": 0.0,
      "first": {"path": "batch.responses", "kind": "value", "status": "diverged",
-               "detail": {"first_index": [3, 5], "recorded": 17, "live": 4, "match_ratio": 0.91}},
+               "detail": {"first_index": [3, 5], "recorded": 17, "live": 4, "match_ratio": 0.91, "tokens": true}},
+     "first_token": {...the same...},
+     "environment": [["target source", "xxh3_128:<32 hex>", "xxh3_128:<32 hex>"]],
      "pid": 4711, "unix": 1796300000.0}
 
 ``status`` is ``identical``, ``close`` or ``diverged`` (see :mod:`skipweave.verify.compare`), or ``unrecorded``
 when no recording serves the call (it ran live and nothing was compared; ``reason`` says why when a recording was
 found but could not be used, e.g. a corrupt entry). ``inputs`` is ``same``, ``differ`` (the
 recording was made for other inputs: its input fingerprint differs) or ``unknown`` (a recording without a
-fingerprint). Lines of every process of a run go to one file, appended whole (one ``write`` of one line).
+fingerprint). ``token_match`` and ``max_abs_diff`` are ``null`` when the result has no token field / no float field;
+``first_token`` is the first token field that differs (``null`` when none does). ``environment``, present only when
+they differ, lists the fields of the recording's environment the live one disagrees on (``[field, recorded, live]``,
+:mod:`skipweave.store.format.environment`): :func:`describe` names them beside the first divergence as a likely cause.
+Lines of every process of a run go to one file, appended whole (one ``write`` of one line).
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from skipweave.store.format.environment import Change
+from skipweave.store.format.environment import describe as describe_environment
 from skipweave.verify.compare import CLOSE, DIVERGED, IDENTICAL, Comparison
 
 logger = logging.getLogger(__name__)
@@ -38,9 +47,11 @@ STATUSES = (IDENTICAL, CLOSE, DIVERGED, UNRECORDED)
 
 
 def record(*, role: str, target: str, step: int, call: int, shard: str, validation: bool,
-           comparison: Comparison | None, inputs: str = "unknown", reason: str = "") -> dict[str, Any]:
+           comparison: Comparison | None, inputs: str = "unknown", reason: str = "",
+           environment: tuple[Change, ...] = ()) -> dict[str, Any]:
     """One report line for a verified call (``comparison`` ``None``: no recording served it; ``reason``: why the
-    recording found could not be used, e.g. a corrupt entry)."""
+    recording found could not be used, e.g. a corrupt entry; ``environment``: the fields of the recorded environment
+    the live one disagrees on, :func:`skipweave.store.format.environment.changes`)."""
     line: dict[str, Any] = {"schema": SCHEMA, "role": role, "target": target, "step": step, "call": call,
                             "shard": shard, "validation": validation}
     if comparison is None:
@@ -48,6 +59,8 @@ def record(*, role: str, target: str, step: int, call: int, shard: str, validati
                     **({"reason": reason} if reason else {}))
     else:
         line.update(comparison.to_json(), inputs=inputs)
+        if environment:
+            line["environment"] = [list(change) for change in environment]
     line.update(pid=os.getpid(), unix=round(time.time(), 3))
     return line
 
@@ -67,18 +80,48 @@ def describe(line: Mapping[str, Any]) -> str:
                                "no recording to compare against (ran live)")
     if not isinstance(first, Mapping):
         return f"{where}: {status}"
+    what = f"{status} at {_field(first)}"
+    token = line.get("first_token")
+    if isinstance(token, Mapping) and token.get("path") != first.get("path"):
+        what += f"; tokens first differ at {_field(token)}"
+    if line.get("inputs") == "differ":
+        what += "; its inputs differ from the recording's too"
+    changed = environment_changes(line)
+    if changed and status in (DIVERGED, CLOSE):
+        what += f"; environment changed: {changed} (a likely cause)"
+    return f"{where}: {what}"
+
+
+def environment_changes(line: Mapping[str, Any]) -> str:
+    """The line's ``environment`` changes as one phrase (``target source 0123456789ab -> fedcba987654, package
+    vllm 0.8.5 -> 0.9.0``), ``""`` when it has none or they are not shaped as :func:`record` writes them."""
+    found = line.get("environment")
+    if not isinstance(found, list):
+        return ""
+    changes = tuple((str(c[0]), c[1], c[2]) for c in found if isinstance(c, list | tuple) and len(c) == 3)
+    return describe_environment(changes)
+
+
+def _field(first: Mapping[str, Any]) -> str:
+    """A differing field for people: its path, then where and how it differs (token position, recorded and live
+    token, token match; or max |Δ|; or the kind of mismatch)."""
     detail = first.get("detail") if isinstance(first.get("detail"), Mapping) else {}
     assert isinstance(detail, Mapping)
-    what = f"{status} at {first.get('path') or '(the result)'}"
+    what = str(first.get("path") or "(the result)")
     kind = first.get("kind")
+    tokens = detail.get("tokens", "first_index" in detail)  # a line of an older skipweave: integer fields as tokens
     if kind != "value":
-        what += f": {kind} differs ({_short(detail)})"
+        what += f": {kind} differs ({_short({k: v for k, v in detail.items() if k != 'tokens'})})"
     elif "first_index" in detail:
         what += f" {detail['first_index']}"
         if "recorded" in detail:
-            what += f": recorded {detail['recorded']!r}, live {detail['live']!r}"
+            if tokens:
+                what += f": recorded {_token(detail['recorded'])}, live {_token(detail['live'])}"
+            else:
+                what += f": recorded {detail['recorded']!r}, live {detail['live']!r}"
         if isinstance(detail.get("match_ratio"), (int, float)):
-            what += f" (token match {detail['match_ratio']:.3f})"
+            what += (f" (token match {detail['match_ratio']:.3f})" if tokens else
+                     f" ({detail['match_ratio']:.3f} of elements equal)")
     elif "max_abs_diff" in detail:
         at = (f" at {detail['at']}" if detail.get("at") else "" if "at" in detail else
               f" (recorded {detail.get('recorded')}, live {detail.get('live')})")  # a 0-d tensor's "at" is []
@@ -90,9 +133,12 @@ def describe(line: Mapping[str, Any]) -> str:
         what += f": recorded {detail['recorded']!r}, live {detail['live']!r}"
     else:
         what += f" ({_short(detail)})"
-    if line.get("inputs") == "differ":
-        what += "; its inputs differ from the recording's too"
-    return f"{where}: {what}"
+    return what
+
+
+def _token(value: Any) -> str:
+    """A token for people: ``(end)`` past the end of its sequence."""
+    return "(end)" if value is None else repr(value)
 
 
 def _short(detail: Any, limit: int = 160) -> str:
@@ -207,4 +253,5 @@ def tally(lines: Iterator[Mapping[str, Any]] | list[Mapping[str, Any]]) -> Tally
     return out
 
 
-__all__ = ["ReportFile", "SCHEMA", "STATUSES", "Tally", "UNRECORDED", "describe", "read_lines", "record", "tally"]
+__all__ = ["ReportFile", "SCHEMA", "STATUSES", "Tally", "UNRECORDED", "describe", "environment_changes", "read_lines",
+           "record", "tally"]

@@ -22,7 +22,7 @@ from skipweave.policy.expressions import ExpressionFailed
 from skipweave.policy.matching import Match, PartView, match_call, view_of
 from skipweave.store.errors import EntryForeign
 from skipweave.store.format import codec
-from skipweave.store.format.environment import EnvironmentInvalid, Field, changes, describe, fields_of, identical
+from skipweave.store.format.environment import Field, changes_from, describe, fields_of, identical
 from skipweave.store.format.manifest import EntryInvalid, seconds_of
 from skipweave.store.format.versions import fingerprint_rule
 from skipweave.store.fs import UnsafePath
@@ -287,10 +287,7 @@ class Replayer:
         live = self.live_fields()
         if live is None:
             return True
-        try:
-            found = changes(fields_of(recorded), live)
-        except EnvironmentInvalid as exc:
-            found = (("environment", f"invalid ({exc})", "this process's"),)
+        found = changes_from(recorded, live)
         if not found:
             return True
         role = self.proxy.role

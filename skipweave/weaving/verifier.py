@@ -5,7 +5,9 @@ matched by call index and input fingerprint, :meth:`~skipweave.weaving.replay.Re
 before the live call, whose inputs the host may change. The live result is compared with the recording as a replay
 would hand it over (after the role's echo, e.g. verl's per-run ``uid``) under ``skip.<role>.compare``
 (:mod:`skipweave.verify.compare`); the outcome goes to the run's report file, one JSON line per call
-(:mod:`skipweave.verify.report`), and to the log: a WARNING per diverging call, INFO for the others.
+(:mod:`skipweave.verify.report`), and to the log: a WARNING per diverging call, INFO for the others. When the
+recording's environment (the target's source, engine packages, ``fingerprint.env`` keys) differs from this process's,
+the line lists what changed, and the description of a divergence names it as a likely cause.
 
 Then ``skip.<role>.serve`` says what the host gets: the ``live`` result, or the ``recorded`` one, served exactly as a
 replay serves it (RNG state, echo, declared effects), so everything downstream stays as in the recording run.
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from skipweave import lifecycle, report
 from skipweave.config.schema import OnDiverge, Serve
 from skipweave.config.values import default_report_path
+from skipweave.store.format.environment import Change, changes_from, identical
 from skipweave.store.format.versions import fingerprint_rule
 from skipweave.verify.compare import DIVERGED, IDENTICAL, compare
 from skipweave.verify.report import UNRECORDED, ReportFile, Tally, describe, record
@@ -237,6 +240,7 @@ class Verifier:
         host state: an ``async`` target runs it in a worker thread)."""
         proxy = self.proxy
         comparison, inputs = None, "unknown"
+        changed: tuple[Change, ...] = ()
         if read is not None:
             manifest = read[2].manifest
             recorded_fp = manifest.get("input_fingerprint")
@@ -244,8 +248,20 @@ class Verifier:
             if recorded_fp and live_fp:
                 inputs = "same" if recorded_fp == live_fp else "differ"
             comparison = compare(expected, live, self.spec)
+            changed = self.environment_changes(manifest)
         return record(role=proxy.role.role, target=proxy.target.name, step=d.step, call=d.call, shard=d.shard,
-                      validation=d.validation, comparison=comparison, inputs=inputs, reason=d.unserved)
+                      validation=d.validation, comparison=comparison, inputs=inputs, reason=d.unserved,
+                      environment=changed)
+
+    def environment_changes(self, manifest: Mapping[str, Any]) -> tuple[Change, ...]:
+        """What the recording's environment (target source, engine packages, ``fingerprint.env`` keys) and this
+        process's disagree on: named beside a divergence as its likely cause. A verify run serves no recording by
+        its environment (``fingerprint.on_env_mismatch`` is a replay's), it only says what changed."""
+        live = self.proxy.replayer.live_fields()
+        recorded = manifest.get("environment")
+        if live is None or recorded is None or identical(recorded, self.proxy.environment):
+            return ()
+        return changes_from(recorded, live)
 
     def finish(self, d: Call, read: Read | None, live: Any, line: dict[str, Any], args: tuple[Any, ...],
                kwargs: Mapping[str, Any], t0: float, lengths: list[tuple[list[Any], int]] | None = None) -> Any:

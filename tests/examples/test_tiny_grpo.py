@@ -181,6 +181,14 @@ def test_second_run_replays_every_rollout(tmp_path: Path) -> None:
     rows = train_lines(tmp_path / "run4")
     assert [r["step"] for r in rows] == [1, 2, 3] and {r["rollout_workers"] for r in rows} == {0}
 
+    # The main job's store diffs with no flag (issue 42): its Batch class is compared by its recorded fields, though
+    # tinygrpo is not importable by the diff process, and the copy made after run 2 holds the same entries.
+    plot = tmp_path / "p.png"
+    proc = subprocess.run([sys.executable, "-m", "skipweave.cli.main", "diff", str(dump), str(dump4), "--plot",
+                           str(plot)], capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False)
+    assert proc.returncode == 0 and "unreadable" not in proc.stdout, proc.stdout + proc.stderr
+    assert "every aligned entry is identical" in proc.stdout and plot.stat().st_size > 10_000, proc.stdout
+
 
 CRITIC_RUN = ["trainer.total_steps=2", "trainer.val_every=0", "data.batch_size=4", "reward.judge_latency=0",
               "critic.enable=true", "+skip.values.targets.tiny_grpo=tinygrpo.trainer.GRPOTrainer._compute_values"]

@@ -82,14 +82,17 @@ def test_nested_dicts_object_arrays_dataclasses_and_lists_name_the_first_differi
     rec = {"a": {"b": [1, 2, {"c": "x"}]}, "s": Sample([1, 2], 0.5), "o": np.array(["p", "q"], dtype=object)}
     live = {"a": {"b": [1, 2, {"c": "y"}]}, "s": Sample([1, 3], 0.5), "o": np.array(["p", "r"], dtype=object)}
     out = compare(rec, live)
-    assert [d.path for d in out.divergences] == ["a.b.2.c", "s.tokens.1", "o.1"]
+    # a list of ints is a token field: one divergence at its first differing position, not a path per element
+    assert [d.path for d in out.divergences] == ["a.b.2.c", "s.tokens", "o.1"]
+    assert out.divergences[1].detail["first_index"] == [1]
     assert out.first is not None and out.first.detail == {"recorded": "'x'", "live": "'y'"}
 
 
 @pytest.mark.parametrize(("rec", "live", "kind"), [
     (torch.zeros(2, 3), torch.zeros(3, 2), "shape"),
     (torch.zeros(2), torch.zeros(2, dtype=torch.float64), "dtype"),
-    ([1, 2], [1, 2, 3], "length"),
+    (["a", "b"], ["a", "b", "c"], "length"),
+    ([[1, 2], [3]], [[1, 2]], "length"),  # token lists of another number of samples
     ({"a": 1}, {"b": 1}, "keys"),
     (torch.zeros(2), np.zeros(2), "type"),
     ("1", 1, "type"),
@@ -297,5 +300,95 @@ def test_public_slots_beside_a_dict_and_a_batch_size_method() -> None:
         def batch_size(self) -> int:
             return 3
 
-    assert compare(Rollout([1, 2]), Rollout([1, 3])).first.path == "tokens.1"  # type: ignore[union-attr]
+    assert compare(Rollout([1, 2]), Rollout([1, 3])).first.path == "tokens"  # type: ignore[union-attr]
     assert compare(Sized(a=1), Sized(a=1)).status == "identical"
+
+
+# ------------------------------------------------------------------------------------------------ token fields
+def trl_output(change: bool = False) -> dict[str, Any]:
+    """What TRL's and vLLM's generation hands back: ragged Python lists of token ids, one per sample, and lists of
+    float log-probs beside them."""
+    completions = [[5, 17, 902, 4], [33, 8], [71, 71, 12, 90, 2], [6]]
+    if change:
+        completions[2] = [71, 71, 13, 90, 2, 2]  # sample 2 departs at position 2, and runs one token longer
+    return {"prompt_ids": [[1, 2, 3]] * 4, "completion_ids": completions,
+            "logprobs": [[-0.1 * (i + 1)] * len(c) for i, c in enumerate(completions)], "step": 3}
+
+
+def test_ragged_lists_of_token_ids_are_compared_as_tokens_by_sample_and_position() -> None:
+    out = compare(trl_output(), trl_output(change=True))
+    assert out.status == "diverged" and out.first is not None
+    assert (out.first.path, out.first.kind) == ("completion_ids", "value")
+    detail = out.first.detail
+    assert detail["first_index"] == [2, 2] and (detail["recorded"], detail["live"]) == (12, 13)
+    # positions: 4 + 2 + 6 (the longer side's) + 1 = 13; equal: 4 + 2 + 4 + 1 = 11
+    assert detail["match_ratio"] == pytest.approx(11 / 13) and detail["tokens"] is True
+    assert out.token_match == pytest.approx(11 / 13)
+    assert out.first_token is out.first
+    assert "max_abs_diff" not in detail  # never "max |Δ| 1" between two tokens
+    line = out.to_json()
+    assert line["token_match"] == pytest.approx(11 / 13) and line["first_token"]["path"] == "completion_ids"
+    same = compare(trl_output(), trl_output())
+    assert (same.status, same.token_match, same.tokens) == ("identical", 1.0, 2)
+
+
+def test_a_sequence_that_ends_early_diverges_at_its_end_and_a_tuple_holds_the_same_tokens_as_a_list() -> None:
+    out = compare({"ids": [4, 5, 6]}, {"ids": [4, 5, 6, 7]})
+    assert out.first is not None and out.first.detail["first_index"] == [3]
+    assert (out.first.detail["recorded"], out.first.detail["live"]) == (None, 7)
+    assert out.token_match == pytest.approx(3 / 4)
+    assert compare({"ids": [[1, 2], [3]]}, {"ids": [(1, 2), (3,)]}).status == "identical"
+    assert compare({"ids": [np.int64(4), 5]}, {"ids": [4, 5]}).status == "identical"
+    from skipweave.verify.report import describe, record
+
+    text = describe(record(role="rollout", target="gen", step=2, call=0, shard="r0", validation=False,
+                           comparison=out))
+    assert "diverged at ids [3]: recorded (end), live 7 (token match 0.750)" in text, text
+
+
+def test_a_result_without_token_fields_has_no_token_match_and_one_without_floats_no_max_delta() -> None:
+    floats = compare({"logp": torch.zeros(3), "reward": 0.5}, {"logp": torch.ones(3), "reward": 0.5})
+    assert floats.status == "diverged" and floats.token_match is None and floats.max_abs_diff == 1.0
+    assert floats.to_json()["token_match"] is None and floats.to_json()["first_token"] is None
+    assert compare({"logp": [0.5, 0.25]}, {"logp": [0.5, 0.25]}).token_match is None
+    ints = compare({"ids": torch.tensor([[1, 2]]), "step": 3}, {"ids": torch.tensor([[1, 2]]), "step": 4})
+    assert (ints.status, ints.token_match, ints.max_abs_diff) == ("diverged", 1.0, None)
+    assert ints.first is not None and ints.first.detail == {"recorded": 3, "live": 4}  # a step, not a token, no |Δ|
+
+
+@pytest.mark.parametrize(("rec", "live", "path"), [
+    ({"mask": [True, False]}, {"mask": [True, True]}, "mask.1"),  # bools are no tokens
+    ({"shape": torch.Size([2, 3])}, {"shape": torch.Size([2, 4])}, "shape.1"),  # a Size is no token list
+    ({"mixed": [1, 2.5]}, {"mixed": [1, 3.5]}, "mixed.1"),  # nor is a list holding anything but ints
+    ({"m": torch.tensor([True, False])}, {"m": torch.tensor([True, True])}, "m"),  # a bool mask: not a token field
+])
+def test_bools_sizes_and_mixed_lists_are_not_token_fields(rec: Any, live: Any, path: str) -> None:
+    out = compare(rec, live)
+    assert out.status == "diverged" and out.first is not None and out.first.path == path
+    assert out.token_match is None and out.first.detail.get("tokens") in (None, False)
+
+
+def test_integer_tensors_and_numpy_arrays_are_token_fields_whose_shape_change_leaves_the_ratio_unknown() -> None:
+    rec = {"responses": np.arange(12).reshape(3, 4), "logp": torch.zeros(3)}
+    live = {"responses": np.arange(12).reshape(3, 4), "logp": torch.zeros(3)}
+    live["responses"][1, 2] = 99
+    out = compare(rec, live)
+    assert out.first is not None and out.first.detail["tokens"] is True
+    assert out.first.detail["first_index"] == [1, 2] and out.token_match == pytest.approx(11 / 12)
+    assert out.max_abs_diff == 0.0  # a float field compared, equal
+    shape = compare({"r": torch.zeros(2, 3, dtype=torch.long)}, {"r": torch.zeros(2, 4, dtype=torch.long)})
+    assert shape.first is not None and shape.first.kind == "shape" and shape.token_match is None
+
+
+def test_the_first_token_is_named_beside_an_earlier_float_divergence() -> None:
+    from skipweave.verify.report import describe, record
+
+    rec, live = trl_output(), trl_output(change=True)
+    rec = {"a_logp": torch.zeros(2), **rec}
+    live = {"a_logp": torch.ones(2), **live}
+    out = compare(rec, live)
+    assert out.first is not None and out.first.path == "a_logp"
+    assert out.first_token is not None and out.first_token.path == "completion_ids"
+    text = describe(record(role="r", target="t", step=1, call=0, shard="r0", validation=False, comparison=out))
+    assert "diverged at a_logp: max |Δ| 1" in text
+    assert "tokens first differ at completion_ids [2, 2]: recorded 12, live 13 (token match 0.846)" in text

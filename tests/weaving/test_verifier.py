@@ -161,7 +161,7 @@ def _record_value(mod: Any, step: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(("change", "path", "kind"), [
-    ({"nested": 1}, "meta_info.extra.k.2", "value"),
+    ({"nested": 1}, "meta_info.extra.k", "value"),  # a list of ints: a token field, compared whole
     ({"tags": 1}, "non_tensor_batch.tags.2", "value"),
     ({"shape": 1}, "batch.responses", "shape"),
 ])
@@ -175,7 +175,7 @@ def test_a_nested_dict_an_object_array_and_a_shape_diverge_where_they_differ(
     (line,) = _lines(report)
     assert (line["status"], line["first"]["path"], line["first"]["kind"]) == ("diverged", path, kind)
     if kind == "shape":
-        assert line["first"]["detail"] == {"recorded": [4, 6], "live": [4, 5]}
+        assert line["first"]["detail"] == {"recorded": [4, 6], "live": [4, 5], "tokens": True}
         assert line["token_match"] is None
 
 
@@ -484,3 +484,92 @@ def test_a_retry_after_diverged_is_compared_again_and_a_spec_that_compares_nothi
         engine.generate(_prompts(mod, 1))
     assert _lines(report)[-1]["status"] == "identical" and _lines(report)[-1]["fields"] == 0
     assert any("no field of the result was compared" in r.getMessage() for r in caplog.records)
+
+
+TRL_HOST = '''
+CHANGE = {}
+
+
+class Generator:
+    """Shaped as TRL's and vLLM's outputs: token ids as ragged Python lists, log-probs as lists of floats."""
+
+    def generate(self, prompts, step):
+        completions = [[(7 * step + 3 * i + j) % 50 for j in range(3 + i)] for i in range(len(prompts))]
+        if CHANGE.get("token") == step:
+            completions[1][2] += 100  # sample 1 departs at position 2
+        return {"prompt_ids": [[1, 2]] * len(prompts), "completion_ids": completions,
+                "logps": [[-0.5] * len(c) for c in completions]}
+
+    def score(self, prompts, step):
+        return {"rewards": [0.25 * step + CHANGE.get("reward", 0.0) for _ in prompts]}
+'''
+
+
+def _trl_plan(name: str, dump: Path, report: Path, action: str) -> dict[str, Any]:
+    return {"skip": {"rollout": {"enable": True, "dump_dir": str(dump), "action": action, "report": str(report),
+                                 "targets": {"gen": f"{name}:Generator.generate", "score": f"{name}:Generator.score"},
+                                 "step": {"expr": "step"}}}}
+
+
+def _trl_steps(mod: Any, steps: tuple[int, ...] = (1, 2)) -> None:
+    engine = mod.Generator()
+    for step in steps:
+        engine.generate(["p0", "p1", "p2"], step=step)
+        engine.score(["p0", "p1", "p2"], step=step)
+
+
+def test_token_ids_in_lists_are_verified_as_tokens_and_a_float_only_result_has_no_token_match(
+        host_module: Any, tmp_path: Path) -> None:
+    name, _ = host_module(TRL_HOST)
+    mod = sys.modules[name]
+    dump, report = tmp_path / "dump", tmp_path / "report.jsonl"
+    skipweave.weave(_trl_plan(name, dump, report, "cache"))
+    _trl_steps(mod)
+    skipweave.unweave()
+    mod.CHANGE.update(token=2, reward=0.5)
+    skipweave.weave(_trl_plan(name, dump, report, "verify"))
+    _trl_steps(mod)
+    by = {(x["target"], x["step"]): x for x in _lines(report)}
+    assert by[("gen", 1)]["status"] == "identical" and by[("gen", 1)]["token_match"] == 1.0
+    line = by[("gen", 2)]
+    assert (line["status"], line["first"]["path"], line["first"]["kind"]) == ("diverged", "completion_ids", "value")
+    detail = line["first"]["detail"]
+    assert detail["first_index"] == [1, 2] and detail["live"] == detail["recorded"] + 100
+    assert line["token_match"] == pytest.approx(11 / 12)  # 3 + 4 + 5 positions, one differs
+    assert line["max_abs_diff"] == 0.0  # the log-probs, floats, are equal
+    assert line["first_token"]["path"] == "completion_ids"
+    score = by[("score", 1)]  # floats only: no token match, never 1.0
+    assert score["status"] == "diverged" and score["token_match"] is None and score["first_token"] is None
+    assert score["max_abs_diff"] == pytest.approx(0.5)
+    summary = verifier.tallies()[("rollout", str(report))].summary()
+    assert ("first divergence: role rollout target score step 1 call 0: diverged at rewards.0: max |Δ| 0.5"
+            in summary), summary
+    text = describe(line)
+    assert (f"diverged at completion_ids [1, 2]: recorded {detail['recorded']}, live {detail['recorded'] + 100} "
+            "(token match 0.917)") in text, text
+
+
+def test_a_changed_target_source_is_named_beside_the_divergence_as_a_likely_cause(
+        host_module: Any, tmp_path: Path) -> None:
+    import importlib
+
+    name, folder = host_module(TRL_HOST)
+    mod = sys.modules[name]
+    dump, report = tmp_path / "dump", tmp_path / "report.jsonl"
+    skipweave.weave(_trl_plan(name, dump, report, "cache"))
+    _trl_steps(mod, (1,))
+    skipweave.unweave()
+    source = folder / f"{name}.py"  # someone edits the generation code: a new token at step 1
+    source.write_text(source.read_text().replace("completions[1][2] += 100", "completions[1][2] += 100\n"
+                                                 "        completions[0][0] += 1 if step == 1 else 0"))
+    mod = importlib.reload(mod)
+    skipweave.weave(_trl_plan(name, dump, report, "verify"))
+    _trl_steps(mod, (1,))
+    line = next(x for x in _lines(report) if x["target"] == "gen")
+    assert line["status"] == "diverged" and [c[0] for c in line["environment"]] == ["target source"]
+    assert line["environment"][0][1] != line["environment"][0][2]
+    assert "; environment changed: target source " in describe(line) and "(a likely cause)" in describe(line)
+    score = next(x for x in _lines(report) if x["target"] == "score")
+    assert score["status"] == "identical" and "environment" not in score  # score's own source did not change
+    summary = verifier.tallies()[("rollout", str(report))].summary()
+    assert "diverged at completion_ids [0, 0]" in summary and "environment changed: target source" in summary

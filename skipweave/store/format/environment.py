@@ -144,6 +144,24 @@ def changes(recorded: Mapping[str, Field], live: Mapping[str, Field]) -> tuple[C
     return tuple(out)
 
 
+def changes_from(recorded: Any, live: Mapping[str, Field], live_name: str = "this process's") -> tuple[Change, ...]:
+    """:func:`changes` of a recorded environment as a manifest holds it (untrusted, not flattened) against a flattened
+    one: a recorded environment that is not shaped as skipweave writes it (crafted, damaged) is one change, named
+    ``environment`` (``"invalid (why)" -> live_name``). ``()`` when the manifest holds none. Never raises.
+
+    Args:
+        recorded: the manifest's ``environment`` value, as parsed from JSON, or ``None``.
+        live: the other side, flattened by :func:`fields_of` (this process's, or another entry's).
+        live_name: how a message names the other side.
+    """
+    if recorded is None:
+        return ()
+    try:
+        return changes(fields_of(recorded), live)
+    except EnvironmentInvalid as exc:
+        return (("environment", f"invalid ({exc})", live_name),)
+
+
 def describe(found: tuple[Change, ...]) -> str:
     """``field old -> new, ...`` for a message (a source hash cut to its first 12 hex digits)."""
     def short(name: str, value: Field) -> str:
@@ -154,5 +172,5 @@ def describe(found: tuple[Change, ...]) -> str:
     return ", ".join(f"{name} {short(name, old)} -> {short(name, new)}" for name, old, new in found)
 
 
-__all__ = ["Change", "EnvironmentInvalid", "Field", "MAX_CHARS", "MAX_ITEMS", "changes", "describe", "fields_of",
-           "identical"]
+__all__ = ["Change", "EnvironmentInvalid", "Field", "MAX_CHARS", "MAX_ITEMS", "changes", "changes_from", "describe",
+           "fields_of", "identical"]

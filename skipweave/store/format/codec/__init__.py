@@ -75,6 +75,10 @@ node's path.
 
 Object arrays take one of three forms (``strs``, ``json``, ``items``): see :mod:`skipweave.store.format.codec.arrays`.
 
+``decode_view`` decodes without any class: dataclasses, namedtuples, enums and host objects come back as read-only
+views of their recorded fields that keep their class's name (:mod:`skipweave.store.format.codec.view`), which is what
+``skipweave diff`` compares.
+
 Versions
 --------
 A tree carries the lowest ``codec_version`` that describes it: ``2`` when it holds a compact object array
@@ -90,6 +94,7 @@ from skipweave.store.classes import class_ref
 from skipweave.store.format.codec.decoder import decode
 from skipweave.store.format.codec.encoder import Encoded, encode
 from skipweave.store.format.codec.pickled import PickleRefused
+from skipweave.store.format.codec.view import decode_view
 from skipweave.store.format.tree import CodecError, summarize
 
 CODEC_VERSION = 2
@@ -102,6 +107,7 @@ __all__ = [
     "PickleRefused",
     "class_ref",
     "decode",
+    "decode_view",
     "encode",
     "summarize",
 ]

@@ -24,7 +24,7 @@ import skipweave.store.format.codec.tensors as tensors
 from skipweave.store import classes
 from skipweave.store.classes import class_ref
 from skipweave.store.format.tree import CodecError, NodePath, check_root, path_text
-from skipweave.store.hosts import host_for_kind
+from skipweave.store.hosts import HostType, host_for_kind
 
 
 class Decoder:
@@ -42,6 +42,7 @@ class Decoder:
         self.allow_pickle = allow_pickle
         self.trusted = frozenset((trusted,) if isinstance(trusted, str) else trusted)  # a lone str is one ref
         self.cache: dict[tuple[str, str], Any] = {}  # (kind, key) -> decoded tensor/array (aliasing)
+        self.kinds = _DECODERS  # node tag -> decoder of the codec's own kinds (a subclass may replace some)
 
     def raw(self, node: Mapping[str, Any], path: NodePath) -> torch.Tensor:
         """The stored tensor a node's ``"k"`` names (``CodecError`` if missing or not a tensor)."""
@@ -68,6 +69,11 @@ class Decoder:
         """The device to build a host container on (see :func:`skipweave.store.format.codec.devices.build_device`)."""
         return devices.build_device(recorded)
 
+    def host_decoder(self, host: HostType) -> Callable[[Any, Mapping[str, Any], NodePath], Any]:
+        """The decoder of a registered host type's nodes: its own (a subclass may decode them otherwise, see
+        :mod:`skipweave.store.format.codec.view`)."""
+        return host.decode
+
     def decode(self, node: Any, path: NodePath) -> Any:
         """The object of ``node``.
 
@@ -79,12 +85,12 @@ class Decoder:
             raise CodecError(f"{path_text(path)}: malformed codec node {node!r:.200}")
         tag = node["t"]
         try:
-            fn = _DECODERS[tag]
+            fn = self.kinds[tag]
         except (KeyError, TypeError):
             host = host_for_kind(tag) if type(tag) is str else None
             if host is None:
                 raise CodecError(f"{path_text(path)}: unknown codec node type {tag!r:.100}") from None
-            fn = host.decode
+            fn = self.host_decoder(host)
         try:
             return fn(self, node, path)
         except (CodecError, RecursionError):
