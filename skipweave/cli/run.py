@@ -64,7 +64,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--no-preflight",
         action="store_true",
-        help="do not check, before launching `python script.py`, that the targets' modules exist",
+        help="do not check, before launching `python script.py`, that the targets' modules exist and that the "
+        "script can define its own targets",
     )
     parser.add_argument(
         "--log-level",
@@ -79,7 +80,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--print-plan",
         action="store_true",
-        help="print the composed plan as JSON and exit without running anything",
+        help="print the composed plan as JSON and exit without running anything; with '-- COMMAND', also check "
+        "its targets as a run would before starting it (exit 2 when one cannot resolve)",
     )
     parser.set_defaults(func=run)
 
@@ -90,16 +92,21 @@ def run(args: argparse.Namespace) -> int:
     from skipweave.integrations.launcher import child_env, compose_plan, exec_command, preflight
     from skipweave.integrations.launcher.bootstrap import LOG_LEVEL_ENV
     from skipweave.integrations.startup import BEFORE_PROGRAM, failure_message
-    from skipweave.weaving.resolve import TargetNotFound
 
     try:
         plan = compose_plan(args.skip, args.overrides)
     except ConfigError as exc:
         print(f"skipweave run: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    where = "skipweave run " + " ".join(f"--skip {spec}" for spec in args.skip)
     if args.print_plan:
         print(json.dumps(plan.to_config(), indent=2))
-        return 0
+        # With a command, the check a run makes before starting it: a target that cannot resolve fails here too.
+        problems = preflight(plan, args.command) if args.command and not args.no_preflight else []
+        for problem in problems:
+            print(failure_message(problem, plan, where=f"{where} --print-plan", when=BEFORE_PROGRAM),
+                  file=sys.stderr)
+        return EXIT_CONFIG if problems else 0
     if not args.command:
         print(
             "skipweave run: nothing to run; put the command after '--', e.g. "
@@ -107,12 +114,10 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_CONFIG
-    try:
-        if not args.no_preflight:
-            preflight(plan, args.command)
-    except TargetNotFound as exc:
-        where = "skipweave run " + " ".join(f"--skip {spec}" for spec in args.skip)
-        print(failure_message(exc, plan, where=where, when=BEFORE_PROGRAM), file=sys.stderr)
+    problems = [] if args.no_preflight else preflight(plan, args.command)
+    for problem in problems:
+        print(failure_message(problem, plan, where=where, when=BEFORE_PROGRAM), file=sys.stderr)
+    if problems:
         return EXIT_CONFIG
     try:
         env = child_env(plan)

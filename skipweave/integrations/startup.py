@@ -107,6 +107,12 @@ def at_first_import(module: str) -> str:
     return f"when the program first imported {module} (its code up to that import had run)"
 
 
+def at_definition(where: str) -> str:
+    """When a target of the main script failed to weave where the script defines it: ``where`` as the main
+    script's watch says it (``"the main script's class statement 'Policy' at line 7"``)."""
+    return f"at {where} (its code up to there had run)"
+
+
 def failure_message(
     exc: BaseException, plan: SkipConfig | None = None, *, where: str = "", when: str = BEFORE_TASK
 ) -> str:
@@ -117,7 +123,8 @@ def failure_message(
         plan: the plan, when it was valid, to name the config key of a failing target.
         where: how the user selected skipweave, e.g. ``"+skip=rollout_cache"``, for the hint.
         when: when the run was stopped, so that the message says what of the program had run: one of
-            :data:`BEFORE_TASK`, :data:`BEFORE_PROGRAM`, :data:`AT_START_UP` or :func:`at_first_import`.
+            :data:`BEFORE_TASK`, :data:`BEFORE_PROGRAM`, :data:`AT_START_UP`, :func:`at_first_import` or
+            :func:`at_definition`.
     """
     from skipweave.weaving.resolve import TargetNotFound
 

@@ -19,6 +19,12 @@ its top level binds the name:
   Python call of the main thread pays for a tracer call;
 - a name the script's top level never binds is not waited for at all: it is reported at exit as never defined.
 
+Before any of this the weaver asks :mod:`~skipweave.weaving.script_check` whether the source proves the target can
+never be defined (a misspelt class or method): that stops the weave, before the script's first line. A target the
+source cannot judge and that fails where the script defines it (its class lacks the method, which only the built
+class tells: it comes from an imported base) raises at that statement, after :meth:`MainScriptWatch.on_failure`'s
+handler (``skipweave run``'s stops the program there, exit status 2).
+
 What cannot work, and is reported at exit as never woven (see :mod:`skipweave.report`):
 
 - a class or function defined inside a function (``main.<locals>.Trainer``): it is no attribute of the script;
@@ -31,16 +37,17 @@ the script defines a second time is not woven again: a WARNING names the line.
 
 from __future__ import annotations
 
-import ast
 import builtins
 import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import FrameType, ModuleType
 from typing import Any
+
+from skipweave.weaving.script_source import how_binds, parse_script
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +55,10 @@ MAIN = "__main__"
 
 TraceFunction = Callable[[FrameType, str, Any], Any]
 """What :func:`sys.settrace` takes, and a frame's ``f_trace``."""
+
+FailureHandler = Callable[[Exception, str], object]
+"""Told of a target that failed to weave where the script defines it: the error, and where (see
+:meth:`MainScriptWatch.on_failure`)."""
 
 
 def main_script_started() -> bool:
@@ -60,13 +71,21 @@ def main_script_started() -> bool:
         return False
     if getattr(main, "__file__", None) or getattr(main, "__spec__", None) is not None:
         return True
-    return not _script_from_command_line()
+    return not script_name_from_command_line()
 
 
 def _command_line_script() -> tuple[str, str] | None:
-    """What the command line runs as the main script: ``("file", "train.py")``, ``("module", "pkg.train")``, or
-    ``None`` (``-c``, ``-``, interactive, no ``sys.orig_argv``)."""
-    argv = list(getattr(sys, "orig_argv", []) or [])[1:]
+    """What this interpreter's command line runs as the main script (see :func:`script_of_argv`)."""
+    return script_of_argv(list(getattr(sys, "orig_argv", []) or [])[1:])
+
+
+def script_of_argv(argv: Sequence[str]) -> tuple[str, str] | None:
+    """What a Python command line runs as the main script: ``("file", "train.py")``, ``("module", "pkg.train")``,
+    or ``None`` (``-c``, ``-``, interactive).
+
+    Args:
+        argv: the interpreter's arguments, without the interpreter itself (``sys.orig_argv[1:]``).
+    """
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -86,17 +105,18 @@ def _command_line_script() -> tuple[str, str] | None:
     return None
 
 
-def _script_from_command_line() -> str | None:
+def script_name_from_command_line() -> str | None:
     """The module name the command line gives the main script (``train`` for ``python train.py``, ``pkg.train`` for
     ``python -m pkg.train``), or ``None``."""
     script = _command_line_script()
     if script is None:
         return None
     kind, value = script
-    return value if kind == "module" else _module_name_of_file(value)
+    return value if kind == "module" else module_name_of_file(value)
 
 
-def _module_name_of_file(path: str) -> str | None:
+def module_name_of_file(path: str) -> str | None:
+    """The module name a script file runs under besides ``__main__`` (``train`` for ``train.py``), or ``None``."""
     stem, ext = os.path.splitext(os.path.basename(path))
     # (a stem that is no identifier, my-train.py, can only be named __main__; it still tells a script runs)
     return stem if ext in (".py", ".pyw", "") and stem else None
@@ -111,11 +131,11 @@ def main_script_names() -> tuple[str, ...]:
     if spec is not None and getattr(spec, "name", None):
         names.append(spec.name)  # python -m pkg.train; pkg.__main__ for python -m pkg
     elif getattr(main, "__file__", None):
-        name = _module_name_of_file(str(main.__file__))  # type: ignore[union-attr]
+        name = module_name_of_file(str(main.__file__))  # type: ignore[union-attr]
         if name:
             names.append(name)
     elif not main_script_started():
-        name = _script_from_command_line()
+        name = script_name_from_command_line()
         if name:
             names.append(name)
     return tuple(dict.fromkeys(names))
@@ -170,44 +190,12 @@ def how_script_binds(name: str) -> str | None:
     """How the main script's top level binds ``name``, read from its source: ``"class"`` (only ``class``
     statements), ``"other"`` (a ``def``, an assignment, an import, ``global``, or a ``from m import *``),
     ``"never"``; ``None`` when the source cannot be read or parsed (then nothing is assumed)."""
-    path = _script_path()
-    if path is None:
-        return None
-    try:
-        with open(path, "rb") as f:
-            tree = ast.parse(f.read(), filename=path)
-    except (OSError, SyntaxError, ValueError):
-        return None
-    kinds = set(_top_level_bindings(tree.body, name))
-    if not kinds:
-        return "never"
-    return "class" if kinds == {"class"} else "other"
+    path = script_path()
+    tree = parse_script(path) if path is not None else None
+    return how_binds(tree, name) if tree is not None else None
 
 
-def _top_level_bindings(body: list[ast.stmt], name: str) -> Iterator[str]:
-    """``"class"`` or ``"other"`` for each statement under ``body`` that binds ``name``. Nested bodies count too (a
-    function's local of that name says ``"other"``: the tracer then looks, which is never wrong, only slower)."""
-    for stmt in body:
-        for node in ast.walk(stmt):
-            if isinstance(node, ast.ClassDef):
-                if node.name == name:
-                    yield "class"
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                if node.name == name:
-                    yield "other"
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                if any(a.name == "*" or (a.asname or a.name.split(".", 1)[0]) == name for a in node.names):
-                    yield "other"
-            elif isinstance(node, ast.Name):
-                if node.id == name and isinstance(node.ctx, (ast.Store, ast.Del)):
-                    yield "other"
-            elif isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
-                yield "other"
-            elif isinstance(node, ast.ExceptHandler) and node.name == name:
-                yield "other"
-
-
-def _script_path() -> str | None:
+def script_path() -> str | None:
     """The main script's source file: ``__main__.__file__`` once it runs, the command line's before."""
     main = sys.modules.get(MAIN)
     path = getattr(main, "__file__", None)
@@ -218,15 +206,16 @@ def _script_path() -> str | None:
         return None
     kind, value = script
     if kind == "module":
-        return _module_file(value)
+        return module_file(value)
     return value if value.endswith((".py", ".pyw")) else None
 
 
-def _module_file(name: str) -> str | None:
-    """The source file ``python -m name`` runs, found on ``sys.path`` without importing anything (its packages'
-    ``__init__`` run only when the program starts): ``pkg/train.py``, or ``pkg/__main__.py`` for a package."""
+def module_file(name: str, path: Sequence[str] | None = None) -> str | None:
+    """The source file ``python -m name`` runs, found on ``path`` (default ``sys.path``) without importing anything
+    (its packages' ``__init__`` run only when the program starts): ``pkg/train.py``, or ``pkg/__main__.py`` for a
+    package; ``None`` when there is none."""
     parts = name.split(".")
-    for base in sys.path:
+    for base in sys.path if path is None else path:
         folder = os.path.join(base or os.curdir, *parts)
         for candidate in (folder + ".py", os.path.join(folder, "__main__.py")):
             if os.path.isfile(candidate):
@@ -245,6 +234,20 @@ class MainScriptWatch:
         self._main: dict[str, Any] | None = None
         self._build_class: Callable[..., Any] | None = None  # builtins' own, while ours is installed
         self._woven_classes: dict[str, type] = {}  # name -> the class the watch wove, to tell of a second one
+        self._on_failure: FailureHandler | None = None
+
+    def on_failure(self, handler: FailureHandler | None) -> None:
+        """Have ``handler(error, where)`` called when a waiting target fails to weave where the script defines it
+        (its class lacks the method: :class:`~skipweave.weaving.resolve.TargetNotFound`), with ``where`` saying
+        where (``"the main script's class statement 'Policy' at line 7"``). The handler may end the process
+        (``skipweave run`` does: its start-up message, exit 2); when it returns, the error is raised at the script's
+        statement, as a failed import hook's is at the ``import``. ``None`` removes the handler."""
+        self._on_failure = handler
+
+    def _failed(self, exc: Exception, where: str) -> None:
+        handler = self._on_failure
+        if handler is not None:
+            handler(exc, where)
 
     def waiting(self) -> list[str]:
         """The targets still waiting, as ``module:attr``."""
@@ -274,7 +277,7 @@ class MainScriptWatch:
         if not undecided and main is not None and holds_target(vars(main).get(name), attr):
             weave(main)
             return True
-        if threading.current_thread() is not threading.main_thread() or not self._script_may_define_more():
+        if threading.current_thread() is not threading.main_thread() or not self.script_may_define_more():
             return False
         binds = how_script_binds(name)
         w = _Waiting(module, attr, weave, undecided, traced=binds != "never" and not (binds == "class" and
@@ -346,7 +349,13 @@ class MainScriptWatch:
                            "first definition; the methods of this one are neither recorded nor replayed (define the "
                            "class once)", name, getattr(code, "co_firstlineno", "?"))
         for w in ready:
-            w.weave(_Defined(name, cls))  # type: ignore[arg-type]  # (resolves the target as a module would)
+            try:
+                w.weave(_Defined(name, cls))  # type: ignore[arg-type]  # (resolves the target as a module would)
+            except Exception as exc:
+                code = getattr(func, "__code__", None)
+                self._failed(exc, f"the main script's class statement '{name}' at line "
+                                  f"{getattr(code, 'co_firstlineno', '?')}")
+                raise
         return cls
 
     def _any_traced(self) -> bool:
@@ -359,7 +368,7 @@ class MainScriptWatch:
             self._tracing = False
 
     @staticmethod
-    def _script_may_define_more() -> bool:
+    def script_may_define_more() -> bool:
         """The script has not started yet, or its top-level code itself called the weave (not a function of it)."""
         if not main_script_started():
             return True
@@ -442,7 +451,11 @@ class MainScriptWatch:
                     self._woven_classes[w.name] = bound[w.name]
             self._stand_down_if_done()
         for w in ready:
-            w.weave(main)  # TargetNotFound surfaces at the script's statement, as a failed import hook's would
+            try:
+                w.weave(main)
+            except Exception as exc:
+                self._failed(exc, f"the main script's line {frame.f_lineno}, once it had bound '{w.name}'")
+                raise  # (at the script's statement, as a failed import hook's at the import)
 
 
 _BUILD_CLASS = builtins.__build_class__
@@ -463,4 +476,5 @@ def _is_top_level(frame: FrameType, main_globals: dict[str, Any]) -> bool:
 WATCH = MainScriptWatch()
 """The process's watch over the main script."""
 
-__all__ = ["MAIN", "WATCH", "MainScriptWatch", "main_script_names", "main_script_started", "names_main_script"]
+__all__ = ["MAIN", "WATCH", "MainScriptWatch", "main_script_names", "main_script_started", "module_file",
+           "module_name_of_file", "names_main_script", "script_name_from_command_line", "script_of_argv", "script_path"]

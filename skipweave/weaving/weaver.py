@@ -38,6 +38,7 @@ from skipweave.weaving.main_script import MAIN, WATCH, names_main_script
 from skipweave.weaving.notes import RESULT_NOTES
 from skipweave.weaving.proxy import SkipProxy, shard_label, wraps_coroutine_function
 from skipweave.weaving.resolve import ResolvedPath, TargetNotFound, resolve_owner, split_path
+from skipweave.weaving.script_check import undefined_in_script
 from skipweave.weaving.unpatch import remove_wrapper
 
 logger = logging.getLogger(__name__)
@@ -157,13 +158,22 @@ class Weaver:
                             continue
                         raise
                     patches.append(Patch(role, target, rpath))
-            # Eagerly check targets whose module is already imported, before patching any.
+            # Eagerly check targets whose module is already imported, and the main script's by its source, before
+            # patching any.
             for p in patches:
                 if names_main_script(p.rpath.module) is True:  # one name for it: its module object's
                     p.rpath = dataclasses.replace(p.rpath, module=MAIN)
+                if p.target.optional:
+                    continue
                 mod = sys.modules.get(p.rpath.module)
-                if mod is not None and not p.target.optional and p.rpath.module != MAIN:
-                    resolve_owner(mod, p.rpath)  # (the main script may define it still: WATCH.wait_for judges)
+                if mod is not None and p.rpath.module != MAIN:
+                    resolve_owner(mod, p.rpath)
+                elif names_main_script(p.rpath.module) is not False:
+                    # A name the script has not defined yet: refused now when its source proves it never will be
+                    # (else WATCH.wait_for weaves it at its definition, or resolves what is defined already).
+                    missing = undefined_in_script(p.rpath.module, p.rpath.attr)
+                    if missing is not None:
+                        raise TargetNotFound(p.target.path, *missing)
             _check_note_keys(plan)
             for role in plan.enabled_roles:  # bad callables, proxy classes, RANK, dump dirs fail before any patch
                 if role.shard is not ShardKind.FINGERPRINT:

@@ -27,7 +27,9 @@ from typing import NoReturn
 from skipweave.config.schema import SkipConfig
 from skipweave.env import PLAN_ENV, PROGRAM_PID_ENV
 from skipweave.integrations.launcher.bootstrap import top_module
+from skipweave.weaving.main_script import script_of_argv
 from skipweave.weaving.resolve import TargetNotFound
+from skipweave.weaving.script_check import command_script, undefined_in_file
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap_site")
 """Folder holding the bootstrap ``sitecustomize.py``, put first on the child's ``PYTHONPATH``."""
@@ -57,43 +59,72 @@ def child_env(plan: SkipConfig, environ: Mapping[str, str] | None = None) -> dic
     return env
 
 
-def preflight(plan: SkipConfig, command: Sequence[str], environ: Mapping[str, str] | None = None) -> None:
-    """Check, before launching, that each non-optional target's top-level module can be found.
+def preflight(plan: SkipConfig, command: Sequence[str], environ: Mapping[str, str] | None = None
+              ) -> list[TargetNotFound]:
+    """Check, before launching, each non-optional target: that its top-level module can be found, and for a
+    target in the script itself (``__main__:Policy.generate``, ``train.Policy.generate``), that the script's
+    source can define it.
 
     Only when the command runs this very interpreter on a script (``python script.py``) or a module
     (``python -m pkg``), whose import path is then known: the script's folder (or the working
     folder), ``PYTHONPATH``, and this interpreter's own path. Other commands (``python -c``,
-    ``torchrun``, a shell) are checked by each process when it imports the target's package; so is
+    ``torchrun``, a shell) are checked by each process when it imports the target's package, and the script's
+    targets at its start-up (the same judgement,
+    :func:`~skipweave.weaving.script_check.undefined_in_script`); so is
     any command with ``skipweave run --no-preflight`` (for a script whose targets live only in the
     subprocesses it starts, with another import path).
 
-    Raises:
-        skipweave.TargetNotFound: a target's top-level module exists nowhere on that path.
+    Returns:
+        A :class:`~skipweave.TargetNotFound` per target that cannot resolve (empty when none): a top-level module
+        that exists nowhere on that path, or a class or method the script's source proves it never defines.
     """
     first = _script_dir(command)
     if first is None:
-        return
+        return []
     env = os.environ if environ is None else environ
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    problems: list[TargetNotFound] = []
     saved = list(sys.path)
     sys.path[:0] = [first, *extra]
     try:
+        script = command_script(command[1:])
+        source, names = script if script is not None else ("", ())
         for role in plan.enabled_roles:
             for target in role.targets:
+                if target.optional:
+                    continue
+                in_script = _in_script(target.path, names)
+                if in_script is not None:
+                    missing = undefined_in_file(source, *in_script)
+                    if missing is not None:
+                        problems.append(TargetNotFound(target.path, *missing))
+                    continue
                 top = top_module(target.path)
-                if target.optional or top in sys.modules:
+                if top in sys.modules:
                     continue
                 try:
                     found = importlib.util.find_spec(top) is not None
                 except (ImportError, ValueError):
                     found = False
                 if not found:
-                    raise TargetNotFound(
+                    problems.append(TargetNotFound(
                         target.path, top, f"no module named '{top}' (searched {first} and PYTHONPATH too)"
-                    )
+                    ))
     finally:
         sys.path[:] = saved
         sys.path_importer_cache.pop(first, None)
+    return problems
+
+
+def _in_script(path: str, names: Sequence[str]) -> tuple[str, str] | None:
+    """``(module, attr)`` of target ``path`` when its module is one of ``names`` (the script's), else ``None``."""
+    module, colon, attr = path.partition(":")
+    if colon:
+        return (module, attr) if module in names else None
+    for name in sorted(names, key=len, reverse=True):  # (pkg.train before pkg, were both names)
+        if path.startswith(name + ".") and len(path) > len(name) + 1:
+            return name, path[len(name) + 1:]
+    return None
 
 
 def _script_dir(command: Sequence[str]) -> str | None:
@@ -103,19 +134,11 @@ def _script_dir(command: Sequence[str]) -> str | None:
     exe = shutil.which(command[0])
     if exe is None or not _same_interpreter(exe, sys.executable):
         return None
-    args = list(command[1:])
-    while args and args[0].startswith("-") and args[0] not in ("-m", "-c"):
-        if args[0] in ("-W", "-X"):
-            args = args[2:]
-        else:
-            args = args[1:]
-    if not args:
+    script = script_of_argv(command[1:])
+    if script is None:
         return None
-    if args[0] == "-c":
-        return None
-    if args[0] == "-m":
-        return os.getcwd()
-    return os.path.dirname(os.path.realpath(args[0]))
+    kind, value = script
+    return os.getcwd() if kind == "module" else os.path.dirname(os.path.realpath(value))
 
 
 def _same_interpreter(a: str, b: str) -> bool:

@@ -85,13 +85,29 @@ class DeferredWeave:
                 return
             self.done = True
         from skipweave.integrations.startup import AT_START_UP, at_first_import, failure_message, weave_plan
+        from skipweave.weaving.main_script import WATCH
 
         # Read before weaving: the failure message must say what of the program had run by then.
         when = AT_START_UP if self._registering else at_first_import(getattr(module, "__name__", "?"))
+        WATCH.on_failure(self.failed_at_definition)  # a target of the script failing at its class statement
         try:
             weave_plan(self.plan)
         except Exception as exc:  # noqa: BLE001 - a failed weave must stop the run
             fail(failure_message(exc, self.plan, where="skipweave run", when=when))
+
+    def failed_at_definition(self, exc: Exception, where: str) -> None:
+        """A target of the main script failed to weave where the script defines it (its class lacks the method,
+        which only the class statement could tell: it comes from an imported base): stop the program there with
+        the start-up message and :data:`FAILURE_EXIT`, as a target of a module stops it at its first import.
+        What the program recorded before is committed first (``os._exit`` runs no exit steps)."""
+        from skipweave.integrations.startup import at_definition, failure_message
+        from skipweave.store.write_behind import flush
+
+        try:
+            flush()
+        except Exception as flush_exc:  # noqa: BLE001 - the message below matters more than a pending write
+            logger.warning("skipweave: pending recordings not committed before stopping: %s", flush_exc)
+        fail(failure_message(exc, self.plan, where="skipweave run", when=at_definition(where)))
 
 
 def account_for_targets(hook: DeferredWeave, plan: SkipConfig) -> None:
