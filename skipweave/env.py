@@ -39,6 +39,10 @@ dir of its plan, which each worker looks for in its own (:mod:`skipweave.weaving
 SUMMARY_ENV = "SKIPWEAVE_SUMMARY"
 """``0`` keeps the exit summary off stderr in a program that configured no logging."""
 
+STRICT_REPORT_ENV = "SKIPWEAVE_STRICT_REPORT"
+"""Set by ``skipweave run`` in a strict run: the file to which every woven process of the program appends, at exit,
+what skipweave failed at in it (:mod:`skipweave.failures`), which the launcher reads once the program ended."""
+
 PROFILE_PATH_ENV = "SKIPWEAVE_PROFILE_PATH"
 """Folders (``os.pathsep``-separated) searched for ``<name>.yaml`` profiles before the shipped ones."""
 
@@ -51,4 +55,5 @@ that another program rewrites in place, docs/format.md "Reading without a copy")
 payloads on a local disk are mapped."""
 
 __all__ = ["APP_HOOK_ENV", "APP_HOOK_PICKLE_ENV", "LOG_LEVEL_ENV", "MAP_ENV", "PLAN_ENV", "PROFILE_PATH_ENV",
-           "PROGRAM_PID_ENV", "PROGRESS_ENV", "RUN_ENV", "RUN_STARTED_ENV", "SHARED_MARKS_ENV", "SUMMARY_ENV"]
+           "PROGRAM_PID_ENV", "PROGRESS_ENV", "RUN_ENV", "RUN_STARTED_ENV", "SHARED_MARKS_ENV", "STRICT_REPORT_ENV",
+           "SUMMARY_ENV"]

@@ -2,9 +2,11 @@
 
 A host can put :func:`counters` into its own metrics. When the process ends, a summary line is logged for
 the process and one per role (calls, hits, misses, bypasses, record failures, seconds saved), with a WARNING
-for each woven target no process of the run called and for each role none of whose calls was eligible.
-Processes of one run see each other's calls through marks in the dump dir (:mod:`skipweave.store.runs`),
-so a driver whose targets run in Ray workers does not warn about them.
+for each woven target no process of the run called and for each role none of whose calls was eligible (naming
+the step or bypass that could not be read, when that was why). Processes of one run see each other's calls through
+marks in the dump dir (:mod:`skipweave.store.runs`), so a driver whose targets run in Ray workers does not warn about
+them. What the summary finds skipweave failed at (a target never woven, a role that recorded and replayed nothing)
+is noted in :mod:`skipweave.failures`, whose verdict a strict run ends with.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from skipweave import lifecycle
+from skipweave import failures, lifecycle
 from skipweave.env import SUMMARY_ENV
 
 logger = logging.getLogger("skipweave")
@@ -57,6 +59,8 @@ class TargetCounters:
         called, eligible: a call (an eligible one: not bypassed) was seen; its first one left a run mark.
         recorded: a call was handed to the store to be recorded; its first one left a run mark (a run that
             recorded keeps its marks until ``skipweave gc``, see :mod:`skipweave.store.runs`).
+        stored: records handed to the store and not failed since (a record the background writer fails later is
+            taken back): whether the role recorded anything at all.
     """
 
     hits: int = 0
@@ -67,6 +71,7 @@ class TargetCounters:
     called: bool = False
     eligible: bool = False
     recorded: bool = False
+    stored: int = 0
 
 
 @dataclass
@@ -81,6 +86,8 @@ class Expected:
         elsewhere: ``elsewhere(kind)`` says whether another process of the run left that mark.
         unwoven: ``unwoven()`` says why this process never wove the target: ``None`` when it did, ``""`` when it
             need not (an optional target whose host is not in the program).
+        records: its role records or replays (every action but ``verify``): a run in which the role did neither
+            is a failure of a strict run.
     """
 
     path: str
@@ -88,6 +95,7 @@ class Expected:
     mark: Callable[[str], None] = field(default=lambda kind: None)
     elsewhere: Callable[[str], bool] = field(default=lambda kind: False)
     unwoven: Callable[[], str | None] = field(default=lambda: None)
+    records: bool = True
 
 
 COUNTERS = Counters()
@@ -243,6 +251,8 @@ def event(
             COUNTERS.misses += 1
             COUNTERS.bytes_written += nbytes
             counts.misses += 1
+            if nbytes > 0:
+                counts.stored += 1
     if status == HIT:
         logger.info(
             "skipweave hit role=%s target=%s step=%s call=%s served_by=%s bytes=%d read_s=%.3f saved_s=%.3f",
@@ -260,7 +270,7 @@ def record_failed(role: str | None = None, target: str | None = None, *, uncount
 
     Args:
         uncounted: bytes its miss event counted as written (a background write counts them when handed over),
-            taken back from ``bytes_written``.
+            taken back from ``bytes_written``; the record is then no longer counted as stored.
     """
     with _lock:
         COUNTERS.record_failures += 1
@@ -269,6 +279,14 @@ def record_failed(role: str | None = None, target: str | None = None, *, uncount
         counts = for_target(role, target)  # outside the lock: it takes the lock itself for a new pair
         with _lock:
             counts.record_failures += 1
+            if uncounted > 0:
+                counts.stored -= 1
+
+
+def summary_at_exit() -> None:
+    """Have the exit summary (:func:`log_summary`) run at exit, as every woven target and counted call does: for a
+    process whose plan wove nothing that failures of its own (:mod:`skipweave.failures`) must still be reported."""
+    _register_summary()
 
 
 def _register_summary() -> None:
@@ -279,7 +297,8 @@ def _register_summary() -> None:
 
 
 def log_summary() -> None:
-    """Log the totals of this process and end the plan still woven (:func:`end_plan`); called at interpreter exit.
+    """Log the totals of this process and end the plan still woven (:func:`end_plan`), then close with what skipweave
+    failed at (:func:`skipweave.failures.close_at_exit`); called at interpreter exit.
 
     A program that configured no logging at all (no handler on the ``skipweave`` logger or the root logger)
     still gets these lines, on stderr, unless ``SKIPWEAVE_SUMMARY=0``; a program that configured logging
@@ -310,6 +329,7 @@ def _log_totals_and_end() -> None:
             c["seconds_saved"], c["record_failures"],
         )
     end_plan()
+    failures.close_at_exit()
 
 
 def forget_plan() -> None:
@@ -321,7 +341,8 @@ def forget_plan() -> None:
 
 def end_plan() -> None:
     """A woven plan ends (unweave, another plan, interpreter exit): log one summary line per role that had calls,
-    and the WARNINGs for targets no process of the run called and roles none of whose calls was eligible.
+    and the WARNINGs for targets no process of the run called and roles none of whose calls was eligible; note the
+    targets never woven and the roles that recorded and replayed nothing in :mod:`skipweave.failures`.
 
     The per-target counters then start afresh for the next plan (:data:`COUNTERS` keeps the process totals).
     """
@@ -346,6 +367,8 @@ def end_plan() -> None:
                 sum(x.record_failures for x in of_role), sum(x.seconds_saved for x in of_role),
             )
         _warn_silent_targets(role, names, targets, expected)
+        _judge_role(role, names, targets, expected)
+    failures.plan_ended()
 
 
 def _warn_silent_targets(role: str, names: list[str], targets: dict[tuple[str, str], TargetCounters],
@@ -368,6 +391,9 @@ def _warn_silent_targets(role: str, names: list[str], targets: dict[tuple[str, s
                 "skipweave: role %s target %s (%s) was never woven: %s; nothing was recorded or replayed for it "
                 "(key skip.%s.targets.%s)", role, target, exp.path if exp else "?", why, role, target,
             )
+            if judges_run():
+                failures.note(failures.NEVER_WOVEN, role, f"skip.{role}.targets.{target}",
+                              f"target {target} ({exp.path if exp else '?'}) was never woven")
         elif not called and exp is not None:
             logger.warning(
                 "skipweave: role %s target %s (%s) was woven but never called in this run; check that the path "
@@ -377,8 +403,53 @@ def _warn_silent_targets(role: str, names: list[str], targets: dict[tuple[str, s
             )
     if any_called and not any_eligible and any(r == role for r, _ in expected):
         steps = next((e.steps for (r, _), e in expected.items() if r == role), "?")
+        unread = failures.unread_of(role)
+        if unread:
+            calls = sum(targets.get((role, t), TargetCounters()).bypasses for t in names)
+            _warn_unread(role, unread, calls, steps)
+            return
         logger.warning(
             "skipweave: role %s: none of its calls was eligible, so nothing was recorded or replayed: each was a "
             "validation call or its step lies outside skip.%s.steps=%s; check the steps and skip.%s.step "
             "(where the step is read) and skip.%s.bypass", role, role, steps, role, role,
         )
+
+
+def _warn_unread(role: str, unread: list[failures.Finding], calls: int, steps: str) -> None:
+    """The closing WARNING of a role none of whose calls was eligible because its step or bypass could not be read:
+    names the key, the expression and what it raised, on how many of the role's calls (in this process)."""
+    causes = "; ".join(f"{f.text} (on {f.count} of its {max(calls, f.count)} calls)" for f in unread)
+    rest = "" if sum(f.count for f in unread) >= calls else (
+        f"; the others were validation calls or their step lies outside skip.{role}.steps={steps}")
+    logger.warning("skipweave: role %s: none of its calls was eligible, so nothing was recorded or replayed: %s%s; "
+                   "fix %s", role, causes, rest, ", ".join(dict.fromkeys(f.key for f in unread)))
+
+
+def _judge_role(role: str, names: list[str], targets: dict[tuple[str, str], TargetCounters],
+                expected: dict[tuple[str, str], Expected]) -> None:
+    """Note a role that records or replays (every action but ``verify``) and did neither in this run, as a finding of
+    :mod:`skipweave.failures` (the WARNINGs before it, or a record failure's, said why). Judged by the run's first
+    process only (:func:`judges_run`). Calls of this process count first; a process with no eligible call of the role
+    (a driver whose workers make the calls) reads the run marks of the others."""
+    own = [e for (r, _), e in expected.items() if r == role]
+    if not own or not any(e.records for e in own) or not judges_run():
+        return
+    counts = [targets.get((role, t), TargetCounters()) for t in names]
+    if any(c.hits or c.stored > 0 for c in counts):
+        return
+    if any(c.eligible for c in counts):
+        if any(e.elsewhere("recorded") for e in own):  # another process recorded while these calls' records failed
+            return
+    elif any(e.elsewhere("eligible") or e.elsewhere("recorded") for e in own):
+        return
+    failures.note(failures.DID_NOTHING, role, f"skip.{role}", f"role {role} recorded and replayed nothing")
+
+
+def judges_run() -> bool:
+    """Whether this process judges the run as a whole (a target never woven, a role that did nothing) for
+    :mod:`skipweave.failures`: it made the run id (the first process; it ends after the others and reads their marks).
+    A process that inherited it (a subprocess, a Ray worker, a ``torchrun`` rank) warns as ever, but its view is its
+    own and may come before the others' calls: it notes only the failures of its own calls."""
+    from skipweave.store.identity import made_here
+
+    return made_here() is not None

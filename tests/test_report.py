@@ -153,8 +153,10 @@ for what in calls:
 
 
 def _silent_run(tmp_path: Path, folder: Path, name: str, calls: str, env_extra: dict[str, str], **role: Any) -> str:
+    run_keys = {"strict": role.pop("strict")} if "strict" in role else {}  # skip.strict: the run's, not the role's
     cfg = {"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path / "dump"),
-                                "targets": {"gen": f"{name}:Gen.generate", "score": f"{name}:Gen.score"}, **role}}}
+                                "targets": {"gen": f"{name}:Gen.generate", "score": f"{name}:Gen.score"}, **role},
+                    **run_keys}}
     script = tmp_path / "silent.py"
     script.write_text(SILENT_SCRIPT.format(folder=str(folder), name=name, cfg=cfg))
     env = {k: v for k, v in os.environ.items() if k != "SKIPWEAVE_RUN"} | env_extra
@@ -170,6 +172,7 @@ SILENT_RUNS: dict[str, tuple[str, dict[str, str], dict[str, Any]]] = {  # name -
     "a child calls one": ("child-gen", {}, {}),
     "no logging configured": ("gen,score", {"CONFIGURE_LOGGING": "0"}, {}),
     "no logging, silenced": ("gen,score", {"CONFIGURE_LOGGING": "0", "SKIPWEAVE_SUMMARY": "0"}, {}),
+    "strict, weaving itself": ("gen", {}, {"strict": True, "step": {"expr": "batch.stepp"}}),
 }
 
 
@@ -219,3 +222,16 @@ def test_a_program_without_logging_still_shows_the_summary_unless_silenced(silen
     assert "skipweave summary role=rollout: calls=4 hits=0 misses=4" in err
     assert "skipweave miss" not in err  # the per-call lines stay off: only the summary is shown
     assert "skipweave summary" not in silent_runs["no logging, silenced"]
+
+
+def test_a_strict_program_that_weaves_itself_keeps_its_status_and_logs_the_verdict(silent_runs: dict[str, str]) -> None:
+    """``skip.strict`` in ``skipweave.weave()``: the exit status stays the program's own (``_silent_run`` asserts 0),
+    and one ERROR line at exit names what failed and its key."""
+    err = silent_runs["strict, weaving itself"]
+    errors = [line for line in err.splitlines() if line.startswith("ERROR ")]
+    assert len(errors) == 1, err
+    assert errors[0].startswith(
+        "ERROR skipweave strict run failed: the step or bypass of 2 call(s) of role rollout could not be read: "
+        "skip.rollout.step.expr 'batch.stepp' failed on an instance of Gen: AttributeError"), err
+    assert "(skip.rollout.step.expr); role rollout recorded and replayed nothing (skip.rollout)" in errors[0]
+    assert "run it with `skipweave run --strict` to end with 4" in errors[0]

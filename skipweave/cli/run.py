@@ -10,6 +10,9 @@ Example::
 A profile is a shipped name, a name on ``SKIPWEAVE_PROFILE_PATH`` or a path to a YAML file; several
 (``--skip`` repeated, or ``--skip a,b``) compose in order, later ones winning. The overrides use Hydra's
 command-line syntax, exactly as after ``+skip=rollout_cache`` in a Hydra app, and win over every profile.
+
+``--strict`` (or ``skip.strict: true`` in the plan) makes a run in which skipweave failed at what it was asked end
+with :data:`EXIT_STRICT` when the program itself ended with 0 (:mod:`skipweave.integrations.launcher.waiting`).
 """
 
 from __future__ import annotations
@@ -19,8 +22,12 @@ import json
 import sys
 from typing import Any
 
+from skipweave.failures import STRICT_EXIT
+
 EXIT_CONFIG = 2
 EXIT_NOT_FOUND = 127
+EXIT_STRICT = STRICT_EXIT
+"""A strict run in which skipweave failed while the program ended with 0 (:data:`skipweave.failures.STRICT_EXIT`)."""
 
 DESCRIPTION = """\
 Run COMMAND with a skipweave profile woven into every Python process it starts, with no change to
@@ -30,6 +37,11 @@ a <name>.yaml in a folder of SKIPWEAVE_PROFILE_PATH, or a path to a YAML file (e
 or holding a '/'). Several profiles (--skip repeated, or --skip a,b) compose in order, later ones
 winning. The overrides use Hydra's command-line syntax, as after +skip=PROFILE in a Hydra app, and
 win over every profile.
+
+exit status: 2 when the plan is invalid or a target does not resolve (nothing started), 127 when COMMAND
+is not found, else the program's own; with --strict, 4 when the program ended with 0 but skipweave failed
+at what it was asked (a target never woven, a role that recorded and replayed nothing, a record that
+failed, a step or bypass that could not be read), each named on stderr with its key.
 
 examples:
   skipweave run --skip rollout_cache skip.rollout.dump_dir=/data/rollouts \\
@@ -83,11 +95,22 @@ def register(subparsers: Any) -> None:
         help="print the composed plan as JSON and exit without running anything; with '-- COMMAND', also check "
         "its targets as a run would before starting it (exit 2 when one cannot resolve)",
     )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help=f"end with exit status {EXIT_STRICT} when the program ends with 0 but skipweave failed at what it was "
+        "asked: a target never woven, a role that recorded and replayed nothing, a record that failed, a step or "
+        "bypass that could not be read (sets skip.strict=true; the program then runs as a child of skipweave run, "
+        "which passes on SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2)",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Compose and validate the plan, then replace this process with the command (returns only on error)."""
+    """Compose and validate the plan, then replace this process with the command (returns only on error); a strict
+    plan runs the command as a child instead, and returns the status to end with."""
+    import dataclasses
+
     from skipweave.config.errors import ConfigError
     from skipweave.integrations.launcher import child_env, compose_plan, exec_command, preflight
     from skipweave.integrations.launcher.bootstrap import LOG_LEVEL_ENV
@@ -98,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"skipweave run: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    if args.strict:
+        plan = dataclasses.replace(plan, strict=True)
     where = "skipweave run " + " ".join(f"--skip {spec}" for spec in args.skip)
     if args.print_plan:
         print(json.dumps(plan.to_config(), indent=2))
@@ -123,6 +148,10 @@ def run(args: argparse.Namespace) -> int:
         env = child_env(plan)
         if args.log_level:
             env[LOG_LEVEL_ENV] = args.log_level
+        if plan.strict:
+            from skipweave.integrations.launcher.waiting import run_judged
+
+            return run_judged(args.command, env)
         exec_command(args.command, env)
     except (FileNotFoundError, PermissionError) as exc:
         print(f"skipweave run: cannot run {args.command[0]!r}: {exc.strerror or exc}", file=sys.stderr)

@@ -10,10 +10,20 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from skipweave.config.containers import MISSING
 from skipweave.config.errors import ConfigError
 from skipweave.config.fields import given, no_such_key, parse_fields, sub_mapping
-from skipweave.config.schema import NESTED_ROLE_KEYS, ROLE_KEYS, Action, OnDiverge, RoleConfig, Serve, SkipConfig
-from skipweave.config.values import default_report_path
+from skipweave.config.schema import (
+    NESTED_ROLE_KEYS,
+    ROLE_KEYS,
+    STRICT_KEY,
+    Action,
+    OnDiverge,
+    RoleConfig,
+    Serve,
+    SkipConfig,
+)
+from skipweave.config.values import default_report_path, parse_bool
 from skipweave.store.fs import name_problem
 
 _ROLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$", re.ASCII)
@@ -102,7 +112,7 @@ def parse_skip(skip: Any, *, prefix: str = "skip") -> SkipConfig:
     """Validate a whole ``skip`` section (``None`` or missing means every role disabled).
 
     Args:
-        skip: mapping role name -> role mapping (plain containers).
+        skip: mapping role name -> role mapping (plain containers), and the run's own keys (``strict``).
         prefix: key prefix used in error messages.
 
     Returns:
@@ -116,11 +126,13 @@ def parse_skip(skip: Any, *, prefix: str = "skip") -> SkipConfig:
         return SkipConfig({})
     if not isinstance(skip, Mapping):
         raise ConfigError(prefix, skip, "a mapping of role name -> role settings, e.g. skip.rollout.enable=true")
+    strict = skip.get(STRICT_KEY)
     config = SkipConfig({
         str(name): parse_role(str(name), raw, prefix=prefix)
         for name, raw in skip.items()
         if not _HYDRA_KEY_RE.match(str(name))  # e.g. verl's `skip._target_: verl.utils.skip.SkipManagerConfig`
-    })
+        and str(name) != STRICT_KEY
+    }, strict=False if strict is None or strict == MISSING else parse_bool(f"{prefix}.{STRICT_KEY}", strict))
     noted: dict[str, str] = {}
     for role in config.enabled_roles:
         if role.note is not None:

@@ -33,6 +33,7 @@ from typing import Any
 
 from skipweave.config.compare import CompareSpec
 from skipweave.config.schema import (
+    RUN_KEYS,
     Action,
     BypassConfig,
     BypassKind,
@@ -44,6 +45,7 @@ from skipweave.config.schema import (
     RoleConfig,
     Serve,
     ShardKind,
+    SkipConfig,
     StepSet,
     StepSourceConfig,
     StepSourceKind,
@@ -80,7 +82,8 @@ INTRO = """\
      Do not edit by hand: tests/docs/test_configuration_reference.py fails when this page is stale. -->
 
 Every setting lives under `skip.<role>` of the application's config (`skip.rollout`, `skip.async_rollout`,
-`skip.rollout_tq`, or a role name of your own). A profile (`+skip=rollout_cache`) fills some of them; the
+`skip.rollout_tq`, or a role name of your own), but for the [settings of the run](#run-settings) as a whole
+(`skip.strict`), which are therefore no role names. A profile (`+skip=rollout_cache`) fills some of them; the
 application's YAML, the command line and `skipweave.weave(...)` set the others (see [Profiles](profiles.md)
 and [Hydra](hydra.md)). Every value is validated before anything is patched: a bad one stops the run with
 a `ConfigError` naming the key, the value and what is allowed.
@@ -282,9 +285,22 @@ def enum_section(cls: type[enum.Enum]) -> list[str]:
     return lines + [""]
 
 
+def run_table() -> list[str]:
+    """A Markdown table of the keys directly under ``skip`` that are settings of the run (:data:`RUN_KEYS`)."""
+    hints = typing.get_type_hints(SkipConfig)
+    docs = attribute_docs(SkipConfig)
+    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for f in dataclasses.fields(SkipConfig):
+        if f.name in RUN_KEYS:
+            rows.append(f"| `{f.name}` | {type_text(hints[f.name])} | {default_text(f, hints[f.name])} | "
+                        f"{docs.get(f.name, '')} |")
+    return rows
+
+
 def render() -> str:
     """Return the whole page as Markdown."""
     out = [INTRO.format(regenerate=REGENERATE)]
+    out += ["## Run settings", "", "`skip`: settings of the run as a whole, beside its roles.", "", *run_table(), ""]
     sections: list[tuple[str, str, type, str]] = [
         ("Role settings", "skip.<role>", RoleConfig, ""),
         ("Target settings", "skip.<role>.targets.<name>", TargetSpec, ""),

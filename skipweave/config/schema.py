@@ -429,11 +429,30 @@ class RoleConfig(Declared):
         return None if self.compress == "none" else int(self.compress.split(":", 1)[1])
 
 
+STRICT_KEY = "strict"
+"""The key of ``skip.strict`` (:attr:`SkipConfig.strict`): a setting of the run, not a role."""
+
+RUN_KEYS: tuple[str, ...] = (STRICT_KEY,)
+"""The keys directly under ``skip`` that are settings of the run as a whole, not roles."""
+
+
 @dataclass(frozen=True)
 class SkipConfig:
-    """The whole validated ``skip`` section: roles by name, in config order."""
+    """The whole validated ``skip`` section: roles by name, in config order, and the settings of the run as a whole.
+
+    Attributes:
+        roles: the roles by name (``skip.<role>``), in config order.
+        strict: fail the run when skipweave failed at what it was asked while the program went on: a target never
+            woven, a role that recorded and replayed nothing, a record that could not be written, a step or bypass
+            that could not be read. The exit summary names each with its key, and a program that would end with exit
+            status 0 ends with 4 instead; a non-zero status of the program's own is kept. ``skipweave run --strict``
+            sets it; with Hydra, ``+skip.strict=true``. A program that calls ``skipweave.weave()`` itself keeps its
+            exit status and gets an ERROR line instead (docs/troubleshooting.md#a-run-that-recorded-nothing). Being
+            a key of ``skip``, ``strict`` is no role's name.
+    """
 
     roles: dict[str, RoleConfig] = field(default_factory=dict)
+    strict: bool = False
 
     @property
     def enabled_roles(self) -> list[RoleConfig]:
@@ -441,8 +460,12 @@ class SkipConfig:
         return [r for r in self.roles.values() if r.enable and r.targets]
 
     def to_config(self) -> dict[str, Any]:
-        """Return ``{"skip": {role: mapping}}``, JSON-serialisable; :func:`parse_skip` accepts it."""
-        return {"skip": {name: role.to_config() for name, role in self.roles.items()}}
+        """Return ``{"skip": {role: mapping, ...}}`` (and ``strict: true`` when set), JSON-serialisable;
+        :func:`parse_skip` accepts it."""
+        out: dict[str, Any] = {name: role.to_config() for name, role in self.roles.items()}
+        if self.strict:
+            out[STRICT_KEY] = True
+        return {"skip": out}
 
 
 ROLE_KEYS: tuple[str, ...] = keys_of(RoleConfig)
@@ -455,8 +478,8 @@ NESTED_ROLE_KEYS: dict[str, tuple[str, ...]] = {
 }
 """The keys of the role keys that hold a fixed mapping (``skip.<role>.step.source`` …), derived from their classes."""
 
-__all__ = ["DEFAULT_COMPRESS", "DEFAULT_DUMP_DIR", "DEFAULT_WRITE_BUFFER", "NESTED_ROLE_KEYS", "ROLE_KEYS", "Action",
-           "CompareSpec", "OnDiverge", "Serve",
+__all__ = ["DEFAULT_COMPRESS", "DEFAULT_DUMP_DIR", "DEFAULT_WRITE_BUFFER", "NESTED_ROLE_KEYS", "ROLE_KEYS", "RUN_KEYS",
+           "STRICT_KEY", "Action", "CompareSpec", "OnDiverge", "Serve",
            "BypassConfig", "BypassKind", "FingerprintConfig", "KeepConfig", "OnForeign", "OnMismatch", "RoleConfig",
            "ShardKind",
            "SkipConfig",

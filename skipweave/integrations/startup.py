@@ -58,6 +58,12 @@ def weave_plan(plan: SkipConfig, *, import_targets: bool = True) -> list[Any]:
             "+skip.<role>.targets.<name>=pkg.mod.Class.method",
             ", ".join(r.role for r in plan.enabled_roles),
         )
+        from skipweave import failures, report
+
+        for role in plan.enabled_roles:
+            failures.note(failures.DID_NOTHING, role.role, f"skip.{role.role}.targets",
+                          f"role {role.role} has no target in this program (its targets are all optional)")
+        report.summary_at_exit()
     return list(patches)
 
 

@@ -28,8 +28,8 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from skipweave import lifecycle, report
-from skipweave.config.schema import Action, RoleConfig, TargetSpec
+from skipweave import failures, lifecycle, report
+from skipweave.config.schema import Action, BypassKind, RoleConfig, StepSourceKind, TargetSpec
 from skipweave.policy.expressions import Expression, ExpressionFailed
 from skipweave.policy.gate import BYPASS, Gate, compile_gate
 from skipweave.policy.steps import StepError, StepSource
@@ -54,6 +54,11 @@ from skipweave.weaving.shards import RANK_VARIABLES, VALIDATION_SHARD, rank_of_p
 from skipweave.weaving.verifier import Diverged, Verifier
 
 logger = logging.getLogger(__name__)
+
+
+_STEP_KEY = {StepSourceKind.EXPR: "expr", StepSourceKind.ARG: "path", StepSourceKind.ATTR: "path",
+             StepSourceKind.REGEX: "pattern", StepSourceKind.SET_STEP: "source"}
+"""The key under ``skip.<role>.step`` that a step source which gave no step is read from, for the message."""
 
 
 class SkipProxy:
@@ -244,17 +249,18 @@ class SkipProxy:
         return self.eligible_call(wrapped, instance, args, kwargs, step, awaited, validation=True)
 
     def _bypassed_by_expr(self, instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
-        assert self._bypass_expr is not None
+        expr = self._bypass_expr
+        assert expr is not None
         try:
-            return bool(self._bypass_expr.evaluate(instance, args, kwargs, self.positions, defaults=self.defaults))
+            return bool(expr.evaluate(instance, args, kwargs, self.positions, defaults=self.defaults))
         except ExpressionFailed as exc:
-            self._bypass_expr.warn_once(exc, "such calls run live and are not recorded")
-            return True
+            failed = exc
         except Exception as exc:  # noqa: BLE001 - its truth value raised (e.g. a tensor of several values)
-            self._bypass_expr.warn_once(ExpressionFailed(
-                f"{self._bypass_expr.key} {self._bypass_expr.text!r} gave a value with no truth value "
-                f"({type(exc).__name__}: {exc})"), "such calls run live and are not recorded")
-            return True
+            failed = ExpressionFailed(f"{expr.key} {expr.text!r} gave a value with no truth value "
+                                      f"({type(exc).__name__}: {exc})")
+        expr.warn_once(failed, "such calls run live and are not recorded")
+        failures.call_unread(self.role.role, expr.key, str(failed))
+        return True
 
     def _step_failed(self, exc: Exception) -> None:
         """The gate found no usable step (:class:`StepError`), or reading the call raised (a property of the
@@ -263,9 +269,11 @@ class SkipProxy:
         Raises:
             ReplayMissing: the role is replay-only (such a call could only run live).
         """
+        key = self._unread_key(exc)
         if not isinstance(exc, StepError):
             exc = StepError(f"reading the step or the bypass of the call raised {type(exc).__name__}: {exc} "
                             f"(skip.{self.role.role}.step, skip.{self.role.role}.bypass)")
+        failures.call_unread(self.role.role, key, str(exc))
         if self.role.replay_only:
             raise ReplayMissing(f"skipweave: replay-only role {self.role.role} target {self.target.name} "
                                 f"({self.target.path}): {exc}; a replay-only run cannot serve a call whose step "
@@ -276,6 +284,16 @@ class SkipProxy:
         self._step_warned = True
         logger.warning("skipweave: role %s target %s: %s; such calls run live and are not recorded",
                        self.role.role, self.target.name, exc)
+
+    def _unread_key(self, exc: Exception) -> str:
+        """The config key to fix for a call whose step or bypass could not be read (``exc``: what the gate raised)."""
+        role = self.role.role
+        if isinstance(exc, StepError):
+            sub = _STEP_KEY.get(self.step_source.cfg.source)
+            return f"{self.step_source.key}.{sub}" if sub else self.step_source.key
+        if self.role.bypass.when is BypassKind.CALLABLE:
+            return f"skip.{role}.bypass.callable"
+        return f"skip.{role}.step"
 
     # ------------------------------------------------------------------ paths
     def live_bypass(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],

@@ -5,18 +5,20 @@ the part's running calls in the store), and what a record keeps besides the resu
 generators' state before the call and the declared effects' lists. After it, the result is staged (encoded,
 tensors copied) and handed to the background writer, or written here (write-through, or an entry larger than
 ``write_buffer``); the outcome is counted and the call ends in the store once its entry is committed
-(:meth:`Recorder.written`). A failed record never fails the host's call. See docs/architecture.md.
+(:meth:`Recorder.written`). A failed record never fails the host's call: it is counted, and the first of its kind
+in the process is a WARNING that says what to do (:func:`record_failure`). See docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import inspect
 import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from skipweave import report
+from skipweave import failures, report
 from skipweave.store.format import codec
 from skipweave.store.identity import is_concurrent_other, started_unix, this_writer
 from skipweave.store.step_store import EntryMeta
@@ -180,8 +182,7 @@ class Recorder:
                 slot = committed.call
                 store.after_commit_soon((committed.step,))  # retention (skip.<role>.keep), off this call
         except codec.PickleRefused as exc:
-            report.record_failed(role.role, target.name)
-            logger.warning("skipweave: not recording %s: %s", key, exc)
+            record_failure(role.role, target.name, store.dump_dir, key, exc, what=f"not recording {_entry(key)}: {exc}")
         except Exception as exc:  # a failed record never fails the training call
             self.written(d, key, exc, end=False)
         report.event(status, role=role.role, target=target.name, step=d.step,
@@ -197,12 +198,9 @@ class Recorder:
         proxy = self.proxy
         try:
             if isinstance(outcome, BaseException):
-                report.record_failed(proxy.role.role, proxy.target.name, uncounted=counted)
-                logger.warning(
-                    "skipweave: recording %s under %s failed (%s: %s); the live result %s and nothing partial "
-                    "was left", key, proxy.store.dump_dir, type(outcome).__name__, outcome,
-                    "was returned" if end else "is returned",
-                )
+                record_failure(proxy.role.role, proxy.target.name, proxy.store.dump_dir, key, outcome,
+                               then=f"the live result {'was' if end else 'is'} returned and nothing partial was left",
+                               uncounted=counted)
                 return
             committed = outcome[1]
             proxy.ledger.claim(d.step, d.shard, committed.call)
@@ -219,4 +217,55 @@ class Recorder:
                    for r in self.proxy.store.part_calls(key.step, key.target, key.shard))
 
 
-__all__ = ["Recorder", "Snapshot"]
+def record_failure(role: str, target: str, dump_dir: str, key: Any, exc: BaseException, *, then: str = "",
+                   what: str = "", uncounted: int = 0) -> None:
+    """Count a record that failed and say so: the first failure of its kind in this process (an ``OSError`` by dump
+    dir and errno, anything else by role and type: :func:`skipweave.failures.record_failed`) is a WARNING naming the
+    path, the error and what to do; the later ones are DEBUG lines, counted in the exit summary (``record_failures``).
+    A dump dir that cannot be written fails every step's record the same way: one WARNING, not one per step.
+
+    Args:
+        role, target: the names of the config.
+        dump_dir: the role's dump dir.
+        key: the entry's key (an :class:`~skipweave.store.format.layout.EntryKey`).
+        exc: what the record raised.
+        then: what became of the call, for the message.
+        what: the message's first clause, when not "recording ... under ... failed (...); <then>".
+        uncounted: see :func:`skipweave.report.record_failed`.
+    """
+    report.record_failed(role, target, uncounted=uncounted)
+    first = failures.record_failed(role, dump_dir, exc)
+    what = what or f"recording {_entry(key)} under {dump_dir} failed ({failures.error_text(exc)}); {then}"
+    if not first:
+        logger.debug("skipweave: %s", what)
+        return
+    logger.warning("skipweave: %s; %slater failures like it are logged at DEBUG and counted in the exit summary "
+                   "(record_failures=N)", what, _remedy(role, dump_dir, exc))
+
+
+_NOT_WRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS}
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
+
+
+def _remedy(role: str, dump_dir: str, exc: BaseException) -> str:
+    """What to do about a failed record, as a clause ending in "; " (empty when the error says it itself)."""
+    if not isinstance(exc, OSError):
+        return ""
+    if exc.errno in _NOT_WRITABLE:
+        return (f"make {dump_dir} writable by this process or set skip.{role}.dump_dir to a folder it can write (a "
+                f"store that is only replayed may stay read-only: skip.{role}.replay_only=true records nothing); ")
+    if exc.errno in _NO_SPACE:
+        return (f"free space under {dump_dir} (`skipweave gc {dump_dir} --keep-last N --yes` removes old steps) or set "
+                f"skip.{role}.dump_dir to another disk; ")
+    return f"check {dump_dir} (skip.{role}.dump_dir); "
+
+
+def _entry(key: Any) -> str:
+    """An entry key for people: ``role rollout target gen step 3 call 0``."""
+    try:
+        return f"role {key.role} target {key.target} step {key.step} call {key.call}"
+    except AttributeError:
+        return str(key)
+
+
+__all__ = ["Recorder", "Snapshot", "record_failure"]

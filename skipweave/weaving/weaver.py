@@ -23,7 +23,7 @@ from typing import Any
 
 import wrapt
 
-from skipweave import lifecycle, report
+from skipweave import failures, lifecycle, report
 from skipweave.config.errors import ConfigError
 from skipweave.config.schema import Action, RoleConfig, ShardKind, SkipConfig, TargetSpec
 from skipweave.policy.bypass import make_bypass
@@ -182,14 +182,14 @@ class Weaver:
                 if unusable:
                     raise ConfigError(f"skip.{role.role}.dump_dir", role.dump_dir,
                                       f"a folder skipweave can create or use ({unusable})")
-                if read_only:
-                    logger.warning("skipweave: skip.%s.dump_dir=%s: %s; recorded steps are replayed, nothing new "
-                                   "is recorded and unusable entries are not set aside", role.role, role.dump_dir,
-                                   read_only)
+                if read_only:  # (INFO: a replay needs no write; the first record that fails is the WARNING)
+                    logger.info("skipweave: skip.%s.dump_dir=%s: %s; recorded steps are replayed, nothing new is "
+                                "recorded and unusable entries are not set aside", role.role, role.dump_dir, read_only)
                 make_bypass(role.bypass, _resolve_callable)
                 for target in role.targets:
                     _proxy_class(target)
             self._state = _State(key, plan, [], {}, self._state.generation + 1)
+            failures.arm(plan.strict)
             RESULT_NOTES.role_keys = tuple(dict.fromkeys(r.note for r in plan.enabled_roles if r.note))
             generation = self._state.generation
             run_id()  # now, so that the processes this one starts inherit it (they are writers of this run)
@@ -249,7 +249,7 @@ class Weaver:
             return _why_unwoven(patch.rpath)
 
         return report.Expected(patch.target.path, report.steps_text(patch.role.steps.to_config()), mark, elsewhere,
-                               unwoven)
+                               unwoven, records=patch.role.action is not Action.VERIFY)
 
     def _hook(self, patch: Patch, generation: int) -> Any:
         def on_import(module: Any) -> None:

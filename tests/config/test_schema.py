@@ -118,3 +118,16 @@ def test_settings_that_would_silently_do_nothing_are_errors(role: dict, key: str
 def test_steps_from_zero_are_allowed_for_zero_based_trainers() -> None:
     cfg = parse_skip({"rollout": {"enable": True, "steps": [0, "1-3"], "targets": {"gen": "pkg.mod:f"}}})
     assert 0 in cfg.roles["rollout"].steps and 3 in cfg.roles["rollout"].steps
+
+
+def test_strict_is_a_setting_of_the_run_not_a_role() -> None:
+    role = {"enable": True, "targets": {"g": "m.C.f"}}
+    plan = load_skip_config(OmegaConf.create({"skip": {"strict": True, "rollout": role}}))
+    assert plan.strict and list(plan.roles) == ["rollout"]
+    assert parse_skip(plan.to_config()["skip"]) == plan  # `skipweave run` hands the plan to its program as JSON
+    plain = parse_skip({"rollout": role})
+    assert not plain.strict and "strict" not in plain.to_config()["skip"]
+    assert not parse_skip({"strict": "???", "rollout": role}).strict  # a profile's unset key
+    with pytest.raises(ConfigError) as err:
+        parse_skip({"strict": "yes", "rollout": role})
+    assert err.value.key == "skip.strict" and "true or false" in str(err.value)

@@ -109,9 +109,13 @@ def test_a_failing_step_expression_warns_once_and_runs_live(host_module: Any, tm
         trainer.generate({"text": "x", "request": "r"})
     skipweave.unweave()
     warned = [r.getMessage() for r in caplog.records if "step.expr" in r.getMessage()]
-    assert len(warned) == 1, warned
+    assert len(warned) == 2, warned  # once at the first call, and named as the cause when the role's summary closes
     assert "skip.rollout.step.expr 'self.stat.global_step' failed on an instance of Trainer" in warned[0]
     assert "AttributeError" in warned[0] and "run live and are not recorded" in warned[0]
+    assert warned[1].startswith("skipweave: role rollout: none of its calls was eligible, so nothing was recorded or "
+                                "replayed: skip.rollout.step.expr 'self.stat.global_step' failed on an instance of "
+                                "Trainer: AttributeError"), warned
+    assert warned[1].endswith("(on 3 of its 3 calls); fix skip.rollout.step.expr"), warned
     assert len(m.CALLS) == 3 and not (tmp_path / "dump" / "default" / "rollout" / "0").exists()
 
 
@@ -141,9 +145,12 @@ def test_a_wrong_step_path_names_the_key_and_what_the_argument_holds(host_module
     skipweave.weave(cfg)
     m.Trainer().generate({"text": "x", "request": "r"})
     skipweave.unweave()
-    (msg,) = [r.getMessage() for r in caplog.records if "skip.rollout.step.path" in r.getMessage()]
+    msg, closing = [r.getMessage() for r in caplog.records if "skip.rollout.step.path" in r.getMessage()]
     assert "'meta.step' (source arg) gave nothing (path missing)" in msg
     assert "argument 'prompts' is a dict with keys ['text', 'request']" in msg
+    assert closing.startswith("skipweave: role rollout: none of its calls was eligible, so nothing was recorded or "
+                              "replayed: skip.rollout.step.path 'meta.step' (source arg) gave nothing"), closing
+    assert closing.endswith("(on 1 of its 1 calls); fix skip.rollout.step.path"), closing
 
 
 def test_a_parameter_named_like_a_builtin_is_the_parameter_and_comprehension_names_stay_their_own(

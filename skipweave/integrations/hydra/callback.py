@@ -12,6 +12,13 @@ apps whose dataclass schema has no room for ``skip``, the callback's own node
 Hydra turns an exception raised by a callback into a mere warning and runs the task anyway. A weave
 that fails must stop the run, so failures leave as ``SystemExit`` (which Hydra's ``except Exception``
 does not catch) carrying a one-paragraph message: Python prints it to stderr and exits with status 1.
+
+A strict plan (``+skip.strict=true``) is judged when each job ends (:meth:`SkipweaveCallback.on_job_end`, after the
+unweave that closes the job's summary): a job whose task completed but in which skipweave failed at something
+(:mod:`skipweave.failures`) gets one ERROR line naming each failure and its key, and once Hydra's run, or every job
+of a sweep, completed, the run ends with ``SystemExit(STRICT_EXIT)`` (exit status 4). A task that raised, or called
+``sys.exit``, keeps the status Hydra gives it: Hydra calls no ``on_run_end`` then (nor ``on_multirun_end`` after a
+failed job). Code the app runs after its ``@hydra.main`` function returns does not run in a strict run that failed.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ class SkipweaveCallback(Callback):
 
     def __init__(self, **params: Any) -> None:
         self.params = params
+        self.strict = False  # the job woven last has a strict plan
+        self.strict_failed = False  # a job whose task completed failed the strict plan it had
 
     def on_job_start(self, config: Any, **kwargs: Any) -> None:
         """Weave the job's plan; on any failure stop the run with a clear message.
@@ -53,16 +62,54 @@ class SkipweaveCallback(Callback):
         plan = None
         try:
             plan = load_skip_config(reports_in_output_dir(job_skip_config(config)))
+            self.strict = plan.strict
             weave_plan(plan)
         except Exception as exc:  # noqa: BLE001 - every failure must stop the run, not become a warning
             logger.debug("skipweave: weave failed", exc_info=True)
             raise SystemExit(failure_message(exc, plan, where=_selection(config))) from None
 
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
-        """Unweave, closing what the job recorded, so that the next job of a sweep starts clean."""
+        """Unweave, closing what the job recorded, so that the next job of a sweep starts clean; judge a strict plan.
+
+        The job's findings (:func:`skipweave.failures.take`) are taken whatever the plan: their WARNINGs were logged
+        as they happened, and the next job of a sweep is judged on its own.
+        """
+        from hydra.core.utils import JobStatus
+
+        from skipweave import failures
+
         api = sys.modules.get("skipweave.api")
         if api is not None:
             api.unweave()
+        found = failures.take()
+        if self.strict and found and getattr(job_return, "status", None) is JobStatus.COMPLETED:
+            self.strict_failed = True
+            logger.error("skipweave%s: strict run failed: %s; the run ends with exit status %d once Hydra's run "
+                         "completed", _where(config), failures.describe(found), failures.STRICT_EXIT)
+
+    def on_run_end(self, config: Any, **kwargs: Any) -> None:
+        """End a run whose job failed its strict plan with :data:`~skipweave.failures.STRICT_EXIT`.
+
+        Raises:
+            SystemExit: the job's task completed, and skipweave failed at something its strict plan asked for.
+        """
+        self._end_strict()
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        """End a sweep (every job of which completed) with :data:`~skipweave.failures.STRICT_EXIT` when a job failed its
+        strict plan.
+
+        Raises:
+            SystemExit: as :meth:`on_run_end`.
+        """
+        self._end_strict()
+
+    def _end_strict(self) -> None:
+        if self.strict_failed:
+            from skipweave.failures import STRICT_EXIT
+
+            self.strict_failed = False
+            raise SystemExit(STRICT_EXIT)
 
 
 def job_skip_config(config: Any) -> dict[str, Any]:
@@ -119,6 +166,15 @@ def _null_means_unset(path: tuple[str, ...]) -> bool:
     from skipweave.config.loader import NULL_MEANS_DEFAULT
 
     return (len(path) == 2 and path[1] in NULL_MEANS_DEFAULT) or path[1:] == ("fingerprint", "on_mismatch")
+
+
+def _where(config: Any) -> str:
+    """`` (+skip=rollout_cache)`` or ``""``, for a message."""
+    try:
+        selection = _selection(config)
+    except Exception:  # noqa: BLE001 - only words of a message
+        return ""
+    return f" ({selection})" if selection else ""
 
 
 def _selection(config: Any) -> str:

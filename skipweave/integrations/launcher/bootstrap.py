@@ -22,7 +22,7 @@ import threading
 from typing import Any, NoReturn
 
 from skipweave.config.parse import parse_skip
-from skipweave.config.schema import SkipConfig
+from skipweave.config.schema import Action, SkipConfig
 from skipweave.env import LOG_LEVEL_ENV, PLAN_ENV, PROGRAM_PID_ENV
 
 logger = logging.getLogger(__name__)
@@ -136,7 +136,8 @@ def account_for_targets(hook: DeferredWeave, plan: SkipConfig) -> None:
                         "name)")
 
             report.expect(role.role, target.name, report.Expected(
-                target.path, report.steps_text(role.steps.to_config()), elsewhere=elsewhere, unwoven=unwoven))
+                target.path, report.steps_text(role.steps.to_config()), elsewhere=elsewhere, unwoven=unwoven,
+                records=role.action is not Action.VERIFY))
 
 
 _registered: list[DeferredWeave] = []  # every deferred weave of this process, for stand_down()

@@ -145,13 +145,11 @@ def _stand_down_launcher_bootstrap() -> None:
 
 
 def _without_main_targets(plan: SkipConfig) -> SkipConfig:
-    from skipweave.config.schema import SkipConfig
-
     roles = {
         name: dataclasses.replace(role, targets=tuple(t for t in role.targets if not in_main(t.path)))
         for name, role in plan.roles.items()
     }
-    return SkipConfig(roles)
+    return dataclasses.replace(plan, roles=roles)
 
 
 def _run_app_hook() -> None:

@@ -40,6 +40,7 @@ from skipweave.store.staging import EntryMeta
 from skipweave.store.step_store import StepStore
 from skipweave.store.write_behind import WRITER, Outcome
 from skipweave.weaving.proxy import SkipProxy, shard_label
+from skipweave.weaving.record import record_failure
 
 logger = logging.getLogger(__name__)
 
@@ -269,9 +270,8 @@ class TqSampleProxy(_TqProxy):
     def _written(self, key: Any, outcome: Outcome, counted: int = 0) -> None:
         """A record of ``key`` ended; ``counted``: bytes its miss event counted already (a background write)."""
         if isinstance(outcome, BaseException):
-            report.record_failed(self.role.role, self.target.name, uncounted=counted)
-            logger.warning("skipweave: recording V1 step %d mini-batch %d failed (%s: %s); training goes on",
-                           key.step, key.call, type(outcome).__name__, outcome)
+            record_failure(self.role.role, self.target.name, self.store.dump_dir, key, outcome,
+                           then=f"training goes on (V1 step {key.step} mini-batch {key.call})", uncounted=counted)
 
 
 class TqWarmupProxy(SkipProxy):
