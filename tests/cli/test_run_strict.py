@@ -62,8 +62,10 @@ def trainer(end: str = "none") -> list[str]:
 
 
 def hydra(tmp: Path, end: str, *overrides: str) -> Run:
-    return run([sys.executable, str(TRAIN), "hydra", end, f"hydra.run.dir={tmp}/hydra", "+skip=rollout_cache",
-                f"skip.rollout.dump_dir={tmp}/dump", GEN, *overrides], cwd=tmp)
+    flags = [o for o in overrides if o.startswith("-")]  # (Hydra's flags before its overrides)
+    return run([sys.executable, str(TRAIN), "hydra", end, *flags, f"hydra.run.dir={tmp}/hydra",
+                f"hydra.sweep.dir={tmp}/sweep", "+skip=rollout_cache", f"skip.rollout.dump_dir={tmp}/dump", GEN,
+                *(o for o in overrides if not o.startswith("-"))], cwd=tmp)
 
 
 def _read_only(strict: bool) -> Callable[[Path], tuple[Path, Run]]:
@@ -109,12 +111,12 @@ def _clean(tmp: Path) -> tuple[Path, Run, Run]:
 
 def _hydra(tmp: Path) -> dict[str, Run]:
     runs = {}
-    for name, end, step in (("failing", "none", "+skip.rollout.step.expr=self.stepp"), ("clean", "none", STEP),
-                            ("exit 3", "3", "+skip.rollout.step.expr=self.stepp"),
-                            ("raise", "raise", "+skip.rollout.step.expr=self.stepp")):
+    failing = "+skip.rollout.step.expr=self.stepp"
+    for name, end, *overrides in (("failing", "none", failing), ("clean", "none", STEP), ("exit 3", "3", failing),
+                                  ("raise", "raise", failing), ("sweep", "none", failing, "--multirun", "+n=1,2")):
         folder = tmp / name.replace(" ", "_")
         folder.mkdir()
-        runs[name] = hydra(folder, end, step, "+skip.strict=true")
+        runs[name] = hydra(folder, end, *overrides, "+skip.strict=true")
     return runs
 
 
@@ -218,6 +220,9 @@ def test_the_hydra_route_fails_a_completed_job_and_keeps_a_failed_ones_status(ru
     raised = results["raise"]
     assert raised.returncode == 1 and "the trainer failed" in raised.stderr, raised
     assert "strict run failed" not in raised.stderr + raised.stdout, raised
+    sweep = results["sweep"]  # every job runs; the sweep ends with 4 once all completed
+    assert sweep.returncode == STRICT_EXIT and sweep.stdout.count("DONE") == 2, sweep
+    assert (sweep.stdout + sweep.stderr).count("strict run failed") == 2, sweep
 
 
 def test_a_strict_launcher_passes_sigterm_on_and_ends_by_it(tmp_path: Path) -> None:
