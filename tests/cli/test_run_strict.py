@@ -112,8 +112,9 @@ def _clean(tmp: Path) -> tuple[Path, Run, Run]:
 def _hydra(tmp: Path) -> dict[str, Run]:
     runs = {}
     failing = "+skip.rollout.step.expr=self.stepp"
-    for name, end, *overrides in (("failing", "none", failing), ("clean", "none", STEP), ("exit 3", "3", failing),
-                                  ("raise", "raise", failing), ("sweep", "none", failing, "--multirun", "+n=1,2")):
+    # (a task that calls sys.exit(3) never reaches the callback's job end: the launcher's case shows a status kept)
+    for name, end, *overrides in (("failing", "none", failing), ("clean", "none", STEP), ("raise", "raise", failing),
+                                  ("sweep", "none", failing, "--multirun", "+n=1,2")):
         folder = tmp / name.replace(" ", "_")
         folder.mkdir()
         runs[name] = hydra(folder, end, *overrides, "+skip.strict=true")
@@ -216,7 +217,6 @@ def test_the_hydra_route_fails_a_completed_job_and_keeps_a_failed_ones_status(ru
             "not be read: skip.rollout.step.expr 'self.stepp' failed") in errors[0], failing
     assert "(skip.rollout.step.expr)" in errors[0] and "exit status 4" in errors[0]
     assert results["clean"].returncode == 0 and "strict" not in results["clean"].stderr, results["clean"]
-    assert results["exit 3"].returncode == 3, results["exit 3"]
     raised = results["raise"]
     assert raised.returncode == 1 and "the trainer failed" in raised.stderr, raised
     assert "strict run failed" not in raised.stderr + raised.stdout, raised
