@@ -26,7 +26,7 @@ import wrapt
 from skipweave import lifecycle, report
 from skipweave.config.errors import ConfigError
 from skipweave.config.schema import Action, RoleConfig, ShardKind, SkipConfig, TargetSpec
-from skipweave.policy.bypass import make_bypass
+from skipweave.policy.bypass import describe_bypass, make_bypass
 from skipweave.store import runs
 from skipweave.store.fs import dump_dir_problem
 from skipweave.store.identity import end_run, made_here, run_id, run_started
@@ -237,7 +237,7 @@ class Weaver:
             return _why_unwoven(patch.rpath)
 
         return report.Expected(patch.target.path, report.steps_text(patch.role.steps.to_config()), mark, elsewhere,
-                               unwoven)
+                               unwoven, describe_bypass(patch.role.bypass, f"skip.{patch.role.role}.bypass"))
 
     def _hook(self, patch: Patch, generation: int) -> Any:
         def on_import(module: Any) -> None:
