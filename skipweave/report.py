@@ -2,11 +2,13 @@
 
 A host can put :func:`counters` into its own metrics. When the process ends, a summary line is logged for
 the process and one per role (calls, hits, misses, bypasses, record failures, seconds saved), with a WARNING
-for each woven target no process of the run called and for each role none of whose calls was eligible (naming
-the step or bypass that could not be read, when that was why). Processes of one run see each other's calls through
-marks in the dump dir (:mod:`skipweave.store.runs`), so a driver whose targets run in Ray workers does not warn about
-them. What the summary finds skipweave failed at (a target never woven, a role that recorded and replayed nothing)
-is noted in :mod:`skipweave.failures`, whose verdict a strict run ends with.
+for each woven target no process of the run called, for each role none of whose calls was eligible (naming
+the step or bypass that could not be read, when that was why) and for each role whose every call its bypass rule
+took for a validation call; a call that raised ReplayMissing is said in one line with the targets the run never
+reached after it. Processes of one run see each other's calls through marks in the dump dir
+(:mod:`skipweave.store.runs`), so a driver whose targets run in Ray workers does not warn about them. What the
+summary finds skipweave failed at (a target never woven, a role that recorded and replayed nothing) is noted in
+:mod:`skipweave.failures`, whose verdict a strict run ends with.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ class TargetCounters:
             recorded keeps its marks until ``skipweave gc``, see :mod:`skipweave.store.runs`).
         stored: records handed to the store and not failed since (a record the background writer fails later is
             taken back): whether the role recorded anything at all.
+        training, validation: a training call (a validation call: one the bypass rule took, of a role that records,
+            replays or verifies them) reached the store; the first of each left a run mark.
     """
 
     hits: int = 0
@@ -72,6 +76,8 @@ class TargetCounters:
     eligible: bool = False
     recorded: bool = False
     stored: int = 0
+    training: bool = False
+    validation: bool = False
 
 
 @dataclass
@@ -88,6 +94,8 @@ class Expected:
             need not (an optional target whose host is not in the program).
         records: its role records or replays (every action but ``verify``): a run in which the role did neither
             is a failure of a strict run.
+        bypass: the role's bypass rule as a person reads it (``skip.reward.bypass.expr='...'``), for the warning
+            about a role whose every call the rule took for a validation call.
     """
 
     path: str
@@ -96,6 +104,7 @@ class Expected:
     elsewhere: Callable[[str], bool] = field(default=lambda kind: False)
     unwoven: Callable[[], str | None] = field(default=lambda: None)
     records: bool = True
+    bypass: str = ""
 
 
 COUNTERS = Counters()
@@ -105,6 +114,8 @@ _lock = threading.Lock()
 _summary_registered = False
 _TARGETS: dict[tuple[str, str], TargetCounters] = {}
 _EXPECTED: dict[tuple[str, str], Expected] = {}
+_STOPS: list[str] = []  # where the plan's first call that raised ReplayMissing sat (one item at most)
+_stops_more = 0  # and how many more raised it
 
 
 def for_target(role: str, target: str) -> TargetCounters:
@@ -139,6 +150,29 @@ def first_call(role: str, target: str, *, eligible: bool) -> None:
         counts.eligible = True
         kinds.append("eligible")
     _leave_marks(role, target, kinds)
+
+
+def call_kind(role: str, target: str, *, validation: bool) -> None:
+    """Note that a training call (``validation``: a validation call) of a target reached the store, the first of its
+    kind in this process leaving a run mark; called once per kind (the caller checks the flag first)."""
+    counts = for_target(role, target)
+    kind = "validation" if validation else "training"
+    if not getattr(counts, kind):
+        setattr(counts, kind, True)
+        _leave_marks(role, target, [kind])
+
+
+def replay_missing(where: str) -> None:
+    """Note that a replay-only call found no recording (:class:`~skipweave.weaving.replay.ReplayMissing`, which stops a
+    run unless the host catches it); ``where`` names its role, target, step, call and dump dir. The exit summary then
+    says so, instead of calling the targets the run never reached "woven but never called"."""
+    global _stops_more
+    with _lock:
+        if _STOPS:
+            _stops_more += 1
+        else:
+            _STOPS.append(where)
+    _register_summary()
 
 
 def _leave_marks(role: str, target: str, kinds: list[str]) -> None:
@@ -346,14 +380,17 @@ def end_plan() -> None:
 
     The per-target counters then start afresh for the next plan (:data:`COUNTERS` keeps the process totals).
     """
+    global _stops_more
     with _lock:
         expected = dict(_EXPECTED)
         _EXPECTED.clear()
+        stops, more, _STOPS[:], _stops_more = list(_STOPS), _stops_more, [], 0
         targets = {k: TargetCounters(**asdict(v)) for k, v in _TARGETS.items()}
         for counts in _TARGETS.values():
             for name, value in asdict(TargetCounters()).items():
                 setattr(counts, name, value)
     roles: dict[str, list[str]] = {}
+    unreached: list[str] = []  # with a ReplayMissing noted: the targets never called, said in one line
     for role, target in [*targets, *expected]:
         if target not in roles.setdefault(role, []):
             roles[role].append(target)
@@ -366,14 +403,23 @@ def end_plan() -> None:
                 "seconds_saved=%.1f", role, hits + misses + bypasses, hits, misses, bypasses,
                 sum(x.record_failures for x in of_role), sum(x.seconds_saved for x in of_role),
             )
-        _warn_silent_targets(role, names, targets, expected)
+        _warn_silent_targets(role, names, targets, expected, unreached if stops else None)
+        _warn_validation_only(role, names, targets, expected)
         _judge_role(role, names, targets, expected)
+    if stops:  # one line: the targets after the call that stopped the run were never reached, not misnamed
+        after = ("targets woven but never called, not reached before it: " + ", ".join(unreached) if unreached
+                 else "every woven target was called")
+        logger.warning("skipweave: the run met a replay-only call no recording serves (ReplayMissing): %s%s; %s",
+                       stops[0], f" (and {more} more such call(s))" if more else "", after)
     failures.plan_ended()
 
 
 def _warn_silent_targets(role: str, names: list[str], targets: dict[tuple[str, str], TargetCounters],
-                         expected: dict[tuple[str, str], Expected]) -> None:
-    """The exit WARNINGs of one role: targets no process of the run called; a role with no eligible call."""
+                         expected: dict[tuple[str, str], Expected], unreached: list[str] | None = None) -> None:
+    """The exit WARNINGs of one role: targets no process of the run called; a role with no eligible call.
+
+    ``unreached``: a call of the run raised ReplayMissing: the targets never called are added to this list (said
+    in one line with it) instead of being warned about one by one."""
     any_called = any_eligible = False
     for target in names:
         counts = targets.get((role, target), TargetCounters())
@@ -394,6 +440,8 @@ def _warn_silent_targets(role: str, names: list[str], targets: dict[tuple[str, s
             if judges_run():
                 failures.note(failures.NEVER_WOVEN, role, f"skip.{role}.targets.{target}",
                               f"target {target} ({exp.path if exp else '?'}) was never woven")
+        elif not called and exp is not None and unreached is not None:
+            unreached.append(f"role {role} target {target} ({exp.path})")
         elif not called and exp is not None:
             logger.warning(
                 "skipweave: role %s target %s (%s) was woven but never called in this run; check that the path "
@@ -453,3 +501,24 @@ def judges_run() -> bool:
     from skipweave.store.identity import made_here
 
     return made_here() is not None
+
+
+def _warn_validation_only(role: str, names: list[str], targets: dict[tuple[str, str], TargetCounters],
+                          expected: dict[tuple[str, str], Expected]) -> None:
+    """The exit WARNING of a role whose calls reached the store, every one as a validation call: its bypass rule
+    took them all (verl's reward rule on a trainer whose batches lack ``global_token_num``), so they were kept apart
+    from training calls and no training call was ever recorded or replayed, run after run."""
+    mine = [(targets.get((role, t), TargetCounters()), expected.get((role, t))) for t in names]
+    if not any(exp is not None for _, exp in mine):
+        return
+    if any(c.training or (e is not None and e.elsewhere("training")) for c, e in mine):
+        return
+    if not any(c.validation or (e is not None and e.elsewhere("validation")) for c, e in mine):
+        return
+    rule = next((e.bypass for _, e in mine if e is not None and e.bypass), f"skip.{role}.bypass")
+    logger.warning(
+        "skipweave: role %s: none of its calls was a training call: the bypass rule %s took every one for a "
+        "validation call, so they were kept apart (shard val_<shard>: recorded for, and served only in, replay-only "
+        "runs) and no training call was recorded or replayed; if they are training calls, set skip.%s.bypass to "
+        "what tells this trainer's validation calls apart (skip.%s.bypass.expr=...), or skip.%s.bypass=null when "
+        "it has none (docs/phases.md#a-trainer-that-is-not-verl)", role, rule, role, role, role)

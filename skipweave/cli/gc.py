@@ -19,9 +19,10 @@ the ``--json`` schema.
 
 Retention (``--keep-last N``, ``--max-bytes SIZE``, as ``skip.<role>.keep`` in a run): in each role (of
 ``--namespace``, ``--role`` when given), whole steps beyond the newest N go, then the oldest until the role's steps
-hold at most SIZE (``500GB``, ``2GiB``); never a ``--pin`` step, nor one with a part that is not closed whose writer
-runs on this host or that changed less than ``--min-age`` ago. Each step is renamed to ``.trash-{step}-{token}``
-(never served) before it is deleted, so a kill leaves no partial step; the next gc removes the trash.
+hold at most SIZE (``500GB``, ``2GiB``); never a ``--pin`` step (``--pin all``: none goes), nor one with a part that
+is not closed whose writer runs on this host or that changed less than ``--min-age`` ago. Each step is renamed to
+``.trash-{step}-{token}`` (never served) before it is deleted, so a kill leaves no partial step; the next gc removes
+the trash.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import argparse
 import contextlib
 import logging
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -86,7 +88,8 @@ def register(subparsers: Any) -> None:
     keep.add_argument("--max-bytes", type=_size, default=None, metavar="SIZE",
                       help="then remove each role's oldest steps until its steps hold at most SIZE (e.g. 500GB, 2GiB)")
     keep.add_argument("--pin", nargs="+", action="extend", default=None, metavar="STEPS",
-                      help="steps never removed: steps and ranges (3 10-20); repeatable")
+                      help="steps never removed: steps and ranges (3 10-20), or all (retention then removes no step); "
+                           "repeatable")
     keep.add_argument("--namespace", default=None, metavar="NS", help="apply retention to this namespace only")
     keep.add_argument("--role", default=None, metavar="ROLE", help="apply retention to this role only")
     parser.set_defaults(func=run)
@@ -116,7 +119,6 @@ def _rule(args: argparse.Namespace) -> Any:
     """The :class:`~skipweave.store.retention.KeepRule` of the retention flags, ``None`` without ``--keep-last`` or
     ``--max-bytes``; a message and ``False`` when the flags cannot be used."""
     from skipweave.config.errors import ConfigError
-    from skipweave.config.values import parse_steps
     from skipweave.store.fs import name_problem
     from skipweave.store.retention import KeepRule
 
@@ -132,11 +134,36 @@ def _rule(args: argparse.Namespace) -> Any:
             print(f"skipweave gc: {flag} {value!r} {problem}", file=sys.stderr)
             return False
     try:
-        pin = parse_steps("--pin", [int(p) if p.isdigit() else p for p in args.pin]) if args.pin else ()
+        pin = _pin(args.pin) if args.pin else ()
     except ConfigError as exc:
         print(f"skipweave gc: {exc}", file=sys.stderr)
         return False
     return KeepRule(args.keep_last, args.max_bytes, pin)
+
+
+PIN_ALLOWED = "steps (3), inclusive ranges (10-20) or all (every step pinned: retention removes none)"
+
+
+def _pin(values: list[str]) -> Any:
+    """The :class:`~skipweave.config.values.StepSet` of the ``--pin`` values: each a step, a range ``a-b`` or ``all``.
+
+    Raises:
+        ConfigError: key ``--pin``, naming the first value that is none of :data:`PIN_ALLOWED` (the config's list of
+            forms, ``{start: 3, end: 7}`` among them, has no use on a command line).
+    """
+    from skipweave.config.errors import ConfigError
+    from skipweave.config.values import StepSet, parse_steps
+
+    if any(v.strip().lower() == "all" for v in values):
+        return StepSet(None)
+    for value in values:
+        try:
+            parse_steps("--pin", int(value) if value.isdigit() else value)
+        except ConfigError:
+            reversed_range = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", value)
+            raise ConfigError("--pin", value, PIN_ALLOWED + (
+                "; a range ends at or after its start" if reversed_range else "")) from None
+    return parse_steps("--pin", [int(v) if v.isdigit() else v for v in values])
 
 
 def _scope_problem(args: argparse.Namespace, result: Any) -> str | None:
@@ -262,11 +289,13 @@ def _run_mark_lines(dump_dir: str, actions: list[Any]) -> list[str]:
         size = human_bytes(sum(a.bytes for a in group))
         lines.append(f"{word:<12} {_LABELS['run_marks']:<19} {os.path.join(dump_dir, RUNS)}  "
                      f"({plural(len(group), 'run folder')}, {size})")
-        lines.append(f"{'':<13}why: " + (
-            "nothing in them changed for days, but their runs are not known to have ended" if marked else
-            "the runs ended; their processes left these marks for each other's exit summary"))
         details = list(dict.fromkeys(a.detail for a in group if a.detail))
+        more = f" (and {len(details) - 1} more)" if len(details) > 1 else ""
+        if outcome == "skipped":  # one statement per folder: why it stays, not also why it would have gone
+            why = "nothing in them changed for days, but their runs are not known to have ended: " if marked else ""
+            lines.append(f"{'':<13}kept: {why}{details[0] if details else 'see --json'}{more}")
+            continue
+        lines.append(f"{'':<13}why: the runs ended; their processes left these marks for each other's exit summary")
         if details:
-            more = f" (and {len(details) - 1} more)" if len(details) > 1 else ""
-            lines.append(f"{'':<13}{'kept' if outcome == 'skipped' else 'error'}: {details[0]}{more}")
+            lines.append(f"{'':<13}error: {details[0]}{more}")
     return lines

@@ -372,10 +372,11 @@ class RoleConfig(Declared):
             critic values): a replay is the live result only while every update before it is bit-identical to
             the recording run's (same loss, optimizer, data and seeds). When a target of such a role is patched
             (any action but ``verify``), a WARNING says so (docs/phases.md). The profiles of such roles set it.
-        follows: a role whose ``dump_dir``, ``namespace`` and ``steps`` this one takes where it leaves them unset,
-            after the config adapters filled theirs (verl's legacy keys, its run identity): one store for every
-            phase of a step. The phase profiles set ``rollout``; a role the config does not have is no error (the
-            defaults apply).
+        follows: a role whose ``dump_dir``, ``namespace``, ``steps`` and ``fingerprint.env`` this one takes where it
+            leaves them unset, after the config adapters filled theirs (verl's legacy keys, its run identity): one
+            store for every phase of a step, and one list of config keys its recordings are checked against. The
+            phase profiles set ``rollout`` (and declare its store keys, so that the role exists when no rollout
+            profile is composed); a role the config does not have is an error naming the roles it has.
         on_foreign: what a call does whose recording is of a format version this skipweave does not read, written by
             a newer skipweave (:class:`OnForeign`): ``warn`` (run it live, record nothing over the entry, one
             WARNING per version naming the skipweave to upgrade to) or ``error``. Such an entry is never served,

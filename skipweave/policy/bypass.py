@@ -31,6 +31,18 @@ def truthy(value: Any) -> bool:
         return False
 
 
+def describe_bypass(cfg: BypassConfig, key: str) -> str:
+    """The bypass rule ``cfg`` as a person reads it in a message, under its config ``key`` (``skip.reward.bypass``):
+    ``skip.reward.bypass.expr="..."``, ``skip.rollout.bypass (meta_info.validate of argument 0)``."""
+    if cfg.when is BypassKind.EXPR:
+        return f"{key}.expr={cfg.expr!r}"
+    if cfg.when is BypassKind.CALLABLE:
+        return f"{key}.callable={cfg.callable}"
+    if cfg.when is BypassKind.NEVER:
+        return f"{key} (never; a proxy class of the target decides)"
+    return f"{key} ({' or '.join(cfg.paths)} of argument {cfg.arg!r})"
+
+
 def make_bypass(
     cfg: BypassConfig, resolve: Callable[[str], Any], positions: Mapping[str, int] | None = None
 ) -> Callable[[tuple[Any, ...], Mapping[str, Any]], bool]:

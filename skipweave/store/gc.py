@@ -285,10 +285,9 @@ def apply_gc(result: DumpScan, action: GcAction, *, min_age: float, dry_run: boo
     # A corrupt entry is never served, and a trash folder is written by nobody: either goes at any age.
     elif action.kind not in (GcKind.CORRUPT_ENTRY, GcKind.TRASH, GcKind.RETENTION) and now - action.modified < min_age:
         action.outcome = "skipped"
-        action.detail = (
-            f"modified {now - action.modified:.0f} s ago, less than --min-age {min_age:.0f} s; "
-            "a run may still be writing it"
-        )
+        age = now - action.modified
+        action.detail = runs.young_run_marks(age, min_age) if action.kind is GcKind.RUN_MARKS else (
+            f"modified {age:.0f} s ago, less than --min-age {min_age:.0f} s; a run may still be writing it")
         return
     if dry_run:
         action.outcome = "would_remove"

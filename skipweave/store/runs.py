@@ -6,6 +6,8 @@ first eligible call, leave an empty file::
 
     {dump_dir}/.runs/{run}/{namespace}/{role}/{target}.called
                                               {target}.eligible
+                                              {target}.training    (its first training call that reached the store)
+                                              {target}.validation  (and its first validation call)
 
 and a process warns that a target was never called only when no process of its run left the mark since it
 started (a mark older than the process is another, earlier run sharing the run id). The CLI's ``ls`` and
@@ -65,6 +67,9 @@ from skipweave.store.fs import (
 logger = logging.getLogger(__name__)
 
 CALLED, ELIGIBLE, RECORDED, WOVEN = "called", "eligible", "recorded", "woven"
+TRAINING, VALIDATION = "training", "validation"
+"""Marks of a target's first training call and first validation call that reached the store (a role whose every
+call its bypass rule took for a validation call is named at exit)."""
 OWNER = ".owner.json"
 """File of a run's folder naming the process that made the run id (a hidden name: never a namespace's)."""
 RUN_MAX_AGE_S = 7 * 24 * 3600.0
@@ -84,7 +89,8 @@ def mark(dump_dir: str, namespace: str, role: str, run: str, target: str, kind: 
         dump_dir, namespace, role: the role's store.
         run: the run id (:func:`skipweave.store.identity.run_id`).
         target: the target's name.
-        kind: :data:`CALLED`, :data:`ELIGIBLE`, :data:`RECORDED` or :data:`WOVEN` (a process wove the target).
+        kind: :data:`CALLED`, :data:`ELIGIBLE`, :data:`RECORDED`, :data:`WOVEN` (a process wove the target),
+            :data:`TRAINING` or :data:`VALIDATION`.
     """
     try:
         os.makedirs(dump_dir, exist_ok=True)  # the first call of a run may come before any record made it
@@ -303,9 +309,17 @@ def remove_ended(path: str, *, min_age: float, now: float | None = None,
     if kept is not None:
         return kept
     if now - newest < min_age:
-        return f"changed {now - newest:.0f} s ago, less than --min-age {min_age:.0f} s"
+        return young_run_marks(now - newest, min_age)
     remove_tree(path)
     return None
+
+
+def young_run_marks(age: float, min_age: float) -> str:
+    """Why gc keeps the marks of a run that ended but changed ``age`` seconds ago, less than ``min_age``: one
+    statement (the run ended, yet a process of it may still be about), never "the run ended" beside "a run may still
+    be writing it"."""
+    return (f"their run ended, but something in them changed {age:.0f} s ago, less than --min-age {min_age:.0f} s: a "
+            "process of the run that outlived its first one may still read or leave marks there")
 
 
 def _judge(folder: str, now: float, max_age: float) -> tuple[str | None, str | None, int, float]:
@@ -406,5 +420,5 @@ def _walk(folder: str) -> tuple[list[str], int, float]:
     return files, size, newest
 
 
-__all__ = ["CALLED", "ELIGIBLE", "OWNER", "RECORDED", "RUN_MAX_AGE_S", "WOVEN", "EndedRun", "claim", "ended_runs",
-           "mark", "marked", "release", "remove_ended"]
+__all__ = ["CALLED", "ELIGIBLE", "OWNER", "RECORDED", "RUN_MAX_AGE_S", "TRAINING", "VALIDATION", "WOVEN", "EndedRun",
+           "claim", "ended_runs", "mark", "marked", "release", "remove_ended", "young_run_marks"]

@@ -198,27 +198,55 @@ def read_lines(path: str) -> Iterator[dict[str, Any]]:
                 yield line
 
 
+CallKey = tuple[Any, ...]
+"""Which call a report line is of: ``(role, target, step, shard, call)`` (the shard tells validation calls apart)."""
+
+
+def call_key(line: Mapping[str, Any]) -> CallKey | None:
+    """The :data:`CallKey` of ``line``, ``None`` when it lacks one of its parts (a line of another writer)."""
+    key = tuple(line.get(k) for k in ("role", "target", "step", "shard", "call"))
+    return None if any(part is None for part in key) else key
+
+
 @dataclass
 class Tally:
     """Counts of verified calls by status, and the earliest non-identical one (by step, then call).
+
+    A call reported more than once counts once, by its latest line: a call that raised (``on_diverge: error``
+    raises :class:`~skipweave.weaving.verifier.Diverged` in the host's call) gives its call index and its recording to
+    the host's retry, which is compared and reported again under the same key; a second run appending to the same
+    report replaces the first run's lines the same way.
 
     Attributes:
         counts: status -> calls.
         first: the line of the earliest diverging call (a ``close`` one when none diverged), ``None`` when every
             compared call was identical.
+        latest: call key -> the status of its latest line (a line without a key counts apart).
+        differing: call key -> the latest line of each call whose latest line is ``diverged`` or ``close``.
     """
 
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATUSES, 0))
     first: dict[str, Any] | None = None
+    latest: dict[CallKey, str] = field(default_factory=dict, repr=False)
+    differing: dict[CallKey, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     def add(self, line: Mapping[str, Any]) -> None:
-        """Count one report line."""
+        """Count one report line; a later line of a call already counted replaces it."""
         status = str(line.get("status"))
+        key = call_key(line) or ("#line", len(self.latest))  # (no key: a key of its own, never met again)
+        before = self.latest.get(key)
+        if before is not None:
+            self.counts[before] -= 1
+            replaced = self.differing.pop(key, None)
+            if replaced is not None and replaced is self.first:  # the earliest one goes: the next takes its place
+                self.first = min(self.differing.values(), key=_rank, default=None)
+        self.latest[key] = status
         self.counts[status] = self.counts.get(status, 0) + 1
         if status not in (DIVERGED, CLOSE):
             return
-        if self.first is None or _rank(line) < _rank(self.first):
-            self.first = dict(line)
+        copy = self.differing[key] = dict(line)
+        if self.first is None or _rank(copy) < _rank(self.first):
+            self.first = copy
 
     @property
     def calls(self) -> int:
@@ -253,5 +281,6 @@ def tally(lines: Iterator[Mapping[str, Any]] | list[Mapping[str, Any]]) -> Tally
     return out
 
 
-__all__ = ["ReportFile", "SCHEMA", "STATUSES", "Tally", "UNRECORDED", "describe", "environment_changes", "read_lines",
+__all__ = ["CallKey", "ReportFile", "SCHEMA", "STATUSES", "Tally", "UNRECORDED", "call_key", "describe",
+           "environment_changes", "read_lines",
            "record", "tally"]

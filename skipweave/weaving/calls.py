@@ -204,9 +204,12 @@ class CallLedger:
                 (:mod:`skipweave.weaving.shared_dirs`); the target's ``eligible`` counter then stays unset, so every
                 later call asks again and raises too.
         """
-        if not self.proxy.counts.eligible:
+        counts = self.proxy.counts
+        if not counts.eligible:
             shared_dirs.check(self.proxy.role)
             report.first_call(self.proxy.role.role, self.proxy.target.name, eligible=True)
+        if not (counts.validation if d.validation else counts.training):  # for the validation-only exit warning
+            report.call_kind(self.proxy.role.role, self.proxy.target.name, validation=d.validation)
         self.choose(d)
 
     def choose(self, d: Call) -> None:

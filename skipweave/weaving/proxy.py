@@ -131,6 +131,7 @@ class SkipProxy:
         self._own_bypass = bypass  # a subclass that replaces self.bypass gets a gate around its predicate
         # validation calls go to the store too (recorded apart, replayed, or compared with their recordings)
         self._validation = role.record_validation or role.replay_only or role.action is Action.VERIFY
+        self._bypassed_fate = bypassed_fate(role)  # what the WARNING of a failing bypass expression says
         self._gate: Gate | None = None
         self.ledger = CallLedger(self)
         self.effects = DeclaredEffects(role, params, positions, self.ledger.lock)
@@ -258,7 +259,7 @@ class SkipProxy:
         except Exception as exc:  # noqa: BLE001 - its truth value raised (e.g. a tensor of several values)
             failed = ExpressionFailed(f"{expr.key} {expr.text!r} gave a value with no truth value "
                                       f"({type(exc).__name__}: {exc})")
-        expr.warn_once(failed, "such calls run live and are not recorded")
+        expr.warn_once(failed, self._bypassed_fate)
         failures.call_unread(self.role.role, expr.key, str(failed))
         return True
 
@@ -275,6 +276,7 @@ class SkipProxy:
                             f"(skip.{self.role.role}.step, skip.{self.role.role}.bypass)")
         failures.call_unread(self.role.role, key, str(exc))
         if self.role.replay_only:
+            report.replay_missing(f"role {self.role.role} target {self.target.name}: its step could not be told")
             raise ReplayMissing(f"skipweave: replay-only role {self.role.role} target {self.target.name} "
                                 f"({self.target.path}): {exc}; a replay-only run cannot serve a call whose step "
                                 "it cannot tell") from None
@@ -378,6 +380,19 @@ class SkipProxy:
         return result
 
 
+def bypassed_fate(role: RoleConfig) -> str:
+    """What becomes of a call the bypass rule takes for a validation call, for a message: it runs live unrecorded,
+    unless the role records, replays or verifies validation calls apart from training ones (shard ``val_<shard>``)."""
+    if role.replay_only:
+        return "such calls are taken for validation calls: served from the validation recordings (shard val_<shard>)"
+    if role.action is Action.VERIFY:
+        return "such calls are taken for validation calls: compared with the validation recordings (shard val_<shard>)"
+    if role.record_validation:
+        return ("such calls are taken for validation calls: they run live and are recorded apart from training calls "
+                "(shard val_<shard>, served only in replay-only runs)")
+    return "such calls run live and are not recorded"
+
+
 def proxy_of(wrapper: Any) -> SkipProxy | None:
     """Return the :class:`SkipProxy` behind a wrapt wrapper's ``_self_wrapper``, or ``None`` if not ours."""
     if isinstance(wrapper, SkipProxy):
@@ -449,5 +464,5 @@ def _front(proxy: SkipProxy, gate: Gate) -> Callable[..., Any]:
 
 __all__ = ["CORO_FLAGS", "Diverged", "EnvironmentMismatch", "FingerprintMismatch", "RANK_VARIABLES", "ReplayMissing",
            "SkipProxy",
-           "VALIDATION_SHARD", "VIEW_TTL_S", "annotate", "awaited_by_caller", "proxy_of", "rank_of_process",
-           "shard_label", "wraps_coroutine_function"]
+           "VALIDATION_SHARD", "VIEW_TTL_S", "annotate", "awaited_by_caller", "bypassed_fate", "proxy_of",
+           "rank_of_process", "shard_label", "wraps_coroutine_function"]

@@ -406,6 +406,8 @@ class Replayer:
         proxy.ledger.give_back(d)
         proxy.ledger.unregister(d)
         what = "validation call" if d.validation else "call"
+        report.replay_missing(f"role {role.role} target {target.name} step {d.step} {what} {d.call} (shard {d.shard}) "
+                              f"in dump dir {store.dump_dir} (namespace {store.namespace})")
         if d.unserved:
             raise ReplayMissing(
                 f"skipweave: replay-only role {role.role} target {target.name} ({target.path}): the "

@@ -15,8 +15,10 @@ replay serves it (RNG state, echo, declared effects), so everything downstream s
 
 A verify run records nothing: a call with no recording runs live and is reported ``unrecorded``, so verifying on a
 changed engine never mixes its results into the recording it is checked against. Validation calls are compared with
-the validation recordings (shard ``val_<shard>``), never with training ones. At exit each process logs one summary
-line per role: counts by status, the first divergence, and the report's path.
+the validation recordings (shard ``val_<shard>``), never with training ones. At a target's first compared call, a
+``compare.fields`` rule that names no field of either result is a WARNING (:mod:`skipweave.verify.rules`). At exit
+each process logs one summary line per role: counts by status (a call the host retried counted once), the first
+divergence, and the report's path.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from skipweave import lifecycle, report
+from skipweave.config.compare import rule_form
 from skipweave.config.schema import OnDiverge, Serve
 from skipweave.config.values import default_report_path
 from skipweave.store.format.environment import Change, changes_from, identical
 from skipweave.store.format.versions import fingerprint_rule
 from skipweave.verify.compare import DIVERGED, IDENTICAL, compare
 from skipweave.verify.report import UNRECORDED, ReportFile, Tally, describe, record
+from skipweave.verify.rules import field_sample, unmatched_rules
 from skipweave.weaving.asyncio_bridge import EXIT_BEGAN, ExitBegan, off_loop, resolvable
 from skipweave.weaving.calls import Call
 from skipweave.weaving.notes import RESULT_NOTES, annotate
@@ -118,6 +122,8 @@ class Verifier:
         # the result notes (verl's meta_info["skipweave"]) tell each call's own fate, never what the call computed
         self.spec = proxy.role.compare.ignoring(tuple(f"{attribute}.{proxy.role.note or key}"
                                                       for attribute, key in RESULT_NOTES.current()))
+        self._rules_checked = False  # the compare.fields rules were checked against a compared pair (once)
+        self._rules_lock = threading.Lock()
 
     # ------------------------------------------------------------------ the two paths
     def sync_call(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], d: Call) -> Any:
@@ -249,6 +255,7 @@ class Verifier:
                 inputs = "same" if recorded_fp == live_fp else "differ"
             comparison = compare(expected, live, self.spec)
             changed = self.environment_changes(manifest)
+            self.check_rules(d, expected, live)
         return record(role=proxy.role.role, target=proxy.target.name, step=d.step, call=d.call, shard=d.shard,
                       validation=d.validation, comparison=comparison, inputs=inputs, reason=d.unserved,
                       environment=changed)
@@ -262,6 +269,24 @@ class Verifier:
         if live is None or recorded is None or identical(recorded, self.proxy.environment):
             return ()
         return changes_from(recorded, live)
+
+    def check_rules(self, d: Call, expected: Any, live: Any) -> None:
+        """At the target's first compared call: one WARNING per ``compare.fields`` rule (``ignore`` aside) that names
+        no field of the recorded or the live result (:func:`~skipweave.verify.rules.unmatched_rules`): a typo in
+        it would compare that field by the default rule, or, under ``default: ignore``, not at all, with no word
+        said. Later calls are not walked again (the walk lists every leaf of both results)."""
+        with self._rules_lock:
+            if self._rules_checked:
+                return
+            self._rules_checked = True
+        role = self.proxy.role
+        unmatched = unmatched_rules(role.compare, expected, live)
+        for pattern, rule in unmatched:
+            logger.warning(
+                "skipweave verify: role %s target %s: skip.%s.compare.fields rule %r (%s) names no field of the "
+                "recorded or the live result of step %d call %d, so it compares nothing (check its spelling); the "
+                "result's fields: %s", role.role, self.proxy.target.name, role.role, pattern, rule_form(rule), d.step,
+                d.call, field_sample(expected, live))
 
     def finish(self, d: Call, read: Read | None, live: Any, line: dict[str, Any], args: tuple[Any, ...],
                kwargs: Mapping[str, Any], t0: float, lengths: list[tuple[list[Any], int]] | None = None) -> Any:

@@ -26,7 +26,7 @@ import wrapt
 from skipweave import failures, lifecycle, report
 from skipweave.config.errors import ConfigError
 from skipweave.config.schema import Action, RoleConfig, ShardKind, SkipConfig, TargetSpec
-from skipweave.policy.bypass import make_bypass
+from skipweave.policy.bypass import describe_bypass, make_bypass
 from skipweave.store import runs, upkeep
 from skipweave.store.fs import dump_dir_problem
 from skipweave.store.identity import end_run, made_here, run_id, run_started
@@ -249,7 +249,8 @@ class Weaver:
             return _why_unwoven(patch.rpath)
 
         return report.Expected(patch.target.path, report.steps_text(patch.role.steps.to_config()), mark, elsewhere,
-                               unwoven, records=patch.role.action is not Action.VERIFY)
+                               unwoven, records=patch.role.action is not Action.VERIFY,
+                               bypass=describe_bypass(patch.role.bypass, f"skip.{patch.role.role}.bypass"))
 
     def _hook(self, patch: Patch, generation: int) -> Any:
         def on_import(module: Any) -> None:
