@@ -11,9 +11,9 @@ What each version added (docs/format.md "Versions and migration"):
 
 - **1** (skipweave 0.1.x): the manifest, group files, codec trees.
 - **2** (skipweave 0.2.0 and later): the manifest names the skipweave that wrote it (``skipweave_version``) and
-  how its input fingerprint was taken (``fingerprint_rule``: ``"signature"``, the call's arguments bound to the target's signature, or
-  ``"arguments"``, as passed, the rule of every format-1 entry); a call of a plain ``def`` that returned an
-  awaitable says so (``returned: "awaitable"``) and is replayed as one.
+  how its input fingerprint was taken (``fingerprint_rule``: ``"signature"``, the call's arguments bound to the
+  target's signature, or ``"arguments"``, as passed, the rule of every format-1 entry); a call of a plain ``def``
+  that returned an awaitable says so (``returned: "awaitable"``) and is replayed as one.
 
 Every version this code ever wrote stays in :data:`READABLE`; ``skipweave migrate`` rewrites older entries to
 :data:`FORMAT_VERSION` when a user wants it, never because a run needs it.
