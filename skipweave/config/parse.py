@@ -127,6 +127,10 @@ def parse_skip(skip: Any, *, prefix: str = "skip") -> SkipConfig:
     if not isinstance(skip, Mapping):
         raise ConfigError(prefix, skip, "a mapping of role name -> role settings, e.g. skip.rollout.enable=true")
     strict = skip.get(STRICT_KEY)
+    if isinstance(strict, Mapping):  # a role of that name, from before the run setting took the key
+        raise ConfigError(f"{prefix}.{STRICT_KEY}", "a role's settings",
+                          "true or false: skip.strict is the run's strict setting (docs/configuration.md), so no role "
+                          "can be named 'strict'; give that role another name")
     config = SkipConfig({
         str(name): parse_role(str(name), raw, prefix=prefix)
         for name, raw in skip.items()

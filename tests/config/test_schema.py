@@ -131,3 +131,6 @@ def test_strict_is_a_setting_of_the_run_not_a_role() -> None:
     with pytest.raises(ConfigError) as err:
         parse_skip({"strict": "yes", "rollout": role})
     assert err.value.key == "skip.strict" and "true or false" in str(err.value)
+    with pytest.raises(ConfigError, match="no role can be named 'strict'") as err:  # a role of that name
+        parse_skip({"strict": role, "rollout": role})
+    assert err.value.key == "skip.strict"

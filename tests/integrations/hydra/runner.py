@@ -60,7 +60,9 @@ def clean_env(**extra: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in {"HYDRA_FULL_ERROR", "SKIPWEAVE_PLAN", "PYTHONSTARTUP"}
+        # SKIPWEAVE_RUN: an in-process weave of an earlier test made a run id and exported it; an app inheriting it
+        # would be a later process of that run (which judges no strict verdict), not a run of its own
+        if k not in {"HYDRA_FULL_ERROR", "SKIPWEAVE_PLAN", "SKIPWEAVE_RUN", "PYTHONSTARTUP"}
     }
     env.update(extra)
     return env

@@ -6,7 +6,7 @@ paths under ``/proc/self/cwd/`` (each process resolves them against its working 
 their node's raylet: ``BASE/head`` for the head and the driver, ``BASE/node2`` for the second node) -- what
 verl's ``~/.verl/rollout_dump`` is on a real cluster, where that one path is a local disk on every node. One job
 pins an actor to each node; each calls the woven target of three roles at steps 1 and 2: ``local``
-(``/proc/self/cwd/dump``, defaults), ``strict`` (``/proc/self/cwd/dump_strict``, ``require_shared: true``) and
+(``/proc/self/cwd/dump``, defaults), ``required`` (``/proc/self/cwd/dump_strict``, ``require_shared: true``) and
 ``shared`` (``BASE/shared``, one folder for all). A real call leaves a marker file in a folder both nodes share.
 """
 
@@ -97,14 +97,14 @@ def test_a_worker_on_the_other_node_warns_once_naming_the_path_the_node_and_what
 
 def test_require_shared_fails_the_call_on_the_other_node_in_the_driver_before_the_target_runs(
         report: dict[str, Any]) -> None:
-    calls = report["node2"]["calls"]["strict"]
+    calls = report["node2"]["calls"]["required"]
     assert [c.get("error") for c in calls] == ["RayTaskError(DumpDirNotShared)"] * 2  # every call, not the first
     assert all(c["not_shared"] for c in calls)  # the driver's ray.get raises a skipweave.DumpDirNotShared
-    for part in (f"dump_dir {STRICT} ", f"({report['nodes']['node2'][:12]})", "skip.strict.dump_dir",
-                 "skip.strict.require_shared is true, so the call did not run"):
+    for part in (f"dump_dir {STRICT} ", f"({report['nodes']['node2'][:12]})", "skip.required.dump_dir",
+                 "skip.required.require_shared is true, so the call did not run"):
         assert part in calls[0]["message"], (part, calls[0]["message"])
-    assert [m for m in report["markers"] if m.startswith("strict-node2-")] == []  # its body never ran there
-    assert _steps(report["head"]["calls"]["strict"]) == [1, 2]  # on the driver's node it works as ever
+    assert [m for m in report["markers"] if m.startswith("required-node2-")] == []  # its body never ran there
+    assert _steps(report["head"]["calls"]["required"]) == [1, 2]  # on the driver's node it works as ever
     assert _ours(report["head"]["warnings"] + report["node2"]["warnings"], STRICT) == []  # an error, not a warning
     assert _steps(report["node2"]["calls"]["local"]) == [1, 2]  # the same worker's other roles are unaffected
 

@@ -13,7 +13,7 @@ and the resource ``node2``. The job pins one ``sharedpath_app.Caller`` actor (wi
 node; each calls the target of each of three roles at steps 1 and 2:
 
 - ``local``: dump_dir ``/proc/self/cwd/dump``, defaults;
-- ``strict``: dump_dir ``/proc/self/cwd/dump_strict`` with ``require_shared: true``;
+- ``required``: dump_dir ``/proc/self/cwd/dump_strict`` with ``require_shared: true``;
 - ``shared``: dump_dir ``BASE/shared``, one folder for every node.
 
 OUT_JSON gets, per actor: its node id, pid and working folder, each call's result or error (its type, whether it
@@ -30,15 +30,15 @@ import sys
 import time
 from typing import Any
 
-ROLES = ("local", "strict", "shared")
+ROLES = ("local", "required", "shared")
 STEPS = (1, 2)
 
 
 def plan(base: str) -> dict[str, Any]:
-    dump_dirs = {"local": "/proc/self/cwd/dump", "strict": "/proc/self/cwd/dump_strict",
+    dump_dirs = {"local": "/proc/self/cwd/dump", "required": "/proc/self/cwd/dump_strict",
                  "shared": os.path.join(base, "shared")}
     return {"skip": {role: {"enable": True, "action": "cache", "dump_dir": dump_dirs[role],
-                            "require_shared": role == "strict", "targets": {"gen": f"sharedpath_app:generate_{role}"}}
+                            "require_shared": role == "required", "targets": {"gen": f"sharedpath_app:generate_{role}"}}
                      for role in ROLES}}
 
 

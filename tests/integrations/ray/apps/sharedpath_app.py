@@ -27,9 +27,9 @@ def generate_local(batch: dict[str, Any], marker_dir: str) -> dict[str, Any]:
     return _body("local", batch, marker_dir)
 
 
-def generate_strict(batch: dict[str, Any], marker_dir: str) -> dict[str, Any]:
+def generate_required(batch: dict[str, Any], marker_dir: str) -> dict[str, Any]:
     """The target of the node-local role with ``require_shared``."""
-    return _body("strict", batch, marker_dir)
+    return _body("required", batch, marker_dir)
 
 
 def generate_shared(batch: dict[str, Any], marker_dir: str) -> dict[str, Any]:
