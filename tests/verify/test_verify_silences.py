@@ -31,11 +31,11 @@ def test_rules_naming_no_field_of_either_side_are_found_ignore_rules_aside() -> 
     spec = CompareSpec.parse({"default": "ignore", "fields": {
         "responses": "exact", "log_prob": {"atol": 1e-3}, "meta.tim*": "exact", "extra.1": "exact",
         "responses.0": "exact", "timng": "ignore", "*": {"rtol": 0.1}}})
-    # log_prob: a typo; extra.1 and responses.0: below a token list and a tensor, each compared whole (verify/tokens.py);
-    # timng: an ignore rule (never reported)
+    # log_prob: a typo; extra.1 and responses.0: below a token list and a tensor, each compared whole
+    # (verify/tokens.py); timng: an ignore rule (never reported)
     assert [p for p, _ in unmatched_rules(spec, recorded, live)] == ["log_prob", "extra.1", "responses.0"]
     assert unmatched_rules(CompareSpec.parse({"fields": {"a": "exact"}}), torch.ones(3)) == [("a", "exact")]
-    assert field_sample(recorded, live, limit=2) == "responses, log_probs, … (5 in all)"
+    assert field_sample(recorded, live, limit=2) == "responses, log_probs, … (4 in all)"  # extra: one token list
     assert field_sample(torch.ones(3)) == "(none: the result is a single value)"
 
 
