@@ -392,13 +392,20 @@ def fingerprint(args: tuple[Any, ...], kwargs: Mapping[str, Any], *, ignore: Seq
     Raises:
         ValueError: an ignore or include path is empty or has an empty component.
     """
+    return _selected(lambda sel: _call_digest(args, kwargs, sel), ignore, include, on_unmatched)
+
+
+def _selected(digest: Callable[[_Sel], str], ignore: Sequence[str], include: Sequence[str] | None,
+              on_unmatched: Callable[[], None] | None) -> str:
+    """``digest`` of the parts ``ignore``/``include`` select; of everything but ``ignore`` when ``include`` named no
+    part of the inputs (then ``on_unmatched`` is called): a digest of nothing would match any call."""
     pats = _Sel(_patterns(ignore, "ignore"), None if include is None else _patterns(include, "include"))
-    digest = _call_digest(args, kwargs, pats)
+    out = digest(pats)
     if pats.keep is not None and not pats.found[0]:
         if on_unmatched is not None:
             on_unmatched()
-        digest = _call_digest(args, kwargs, _Sel(pats.ignore))
-    return digest
+        out = digest(_Sel(pats.ignore))
+    return out
 
 
 def signature_fingerprint(binding: Binding, args: tuple[Any, ...], kwargs: Mapping[str, Any], *,
@@ -433,13 +440,7 @@ def signature_fingerprint(binding: Binding, args: tuple[Any, ...], kwargs: Mappi
     bound = binding.bind(args, kwargs)
     if bound is None:
         return None
-    pats = _Sel(_patterns(ignore, "ignore"), None if include is None else _patterns(include, "include"))
-    digest = _bound_digest(bound, binding, pats)
-    if pats.keep is not None and not pats.found[0]:
-        if on_unmatched is not None:
-            on_unmatched()
-        digest = _bound_digest(bound, binding, _Sel(pats.ignore))
-    return digest
+    return _selected(lambda sel: _bound_digest(bound, binding, sel), ignore, include, on_unmatched)
 
 
 def _bound_digest(bound: Mapping[str, Any], binding: Binding, pats: _Sel) -> str:
