@@ -383,7 +383,8 @@ def _where(first: Any) -> str:
         return str(detail["first_index"])
     if "at" in detail:
         return str(detail["at"])
-    return first.get("kind", "")
+    kind = str(first.get("kind", ""))
+    return "" if kind == "value" else kind  # a scalar has no position; other kinds (shape, type, keys) say what differs
 
 
 PAIRED = ("identical", "close", "diverged")

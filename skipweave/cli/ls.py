@@ -8,6 +8,7 @@ the ``--json`` schema.
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from skipweave.cli.common import (
@@ -76,11 +77,15 @@ def render(result: Any) -> str:
     if not result.parts and not result.leftovers:
         lines.append("nothing recorded yet")
         return "\n".join(lines)
+    example: str | None = None  # one entry's manifest, for the closing `skipweave show` hint
     for ns in namespaces_doc(result):
         for role in ns["roles"]:
             lines.append(f"{ns['name']}/{role['name']}")
             for target in role["targets"]:
-                lines.append(f"  target {target['name']}")
+                folder = os.path.join(ns["name"], role["name"], "STEP", target["name"])
+                lines.append(f"  target {target['name']}  ({folder}{os.sep})")
+                if example is None:
+                    example = _first_manifest(target["parts"])
                 rows = [["STEP", "SHARD", "STATUS", "ENTRIES", "SIZE", "CREATED"]]
                 for p in target["parts"]:
                     status = p["status"]
@@ -104,7 +109,19 @@ def render(result: Any) -> str:
         + f"{parts[Status.CORRUPT.value]} corrupt (sizes checked; `skipweave verify` checks checksums)"
     )
     lines.append(summary)
+    if example is not None:
+        lines.append(f"one entry: skipweave show {example}")
     if result.leftovers:
         lines.append(f"leftovers: {leftover_summary(result.leftovers)}; `skipweave gc` removes them")
     lines += ignored_lines(result)
     return "\n".join(lines)
+
+
+def _first_manifest(parts: list[dict[str, Any]]) -> str | None:
+    """The manifest path of call 0 of the first complete part (``show`` accepts it for a grouped entry too)."""
+    from skipweave.store.format.layout import MANIFEST_SUFFIX
+
+    for p in parts:
+        if p["status"] == "complete" and p["path"]:
+            return os.path.join(p["path"], f"{p['shard']}-0000{MANIFEST_SUFFIX}")
+    return None

@@ -15,6 +15,7 @@ import difflib
 import importlib
 import importlib.machinery
 import importlib.util
+import inspect
 import os
 import sys
 from dataclasses import dataclass
@@ -190,14 +191,23 @@ def resolve_owner(module_obj: Any, rpath: ResolvedPath) -> tuple[Any, str]:
         walked += "." + part
         nxt = getattr(owner, part, None)
         if nxt is None:
-            raise TargetNotFound(rpath.path, walked, f"'{type(owner).__name__}' has no attribute '{part}'"
+            raise TargetNotFound(rpath.path, walked, f"{_describe(owner)} has no attribute '{part}'"
                                  f"{_did_you_mean(owner, part)}")
         owner = unwrap_actor_class(_unwrap_class_wrapper(nxt))
     final = parts[-1]
     if not hasattr(owner, final):
-        raise TargetNotFound(rpath.path, f"{walked}.{final}", f"'{getattr(owner, '__name__', owner)}' has no "
-                             f"attribute '{final}'{_did_you_mean(owner, final)}")
+        raise TargetNotFound(rpath.path, f"{walked}.{final}", f"{_describe(owner)} has no attribute '{final}'"
+                             f"{_did_you_mean(owner, final)}")
     return owner, final
+
+
+def _describe(owner: Any) -> str:
+    """``"module 'pkg.mod'"``, ``"class 'Policy'"`` or ``"'Policy' object"``: what a missing name was looked up in."""
+    if inspect.ismodule(owner):
+        return f"module '{owner.__name__}'"
+    if inspect.isclass(owner):
+        return f"class '{owner.__qualname__}'"
+    return f"'{type(owner).__name__}' object"
 
 
 def _did_you_mean(owner: Any, name: str) -> str:

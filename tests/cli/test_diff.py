@@ -313,7 +313,8 @@ def test_token_lists_float_only_results_and_timings_with_no_flags(trl_stores: tu
 
     status, out, _ = cli(capsys, "diff", str(a), str(b), "--target", "reward", "--steps", "2")
     (row,) = [line.split() for line in out.splitlines() if line.startswith("  2 ")]
-    assert row[3:] == ["diverged", "rewards.0", "value", "n/a", "0.5"], row  # no token field: n/a, not 1.000
+    # a scalar has no position ("at" is empty, not the kind "value"); no token field: n/a, not 1.000
+    assert row[3:] == ["diverged", "rewards.0", "n/a", "0.5"], row
     status, out, _ = cli(capsys, "diff", str(a), str(b), "--target", "gen", "--steps", "2")
     assert ("first divergence: role rollout target gen step 2 call 0: diverged at batch.completion_ids [2, 1]: "
             "recorded ") in out and "(token match 0.889); environment changed: target source " in out, out

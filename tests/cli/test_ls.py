@@ -133,6 +133,11 @@ def test_ls_text_lists_namespaces_roles_targets_and_steps(tmp_path: Path, capsys
     assert by_key[("1", "r1")] == "complete"
     assert "9 parts, 17 entries" in out  # the set-aside step 8 is not listed
     assert "1 temporary file, 2 orphan payload files, 1 set-aside folder" in out
+    # where the entries are, and one path `show` takes as it is
+    assert f"  target gen  ({Path('default', 'rollout', 'STEP', 'gen')}/)" in out, out
+    (hint,) = [line for line in out.splitlines() if line.startswith("one entry: skipweave show ")]
+    status, shown, _ = cli(capsys, "show", hint.removeprefix("one entry: skipweave show "))
+    assert status == 0 and "status    valid" in shown, shown
     assert "`skipweave verify` checks checksums" in out
 
 

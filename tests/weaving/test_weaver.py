@@ -180,6 +180,11 @@ def test_unresolvable_path_names_the_failing_part(host_module, tmp_path: Path) -
     assert not isinstance(sys.modules[name].free, wrapt.FunctionWrapper)  # nothing patched
     with pytest.raises(TargetNotFound, match="no module named 'no_such_pkg'"):
         skipweave.weave(_cfg(tmp_path / "d", {"g": "no_such_pkg.mod:Thing.run"}))
+    # a misspelt class names the module it was looked up in (not Python's "'module' object"), and the class
+    with pytest.raises(TargetNotFound, match=rf"module '{name}' has no attribute 'Gne'; did you mean 'Gen'\?"):
+        skipweave.weave(_cfg(tmp_path / "d", {"g": f"{name}:Gne.generate"}))
+    with pytest.raises(TargetNotFound, match=r"class 'Gen' has no attribute 'generat'; did you mean 'generate'\?"):
+        skipweave.weave(_cfg(tmp_path / "d", {"g": f"{name}:Gen.generat"}))
 
 
 def test_optional_target_that_does_not_resolve_is_skipped(host_module, tmp_path: Path) -> None:
