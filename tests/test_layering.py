@@ -24,6 +24,10 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # starts processes: left out of the fast tier (README)
+
 PACKAGE = "skipweave"
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = ROOT / PACKAGE

@@ -20,6 +20,8 @@ import pytest
 
 from tests.integrations.hydra.runner import Run, clean_env, run
 
+pytestmark = pytest.mark.slow  # starts processes: left out of the fast tier (README)
+
 APP = Path(__file__).resolve().parent / "apps" / "resume"
 TARGET = "dapo_host.Rollout.generate_sequences"
 FIRST, RESUMED, LAST = 1, 11, 16

@@ -18,6 +18,8 @@ import skipweave
 from skipweave import report
 from tests.conftest import HOST_SOURCE
 
+pytestmark = pytest.mark.slow  # starts processes: left out of the fast tier (README)
+
 
 def _cfg(dump: Path, name: str, **role: Any) -> dict[str, Any]:
     return {"skip": {"rollout": {"enable": True, "dump_dir": str(dump), "targets": {"g": f"{name}.Gen.generate"},

@@ -27,6 +27,8 @@ from skipweave.store.migrate import migrated_group, migrated_manifest, plan_migr
 from tests.cli.test_ls import cli
 from tests.store.test_migrate import FIXTURE, GROUP, SINGLE, assert_valid, committed, snapshot
 
+pytestmark = pytest.mark.slow  # starts processes: left out of the fast tier (README)
+
 ROOT = Path(__file__).resolve().parents[2]
 DIGESTS = ROOT / "tests" / "fixtures" / "store_v1.digests.json"
 ENTRIES = 39

@@ -25,6 +25,8 @@ from tests.integrations.hydra.runner import (
     selected_tests,
 )
 
+pytestmark = pytest.mark.slow  # starts processes: left out of the fast tier (README)
+
 GEN = "+skip.rollout.targets.gen=worker.Generator.generate"
 SKIPWEAVE = [sys.executable, "-m", "skipweave.cli"]
 

@@ -23,6 +23,8 @@ import pytest
 
 from tests.integrations.hydra.runner import Run, Scenarios, clean_env, run, selected_tests
 
+pytestmark = pytest.mark.slow  # starts processes: left out of the fast tier (README)
+
 TRAIN = Path(__file__).resolve().parents[1] / "apps" / "strict" / "train.py"
 SKIPWEAVE = [sys.executable, "-m", "skipweave.cli"]
 GEN = "+skip.rollout.targets.gen=train.Trainer.generate"

@@ -11,4 +11,3 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "skipweave: needs skipweave installed with its Hydra plugin, so that `+skip=rollout_cache` resolves",
     )
-    config.addinivalue_line("markers", "slow: end-to-end run of the example job (Ray + two training runs)")

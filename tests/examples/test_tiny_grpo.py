@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # starts processes: left out of the fast tier (README)
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMPARE = REPO_ROOT / "examples" / "tiny_grpo" / "compare.py"
 

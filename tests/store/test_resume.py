@@ -23,6 +23,8 @@ import torch
 
 import skipweave
 
+pytestmark = pytest.mark.slow  # starts processes: left out of the fast tier (README)
+
 SAMPLES = 512
 KILL_STEP = 3
 KILL_AFTER = 300

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # starts processes: left out of the fast tier (README)
+
 HOST = '''
 def gen(step):
     return {"step": step, "ids": list(range(step, step + 4))}

@@ -22,6 +22,8 @@ import torch
 from skipweave.store.format.manifest import EntryInvalid, read_manifest, verify_payload
 from skipweave.store.step_store import StepStore
 
+pytestmark = pytest.mark.slow  # starts processes: left out of the fast tier (README)
+
 FORK = mp.get_context("fork")
 
 

@@ -23,6 +23,8 @@ from skipweave.store.identity import place, process_start
 from skipweave.store.scan import LeftoverKind, role_leftovers
 from tests.store.crafting import manifests, rewrite
 
+pytestmark = pytest.mark.slow  # starts processes: left out of the fast tier (README)
+
 NS, ROLE = "default", "rollout"
 MB = 48  # a payload big enough that its write takes a while: the kill lands in it
 

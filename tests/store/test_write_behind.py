@@ -23,6 +23,8 @@ from skipweave.store.commit import Committer
 from skipweave.store.step_store import StepStore
 from skipweave.store.write_behind import WRITER
 
+pytestmark = pytest.mark.slow  # starts processes: left out of the fast tier (README)
+
 HOST = '''
 import torch
 

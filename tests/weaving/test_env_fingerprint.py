@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # starts processes: left out of the fast tier (README)
+
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("env_driver.py")
 ENGINES = "vllm,transformers"

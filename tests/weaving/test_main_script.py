@@ -17,6 +17,8 @@ import pytest
 
 from tests.integrations.hydra.runner import Run, clean_env, run
 
+pytestmark = pytest.mark.slow  # starts processes: left out of the fast tier (README)
+
 TRAIN = Path(__file__).resolve().parents[1] / "apps" / "one_file" / "train.py"
 REPO = Path(__file__).resolve().parents[2]
 NAMES = {"cls": "Trainer.generate", "fn": "score", "aio": "AsyncTrainer.generate"}

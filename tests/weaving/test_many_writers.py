@@ -22,6 +22,8 @@ import pytest
 
 import skipweave
 
+pytestmark = pytest.mark.slow  # starts processes: left out of the fast tier (README)
+
 HOST = '''
 import asyncio, os, random, threading, time
 import torch

@@ -32,6 +32,8 @@ from tests.integrations.hydra.runner import (
     selected_tests,
 )
 
+pytestmark = pytest.mark.slow  # starts processes: left out of the fast tier (README)
+
 GEN = "+skip.rollout.targets.gen=worker.Generator.generate"
 SCENARIOS: dict[str, Callable[[Path], Any]] = {}
 

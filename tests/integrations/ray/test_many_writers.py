@@ -22,13 +22,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 APPS = Path(__file__).resolve().parent / "apps"
 NORANK = tuple(f"nr{i}" for i in range(4))
@@ -77,9 +76,10 @@ def record_then_replay(base: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def runs(driver_chains: dict[str, Future[dict[str, Any]]]) -> dict[str, Any]:
-    """This module's :func:`record_then_replay`, started beside the other Ray module's (see conftest.py)."""
-    return driver_chains[__name__].result()
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """This module's :func:`record_then_replay`, once for all its tests (the README's ``-n 2 --dist loadfile`` runs
+    the other Ray module's chain on the other worker meanwhile)."""
+    return record_then_replay(tmp_path_factory.mktemp(__name__.rsplit(".", 1)[1]))
 
 
 def _live_steps(report: dict[str, Any], name: str) -> list[str]:

@@ -19,7 +19,6 @@ import textwrap
 import time
 import types
 from collections.abc import Callable
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from skipweave.env import APP_HOOK_ENV, APP_HOOK_PICKLE_ENV, PLAN_ENV
 from skipweave.integrations.ray import driver
 from skipweave.integrations.ray.driver import SETUP_HOOK, merge_runtime_env, runtime_env_hook
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 APPS = Path(__file__).resolve().parent / "apps"
 KINDS = ("plain0", "plain1", "decorated", "async", "main", "task")
@@ -73,9 +72,10 @@ def record_then_replay(base: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def runs(driver_chains: dict[str, Future[dict[str, Any]]]) -> dict[str, Any]:
-    """This module's :func:`record_then_replay`, started beside the other Ray module's (see conftest.py)."""
-    return driver_chains[__name__].result()
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """This module's :func:`record_then_replay`, once for all its tests (the README's ``-n 2 --dist loadfile`` runs
+    the other Ray module's chain on the other worker meanwhile)."""
+    return record_then_replay(tmp_path_factory.mktemp(__name__.rsplit(".", 1)[1]))
 
 
 def test_every_kind_of_worker_records_in_run_1(runs: dict[str, Any]) -> None:

@@ -29,7 +29,7 @@ from skipweave.env import SHARED_MARKS_ENV
 from skipweave.integrations.ray.driver import leave_shared_marks, merge_runtime_env
 from skipweave.store.identity import run_id
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 APPS = Path(__file__).resolve().parent / "apps"
 NOT_SHARED = "is not the folder the driver uses"

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 APPS = Path(__file__).resolve().parent / "apps"
 

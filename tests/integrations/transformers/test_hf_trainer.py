@@ -20,7 +20,7 @@ import pytest
 
 from tests.integrations.hydra.runner import Run, clean_env, recorded_steps, run
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 APPS = Path(__file__).resolve().parent / "apps"
 PROFILE = APPS / "hf_profile.yaml"

@@ -16,6 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+pytestmark = pytest.mark.slow  # starts processes: left out of the fast tier (README)
+
 APP = Path(__file__).resolve().parent / "apps" / "agent_loop_app.py"
 REPO = Path(__file__).resolve().parents[3]
 
