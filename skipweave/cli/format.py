@@ -62,9 +62,9 @@ def ignored_lines(result: Any, limit: int = 10) -> list[str]:
 
 
 def leftover_summary(leftovers: list[Any]) -> str:
-    """Return e.g. ``2 temporary files, 1 set-aside folder (3.1 KiB)`` for :class:`~skipweave.store.scan.Leftover`
+    """Return e.g. ``2 temporary files, 1 set-aside folder (3.1 KiB)`` for :class:`~skipweave.store.leftovers.Leftover`
     items."""
-    from skipweave.store.scan import LeftoverKind
+    from skipweave.store.leftovers import LeftoverKind
 
     names = {
         LeftoverKind.TEMPORARY: "temporary file",
@@ -137,7 +137,7 @@ def foreign_text(docs: list[dict[str, Any]]) -> str:
 
 
 def leftover_doc(leftover: Any) -> dict[str, Any]:
-    """The ``leftover`` object documented in docs/cli.md, of a :class:`~skipweave.store.scan.Leftover`."""
+    """The ``leftover`` object documented in docs/cli.md, of a :class:`~skipweave.store.leftovers.Leftover`."""
     return {"kind": leftover.kind.value, "path": leftover.path, "bytes": leftover.bytes,
             "modified_unix": leftover.modified}
 

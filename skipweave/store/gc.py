@@ -35,8 +35,9 @@ from skipweave.store.format.layout import (
     touch_role,
 )
 from skipweave.store.fs import is_real_dir, remove_tree
+from skipweave.store.leftovers import LeftoverKind, size_and_mtime
 from skipweave.store.retention import KeepRule, StepRemoval, plan_retention, remove_step, role_lock
-from skipweave.store.scan import DumpScan, EntryScan, LeftoverKind, PartScan, Status, size_and_mtime
+from skipweave.store.scan import DumpScan, EntryScan, PartScan, Status
 from skipweave.store.step_store import calls_in, part_lock
 from skipweave.store.upkeep import leftover_kept, remove_orphan
 from skipweave.store.validity import check_entry

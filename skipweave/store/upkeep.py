@@ -18,7 +18,7 @@ week-long job keeps gigabytes of them). :func:`leftover_kept` decides whether on
 
 A run's upkeep (:func:`start`) walks each role it weaves once (per process and run) on a daemon thread of its own,
 and again with every retention round (:class:`~skipweave.store.retainer.Retainer`), finding leftovers by their names
-(:func:`~skipweave.store.scan.role_leftovers`); it stops after :data:`UPKEEP_MAX_S` seconds, or at once when the
+(:func:`~skipweave.store.leftovers.role_leftovers`); it stops after :data:`UPKEEP_MAX_S` seconds, or at once when the
 process ends (the thread is joined before the interpreter finalizes), and logs what it removed at INFO.
 """
 
@@ -42,9 +42,9 @@ from skipweave.store.format.layout import GROUP_SUFFIX, MANIFEST_SUFFIX, parse_g
 from skipweave.store.format.manifest import read_manifest
 from skipweave.store.fs import remove_tree
 from skipweave.store.identity import run_id
+from skipweave.store.leftovers import Leftover, LeftoverKind, role_leftovers
 from skipweave.store.parts import part_lock
 from skipweave.store.retention import OPEN_PART_AGE_S
-from skipweave.store.scan import Leftover, LeftoverKind, role_leftovers
 from skipweave.store.validity import group_data_names, payload_names, payload_stem
 
 logger = logging.getLogger(__name__)

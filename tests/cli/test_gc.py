@@ -20,6 +20,7 @@ from skipweave.cli.main import main
 from skipweave.store import gc as store_gc
 from skipweave.store import scan as store_scan
 from skipweave.store.format.manifest import file_checksum
+from skipweave.store.leftovers import LeftoverKind
 from skipweave.store.step_store import StepStore
 from tests.cli.test_ls import NS, ROLE, Store, cli, make_store, payload
 
@@ -523,7 +524,7 @@ def test_gc_keep_last_killed_mid_cleanup_leaves_no_partial_step(tmp_path: Path, 
         skipweave.unweave()
     result = store_scan.scan(str(dump), checksums=True)
     assert all(p.status is store_scan.Status.COMPLETE and len(p.entries) == 2 for p in result.parts)
-    trash = [x for x in result.leftovers if x.kind is store_scan.LeftoverKind.TRASH]
+    trash = [x for x in result.leftovers if x.kind is LeftoverKind.TRASH]
 
     status = subprocess.run([sys.executable, "-m", "skipweave.cli", "gc", str(dump), "--keep-last", "5", "--yes"],
                             env=env, capture_output=True, text=True)

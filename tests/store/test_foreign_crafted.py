@@ -68,7 +68,7 @@ def test_a_temporary_is_judged_by_age_where_no_boot_id_tells_machines_apart(
     import time
 
     from skipweave.store import identity
-    from skipweave.store.scan import LeftoverKind
+    from skipweave.store.leftovers import LeftoverKind
     from skipweave.store.upkeep import leftover_kept
 
     monkeypatch.setattr(identity, "boot_id", lambda: None)

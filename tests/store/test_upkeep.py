@@ -20,7 +20,7 @@ from skipweave.cli.main import main
 from skipweave.store import upkeep
 from skipweave.store.atomic import tmp_name, tmp_writer
 from skipweave.store.identity import place, process_start
-from skipweave.store.scan import LeftoverKind, role_leftovers
+from skipweave.store.leftovers import LeftoverKind, role_leftovers
 from tests.store.crafting import manifests, rewrite
 
 pytestmark = pytest.mark.slow  # starts processes: left out of the fast tier (README)
