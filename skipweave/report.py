@@ -17,11 +17,11 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
-from skipweave import failures, lifecycle
+from skipweave import closing, failures, lifecycle
+from skipweave.accounts import Counters, Expected, TargetCounters
 from skipweave.env import SUMMARY_ENV
 
 logger = logging.getLogger("skipweave")
@@ -29,82 +29,6 @@ logger = logging.getLogger("skipweave")
 HIT, MISS, BYPASS = "hit", "miss", "bypass"
 BYPASS_LINE = "skipweave bypass role=%s target=%s step=%s"
 """The DEBUG line of a bypass (arguments: role, target, step), also written by the proxies' fronts."""
-
-
-@dataclass
-class Counters:
-    """Totals of this process since weaving (or the last :func:`reset`).
-
-    Attributes:
-        hits, misses, bypasses: calls served from the store, called through and recorded, run live.
-        bytes_read, bytes_written: payload bytes.
-        seconds_saved: generation seconds recorded for the entries served (the live cost avoided).
-        record_failures: records that failed and left the live result in place.
-    """
-
-    hits: int = 0
-    misses: int = 0
-    bypasses: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    seconds_saved: float = 0.0
-    record_failures: int = 0
-
-
-@dataclass
-class TargetCounters:
-    """Totals of one (role, target) in this process, for the per-role summary.
-
-    Attributes:
-        hits, misses, bypasses, record_failures: as in :class:`Counters`.
-        seconds_saved: generation seconds the hits avoided.
-        called, eligible: a call (an eligible one: not bypassed) was seen; its first one left a run mark.
-        recorded: a call was handed to the store to be recorded; its first one left a run mark (a run that
-            recorded keeps its marks until ``skipweave gc``, see :mod:`skipweave.store.runs`).
-        stored: records handed to the store and not failed since (a record the background writer fails later is
-            taken back): whether the role recorded anything at all.
-        training, validation: a training call (a validation call: one the bypass rule took, of a role that records,
-            replays or verifies them) reached the store; the first of each left a run mark.
-    """
-
-    hits: int = 0
-    misses: int = 0
-    bypasses: int = 0
-    record_failures: int = 0
-    seconds_saved: float = 0.0
-    called: bool = False
-    eligible: bool = False
-    recorded: bool = False
-    stored: int = 0
-    training: bool = False
-    validation: bool = False
-
-
-@dataclass
-class Expected:
-    """A woven target the exit summary accounts for.
-
-    Attributes:
-        path: the configured target path.
-        steps: the role's ``steps``, as configured (for the nothing-eligible warning).
-        mark: ``mark(kind)`` leaves a run mark (``"called"``/``"eligible"``/``"recorded"``) for the other
-            processes.
-        elsewhere: ``elsewhere(kind)`` says whether another process of the run left that mark.
-        unwoven: ``unwoven()`` says why this process never wove the target: ``None`` when it did, ``""`` when it
-            need not (an optional target whose host is not in the program).
-        records: its role records or replays (every action but ``verify``): a run in which the role did neither
-            is a failure of a strict run.
-        bypass: the role's bypass rule as a person reads it (``skip.reward.bypass.expr='...'``), for the warning
-            about a role whose every call the rule took for a validation call.
-    """
-
-    path: str
-    steps: str
-    mark: Callable[[str], None] = field(default=lambda kind: None)
-    elsewhere: Callable[[str], bool] = field(default=lambda kind: False)
-    unwoven: Callable[[], str | None] = field(default=lambda: None)
-    records: bool = True
-    bypass: str = ""
 
 
 COUNTERS = Counters()
@@ -403,122 +327,12 @@ def end_plan() -> None:
                 "seconds_saved=%.1f", role, hits + misses + bypasses, hits, misses, bypasses,
                 sum(x.record_failures for x in of_role), sum(x.seconds_saved for x in of_role),
             )
-        _warn_silent_targets(role, names, targets, expected, unreached if stops else None)
-        _warn_validation_only(role, names, targets, expected)
-        _judge_role(role, names, targets, expected)
+        closing.warn_silent_targets(role, names, targets, expected, unreached if stops else None)
+        closing.warn_validation_only(role, names, targets, expected)
+        closing.judge_role(role, names, targets, expected)
     if stops:  # one line: the targets after the call that stopped the run were never reached, not misnamed
         after = ("targets woven but never called, not reached before it: " + ", ".join(unreached) if unreached
                  else "every woven target was called")
         logger.warning("skipweave: the run met a replay-only call no recording serves (ReplayMissing): %s%s; %s",
                        stops[0], f" (and {more} more such call(s))" if more else "", after)
     failures.plan_ended()
-
-
-def _warn_silent_targets(role: str, names: list[str], targets: dict[tuple[str, str], TargetCounters],
-                         expected: dict[tuple[str, str], Expected], unreached: list[str] | None = None) -> None:
-    """The exit WARNINGs of one role: targets no process of the run called; a role with no eligible call.
-
-    ``unreached``: a call of the run raised ReplayMissing: the targets never called are added to this list (said
-    in one line with it) instead of being warned about one by one."""
-    any_called = any_eligible = False
-    for target in names:
-        counts = targets.get((role, target), TargetCounters())
-        exp = expected.get((role, target))
-        called = counts.called or (exp is not None and exp.elsewhere("called"))
-        any_called = any_called or called
-        any_eligible = any_eligible or counts.eligible or (exp is not None and exp.elsewhere("eligible"))
-        why = exp.unwoven() if exp is not None and not called else None
-        if why and exp is not None and exp.elsewhere("woven"):
-            why = None  # another process of the run (a Ray worker) wove it
-        if why == "":
-            continue  # optional, and its host is not in this program
-        if why is not None:
-            logger.warning(
-                "skipweave: role %s target %s (%s) was never woven: %s; nothing was recorded or replayed for it "
-                "(key skip.%s.targets.%s)", role, target, exp.path if exp else "?", why, role, target,
-            )
-            if judges_run():
-                failures.note(failures.NEVER_WOVEN, role, f"skip.{role}.targets.{target}",
-                              f"target {target} ({exp.path if exp else '?'}) was never woven")
-        elif not called and exp is not None and unreached is not None:
-            unreached.append(f"role {role} target {target} ({exp.path})")
-        elif not called and exp is not None:
-            logger.warning(
-                "skipweave: role %s target %s (%s) was woven but never called in this run; check that the path "
-                "names the method the trainer really calls (an override in a subclass, a copy taken by "
-                "'from module import name' before weaving, or a method of another class run by the workers)",
-                role, target, exp.path,
-            )
-    if any_called and not any_eligible and any(r == role for r, _ in expected):
-        steps = next((e.steps for (r, _), e in expected.items() if r == role), "?")
-        unread = failures.unread_of(role)
-        if unread:
-            calls = sum(targets.get((role, t), TargetCounters()).bypasses for t in names)
-            _warn_unread(role, unread, calls, steps)
-            return
-        logger.warning(
-            "skipweave: role %s: none of its calls was eligible, so nothing was recorded or replayed: each was a "
-            "validation call or its step lies outside skip.%s.steps=%s; check the steps and skip.%s.step "
-            "(where the step is read) and skip.%s.bypass", role, role, steps, role, role,
-        )
-
-
-def _warn_unread(role: str, unread: list[failures.Finding], calls: int, steps: str) -> None:
-    """The closing WARNING of a role none of whose calls was eligible because its step or bypass could not be read:
-    names the key, the expression and what it raised, on how many of the role's calls (in this process)."""
-    causes = "; ".join(f"{f.text} (on {f.count} of its {max(calls, f.count)} calls)" for f in unread)
-    rest = "" if sum(f.count for f in unread) >= calls else (
-        f"; the others were validation calls or their step lies outside skip.{role}.steps={steps}")
-    logger.warning("skipweave: role %s: none of its calls was eligible, so nothing was recorded or replayed: %s%s; "
-                   "fix %s", role, causes, rest, ", ".join(dict.fromkeys(f.key for f in unread)))
-
-
-def _judge_role(role: str, names: list[str], targets: dict[tuple[str, str], TargetCounters],
-                expected: dict[tuple[str, str], Expected]) -> None:
-    """Note a role that records or replays (every action but ``verify``) and did neither in this run, as a finding of
-    :mod:`skipweave.failures` (the WARNINGs before it, or a record failure's, said why). Judged by the run's first
-    process only (:func:`judges_run`). Calls of this process count first; a process with no eligible call of the role
-    (a driver whose workers make the calls) reads the run marks of the others."""
-    own = [e for (r, _), e in expected.items() if r == role]
-    if not own or not any(e.records for e in own) or not judges_run():
-        return
-    counts = [targets.get((role, t), TargetCounters()) for t in names]
-    if any(c.hits or c.stored > 0 for c in counts):
-        return
-    if any(c.eligible for c in counts):
-        if any(e.elsewhere("recorded") for e in own):  # another process recorded while these calls' records failed
-            return
-    elif any(e.elsewhere("eligible") or e.elsewhere("recorded") for e in own):
-        return
-    failures.note(failures.DID_NOTHING, role, f"skip.{role}", f"role {role} recorded and replayed nothing")
-
-
-def judges_run() -> bool:
-    """Whether this process judges the run as a whole (a target never woven, a role that did nothing) for
-    :mod:`skipweave.failures`: it made the run id (the first process; it ends after the others and reads their marks).
-    A process that inherited it (a subprocess, a Ray worker, a ``torchrun`` rank) warns as ever, but its view is its
-    own and may come before the others' calls: it notes only the failures of its own calls."""
-    from skipweave.store.identity import made_here
-
-    return made_here() is not None
-
-
-def _warn_validation_only(role: str, names: list[str], targets: dict[tuple[str, str], TargetCounters],
-                          expected: dict[tuple[str, str], Expected]) -> None:
-    """The exit WARNING of a role whose calls reached the store, every one as a validation call: its bypass rule
-    took them all (verl's reward rule on a trainer whose batches lack ``global_token_num``), so they were kept apart
-    from training calls and no training call was ever recorded or replayed, run after run."""
-    mine = [(targets.get((role, t), TargetCounters()), expected.get((role, t))) for t in names]
-    if not any(exp is not None for _, exp in mine):
-        return
-    if any(c.training or (e is not None and e.elsewhere("training")) for c, e in mine):
-        return
-    if not any(c.validation or (e is not None and e.elsewhere("validation")) for c, e in mine):
-        return
-    rule = next((e.bypass for _, e in mine if e is not None and e.bypass), f"skip.{role}.bypass")
-    logger.warning(
-        "skipweave: role %s: none of its calls was a training call: the bypass rule %s took every one for a "
-        "validation call, so they were kept apart (shard val_<shard>: recorded for, and served only in, replay-only "
-        "runs) and no training call was recorded or replayed; if they are training calls, set skip.%s.bypass to "
-        "what tells this trainer's validation calls apart (skip.%s.bypass.expr=...), or skip.%s.bypass=null when "
-        "it has none (docs/phases.md#a-trainer-that-is-not-verl)", role, rule, role, role, role)

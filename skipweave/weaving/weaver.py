@@ -24,6 +24,7 @@ from typing import Any
 import wrapt
 
 from skipweave import failures, lifecycle, report
+from skipweave.accounts import Expected
 from skipweave.config.errors import ConfigError
 from skipweave.config.schema import Action, RoleConfig, ShardKind, SkipConfig, TargetSpec
 from skipweave.policy.bypass import describe_bypass, make_bypass
@@ -229,7 +230,7 @@ class Weaver:
             )
             return self.patches
 
-    def _expected(self, patch: Patch) -> report.Expected:
+    def _expected(self, patch: Patch) -> Expected:
         """What the exit summary needs of a woven target: its path, its role's steps, and the run marks."""
         store = self._store(patch.role)
         target = patch.target.name
@@ -248,7 +249,7 @@ class Weaver:
                 return ""
             return _why_unwoven(patch.rpath)
 
-        return report.Expected(patch.target.path, report.steps_text(patch.role.steps.to_config()), mark, elsewhere,
+        return Expected(patch.target.path, report.steps_text(patch.role.steps.to_config()), mark, elsewhere,
                                unwoven, records=patch.role.action is not Action.VERIFY,
                                bypass=describe_bypass(patch.role.bypass, f"skip.{patch.role.role}.bypass"))
 

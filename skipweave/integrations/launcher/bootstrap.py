@@ -116,6 +116,7 @@ def account_for_targets(hook: DeferredWeave, plan: SkipConfig) -> None:
     still waiting once it ran). Quiet about a target another process of the run wove or called (its run marks,
     see :mod:`skipweave.store.runs`), as a Ray driver is about its workers' targets. Imports no torch."""
     from skipweave import report
+    from skipweave.accounts import Expected
     from skipweave.store import runs
     from skipweave.store.identity import run_id, run_started
 
@@ -135,7 +136,7 @@ def account_for_targets(hook: DeferredWeave, plan: SkipConfig) -> None:
                         "path; a class in the script you run is named __main__:Class.method or by the script's "
                         "name)")
 
-            report.expect(role.role, target.name, report.Expected(
+            report.expect(role.role, target.name, Expected(
                 target.path, report.steps_text(role.steps.to_config()), elsewhere=elsewhere, unwoven=unwoven,
                 records=role.action is not Action.VERIFY))
 
