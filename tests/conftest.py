@@ -28,7 +28,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run the slow modules first (a stable sort keeps each module's own order).
 
-    Under the README's ``-n 2 --dist loadfile`` each file goes whole to one worker, in this order: the long files
+    Under the README's ``-n 2`` (with pyproject's ``--dist loadfile --no-loadscope-reorder``) each file goes whole to
+    one worker, in this order: the long files
     start while both workers are free and the many short ones fill the end, instead of one worker running the
     main job's test alone after the other has finished.
     """

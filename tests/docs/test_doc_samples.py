@@ -49,7 +49,7 @@ DOCS_DIR = ROOT / "docs"
 RUNNER = Path(__file__).with_name("sample_runner.py")
 EXECUTED = {"python", "bash"}
 ALLOWED = EXECUTED | {"console", "text", "yaml", "json"}
-PAGE_TIMEOUT_S = 150
+PAGE_TIMEOUT_S = 240
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _WRITE = re.compile(r"^<!-- write: (?P<path>[\w./-]+) -->$")
 
@@ -191,7 +191,7 @@ def page_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
                 if getattr(item, "originalname", "") == "test_samples_run" and hasattr(item, "callspec")]
     # Pages with shell commands start subprocesses of their own: start them first, to finish sooner.
     selected.sort(key=lambda page: -sum(b.code.count("\n") for b in blocks_of(page) if b.lang == "bash"))
-    workers = min(4, (os.cpu_count() or 2) + 1)  # one more than the CPUs: pages also sleep and exec
+    workers = min(3, os.cpu_count() or 2)  # the other test worker of `-n 2` runs beside them
     with ThreadPoolExecutor(max_workers=workers) as pool:
         yield {page: pool.submit(run_page, page, tmp_path_factory.mktemp(Path(page).stem)) for page in selected}
 

@@ -73,8 +73,8 @@ def record_then_replay(base: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """This module's :func:`record_then_replay`, once for all its tests (the README's ``-n 2 --dist loadfile`` runs
-    the other Ray module's chain on the other worker meanwhile)."""
+    """This module's :func:`record_then_replay`, once for all its tests (under the README's ``-n 2`` the other Ray
+    module's chain runs on the other worker meanwhile)."""
     return record_then_replay(tmp_path_factory.mktemp(__name__.rsplit(".", 1)[1]))
 
 
