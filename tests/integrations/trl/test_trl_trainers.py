@@ -12,8 +12,8 @@ docs/trl.md says::
 with the store in the default dump dir (each trainer's runs get a ``HOME`` of their own). Run 2 and the replay-only
 run must end with run 1's per-step logs (losses, rewards, KL, completion lengths, ...), evaluation metrics, token
 counter, completions tables and parameters, bit for bit, and so must a run without skipweave; run 2 generates only
-for evaluation, the replay-only run not at all. One GRPO replay goes through ``accelerate launch``, and a verify run
-with another learning rate names the first step whose generation differs.
+for evaluation, the replay-only run not at all (GRPO's goes through ``accelerate launch``). A verify run with another
+learning rate names the first step whose generation differs.
 
 All runs start from one module fixture, as concurrently as their order allows (each is ~5 s of imports and under a
 second of training).
@@ -98,7 +98,8 @@ def listing(home: Path) -> dict[tuple[int, str], int]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, Any]]]:
-    """Per trainer: ``plain`` | ``record`` -> (``replay`` | ``replay_only`` [| ``accelerate`` | ``verify``])."""
+    """Per trainer: ``plain`` | ``record`` -> (``replay`` | ``replay_only`` [| ``verify``]); GRPO's replay-only run
+    through ``accelerate launch``."""
     tmp = tmp_path_factory.mktemp("trl")
     homes = {trainer: tmp / f"home_{trainer}" for trainer in TRAINERS}
     for home in homes.values():
@@ -119,9 +120,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[st
         for trainer in TRAINERS:
             recorded = futures[trainer]["record"]
             start(trainer, "replay", woven(f"trl_{trainer}_cache", train(trainer)), after=recorded)
-            start(trainer, "replay_only", woven(f"trl_{trainer}_replay", train(trainer)), after=recorded)
+            # GRPO's replay-only run goes through `accelerate launch` (its child process is woven too)
+            command = accelerate(trainer) if trainer == "grpo" else train(trainer)
+            start(trainer, "replay_only", woven(f"trl_{trainer}_replay", command), after=recorded)
         recorded = futures["grpo"]["record"]
-        start("grpo", "accelerate", woven("trl_grpo_cache", accelerate("grpo")), after=recorded)
         start("grpo", "verify", woven("trl_grpo_verify", train("grpo", "--learning-rate", "0.02")), after=recorded)
         done = {trainer: {name: f.result() for name, f in named.items()} for trainer, named in futures.items()}
     for trainer in TRAINERS:  # the store as the recording left it (the other runs record nothing)
@@ -202,20 +204,15 @@ def test_weaving_changes_nothing_when_recording(runs: dict[str, dict[str, Any]],
 
 @each
 def test_replay_only_run_generates_and_scores_nothing(runs: dict[str, dict[str, Any]], trainer: str) -> None:
+    """GRPO's through ``skipweave run ... -- accelerate launch train.py``: the trainer runs in accelerate's child
+    process, woven as well; the recording it replays was made by a plain ``python train.py``."""
     _, recorded = runs[trainer]["record"]
     done, replayed = runs[trainer]["replay_only"]
+    assert ("accelerate.commands.launch" in done.args) is (trainer == "grpo")
     assert replayed["real_generations"] == [] and replayed["reward_calls"] == []
     n = len(TRAINING_CALLS[trainer]) + len(EVAL_CALLS)
     assert summary(done).startswith(f"hits={n} misses=0 bypasses=0 "), done
     assert comparable(replayed) == comparable(recorded)  # evaluation metrics too: served with their effects
-
-
-def test_accelerate_launch_replays_the_recording(runs: dict[str, dict[str, Any]]) -> None:
-    """``skipweave run ... -- accelerate launch train.py``: the trainer's process is accelerate's child, woven too."""
-    _, recorded = runs["grpo"]["record"]
-    done, replayed = runs["grpo"]["accelerate"]
-    assert replayed["real_generations"] == EVAL_CALLS
-    assert comparable(replayed) == comparable(recorded)
 
 
 def test_verify_run_names_the_first_step_another_learning_rate_changes(runs: dict[str, dict[str, Any]]) -> None:
