@@ -187,8 +187,9 @@ def restore_in_place(current: Any, value: Any) -> bool:
     Returns False (nothing done) otherwise, so the caller assigns. A nested mapping present on both sides is
     restored in place too, so references the host holds to it (and its type) survive. A key a ``defaultdict``
     lacks gets a fresh value of its ``default_factory``, filled in place, so it has the type the host's own
-    access would have made (TRL's ``defaultdict(lambda: deque(maxlen=n))``), not the plain list of the
-    recording. A ``deque`` is emptied and extended, which keeps its ``maxlen`` (it takes no slice assignment).
+    access would have made (a bounded deque of a ``defaultdict(lambda: deque(maxlen=n))``), not the plain
+    list of the recording. A ``deque`` is emptied and extended, which keeps its ``maxlen`` (it takes no slice
+    assignment).
     """
     if isinstance(current, MutableMapping) and isinstance(value, Mapping):
         for key in [k for k in current if k not in value]:

@@ -72,9 +72,9 @@ def split_appended(effects: dict[str, Any] | None) -> tuple[dict[str, Any] | Non
 
 def plain_copy(value: Any) -> Any:
     """A copy of ``value`` with mapping and list subclasses made plain (a ``defaultdict`` becomes a ``dict``, a
-    ``deque`` the list of its items), so the codec stores it without pickle; a replay restores it into the host's own
-    containers, types kept (a deque keeps its ``maxlen``, see :func:`~skipweave.policy.expressions.restore_in_place`).
-    TRL's trainers keep the completions they log in deques (``self._logs``)."""
+    ``deque`` the list of its items), so the codec stores it without pickle; a replay restores it into the host's
+    own containers, types kept (a deque keeps its ``maxlen``), see
+    :func:`~skipweave.policy.expressions.restore_in_place`."""
     if isinstance(value, Mapping):
         return {k: plain_copy(v) for k, v in value.items()}
     if isinstance(value, (list, deque)):
