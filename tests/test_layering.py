@@ -35,7 +35,7 @@ PACKAGE_DIR = ROOT / PACKAGE
 GENERIC_LAYERS = ("config", "policy", "weaving", "store", "verify")
 """Sub-packages that must import no host and no integration."""
 
-FORBIDDEN = ("skipweave.integrations", "verl", "ray", "tensordict")
+FORBIDDEN = ("skipweave.integrations", "verl", "ray", "tensordict", "trl")
 """Modules (with their submodules) a generic layer may not bring into ``sys.modules`` at import time."""
 
 PUBLIC_UNDERSCORE = frozenset({"_fields", "_field_defaults", "_replace", "_asdict", "_make"})

@@ -32,7 +32,8 @@ EXIT_STRICT = STRICT_EXIT
 DESCRIPTION = """\
 Run COMMAND with a skipweave profile woven into every Python process it starts, with no change to
 the program. PROFILE is a shipped profile (rollout_cache, rollout_repeat, rollout_replay, rollout_verify,
-async_rollout_cache, ref_cache, reward_cache, values_cache, old_log_prob_cache, update_only, off),
+async_rollout_cache, ref_cache, reward_cache, values_cache, old_log_prob_cache, update_only, trl_grpo_cache,
+trl_grpo_replay, trl_grpo_verify, trl_rloo_cache, trl_rloo_replay, trl_rloo_verify, off),
 a <name>.yaml in a folder of SKIPWEAVE_PROFILE_PATH, or a path to a YAML file (ending in .yaml/.yml
 or holding a '/'). Several profiles (--skip repeated, or --skip a,b) compose in order, later ones
 winning. The overrides use Hydra's command-line syntax, as after +skip=PROFILE in a Hydra app, and
@@ -47,6 +48,7 @@ examples:
   skipweave run --skip rollout_cache skip.rollout.dump_dir=/data/rollouts \\
       +skip.rollout.targets.gen=my_pkg.rollout.Manager.generate -- python train.py --epochs 3
   skipweave run --skip rollout_cache --skip ./my_trainer.yaml -- python train.py
+  skipweave run --skip trl_grpo_cache skip.rollout.dump_dir=/data/grpo -- accelerate launch train_grpo.py
 """
 
 

@@ -1,4 +1,4 @@
-"""Integrations: the hosts skipweave knows by name (verl, tensordict, Ray, Hydra, the ``skipweave run`` launcher).
+"""Integrations: the hosts skipweave knows by name (verl, TRL, tensordict, Ray, Hydra, the ``skipweave run`` launcher).
 
 Each integration registers what it adds to the generic layers in their registries (:mod:`skipweave.hooks`);
 :func:`register_builtin` is how the shipped ones do it, called once per process the first time a registry is
@@ -15,6 +15,7 @@ def register_builtin() -> None:
     # Host types: tensordict's before verl's DataProto shape (the first matching host type encodes an object).
     from skipweave.integrations import tensordict  # noqa: F401
     from skipweave.integrations.ray import driver  # noqa: F401  (weave hook: Ray workers weave the plan too)
+    from skipweave.integrations.trl import versions  # noqa: F401  (weave hook: the TRL versions its profiles fit)
     from skipweave.integrations.verl import (
         coexist,  # noqa: F401  (weave hook: verl's SkipManager hands roles over)
         hosts,  # noqa: F401

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, MutableSequence, Sequence
 from typing import Any
 
@@ -181,19 +182,37 @@ def _absent(name: str) -> Any:
 
 
 def restore_in_place(current: Any, value: Any) -> bool:
-    """Make ``current`` hold ``value`` without replacing it, when both are mappings or both lists.
+    """Make ``current`` hold ``value`` without replacing it, when both are mappings or both sequences.
 
     Returns False (nothing done) otherwise, so the caller assigns. A nested mapping present on both sides is
-    restored in place too, so references the host holds to it (and its type) survive.
+    restored in place too, so references the host holds to it (and its type) survive. A key a ``defaultdict``
+    lacks gets a fresh value of its ``default_factory``, filled in place, so it has the type the host's own
+    access would have made (a bounded deque of a ``defaultdict(lambda: deque(maxlen=n))``), not the plain
+    list of the recording. A ``deque`` is emptied and extended, which keeps its ``maxlen`` (it takes no slice
+    assignment).
     """
     if isinstance(current, MutableMapping) and isinstance(value, Mapping):
         for key in [k for k in current if k not in value]:
             del current[key]
+        factory = current.default_factory if isinstance(current, defaultdict) else None
         for key, item in value.items():
-            if not (key in current and restore_in_place(current[key], item)):
-                current[key] = item
+            if key in current:
+                if restore_in_place(current[key], item):
+                    continue
+            elif factory is not None:
+                fresh = factory()
+                if restore_in_place(fresh, item):
+                    current[key] = fresh
+                    continue
+            current[key] = item
         return True
-    if isinstance(current, MutableSequence) and isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+    if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
+        return False
+    if isinstance(current, deque):
+        current.clear()
+        current.extend(value)
+        return True
+    if isinstance(current, MutableSequence):
         current[:] = list(value)
         return True
     return False

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import operator
 import threading
+from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -70,11 +71,13 @@ def split_appended(effects: dict[str, Any] | None) -> tuple[dict[str, Any] | Non
 
 
 def plain_copy(value: Any) -> Any:
-    """A copy of ``value`` with mapping and list subclasses made plain (a ``defaultdict`` becomes a ``dict``), so
-    the codec stores it without pickle; a replay restores it into the host's own containers, types kept."""
+    """A copy of ``value`` with mapping and list subclasses made plain (a ``defaultdict`` becomes a ``dict``, a
+    ``deque`` the list of its items), so the codec stores it without pickle; a replay restores it into the host's
+    own containers, types kept (a deque keeps its ``maxlen``), see
+    :func:`~skipweave.policy.expressions.restore_in_place`."""
     if isinstance(value, Mapping):
         return {k: plain_copy(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, (list, deque)):
         return [plain_copy(v) for v in value]
     if type(value) is tuple:
         return tuple(plain_copy(v) for v in value)

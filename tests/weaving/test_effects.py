@@ -277,3 +277,59 @@ def test_a_replay_onto_something_not_a_list_runs_live(mod: Any, tmp_path: Path) 
     trainer.generate(2)
     skipweave.unweave()
     assert mod.CALLS == [1] and len(trainer.metrics) == 1
+
+
+DEQUE_HOST = '''
+from collections import defaultdict, deque
+
+CALLS = []
+
+
+class Trainer:
+    """Keeps the last 4 completions it logged, as TRL's trainers do (``self._logs``)."""
+
+    def __init__(self):
+        self._logs = {"completion": deque(maxlen=4), "rewards": defaultdict(lambda: deque(maxlen=4))}
+
+    def generate(self, step):
+        CALLS.append(step)
+        texts = [f"s{step}c{i}" for i in range(3)]
+        self._logs["completion"].extend(texts)
+        self._logs["rewards"]["rule"].extend(float(step + i) for i in range(3))
+        return {"step": step}
+'''
+
+
+def test_deques_and_the_values_a_defaultdict_makes_are_restored_as_the_host_made_them(
+        host_module: Any, tmp_path: Path) -> None:
+    """A deque is recorded as the list of its items and refilled in place, its ``maxlen`` kept; a key a
+    ``defaultdict`` lacks on replay gets its factory's value (a bounded deque), filled, not the recording's list,
+    so the host's later appends stay bounded as in run 1."""
+    name, _ = host_module(DEQUE_HOST)
+    mod = sys.modules[name]
+    dump = tmp_path / "dump"
+    role = plan(mod, dump, effects=["self._logs"])
+    skipweave.weave(role)
+    first, after = mod.Trainer(), []
+    for step in (1, 2):
+        first.generate(step)
+        after.append({"completion": list(first._logs["completion"]),
+                      "rewards": {k: list(v) for k, v in first._logs["rewards"].items()}})
+    skipweave.unweave()
+    assert after[1]["completion"] == ["s1c2", "s2c0", "s2c1", "s2c2"]  # bounded by maxlen 4
+
+    mod.CALLS.clear()
+    skipweave.weave(role)
+    second = mod.Trainer()
+    completions = second._logs["completion"]
+    for step in (1, 2):
+        second.generate(step)
+        rewards = second._logs["rewards"]["rule"]
+        assert list(second._logs["completion"]) == after[step - 1]["completion"]
+        assert list(rewards) == after[step - 1]["rewards"]["rule"]
+        assert type(rewards).__name__ == "deque" and rewards.maxlen == 4
+    skipweave.unweave()
+    assert mod.CALLS == []
+    assert second._logs["completion"] is completions and completions.maxlen == 4
+    second._logs["rewards"]["rule"].extend([9.0] * 4)  # the host appends on: bounded as run 1's deque is
+    assert len(second._logs["rewards"]["rule"]) == 4

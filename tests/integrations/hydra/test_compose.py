@@ -25,7 +25,9 @@ from skipweave.integrations.launcher.bootstrap import PLAN_ENV, read_plan, top_m
 ROLLOUT_PROFILES = {"rollout_cache", "rollout_repeat", "rollout_replay", "rollout_verify", "async_rollout_cache", "off"}
 # The phase profiles are checked in tests/config/test_phase_profiles.py.
 PHASE_PROFILES = {"ref_cache", "reward_cache", "values_cache", "old_log_prob_cache", "update_only"}
-PROFILES = ROLLOUT_PROFILES | PHASE_PROFILES
+# The TRL profiles (one role, TRL's targets) are checked in tests/integrations/trl/test_trl_profiles.py.
+TRL_PROFILES = {f"trl_{trainer}_{kind}" for trainer in ("grpo", "rloo") for kind in ("cache", "replay", "verify")}
+PROFILES = ROLLOUT_PROFILES | PHASE_PROFILES | TRL_PROFILES
 
 
 def test_shipped_profiles_and_their_dataclass_schema_twins() -> None:

@@ -10,6 +10,7 @@ profile's ``effects`` shows what they are for.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,7 @@ from tests.integrations.hydra.runner import Run, clean_env, recorded_steps, run
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 APPS = Path(__file__).resolve().parent / "apps"
+REPO = Path(__file__).resolve().parents[3]
 PROFILE = APPS / "hf_profile.yaml"
 TRAIN = [sys.executable, str(APPS / "train.py"), "report.json"]
 TIMEOUT = 300  # one run: seconds of imports (torch, transformers), then about one second of training
@@ -43,7 +45,8 @@ def woven(dump: Path, *overrides: str) -> list[str]:
 
 def launch(args: list[str], cwd: Path) -> tuple[Run, dict[str, Any]]:
     cwd.mkdir()
-    done = run(args, cwd=cwd, env=clean_env(PYTHONPATH=str(APPS)), timeout=TIMEOUT)
+    # the apps, then this checkout's skipweave (not whichever one the environment installed)
+    done = run(args, cwd=cwd, env=clean_env(PYTHONPATH=os.pathsep.join([str(APPS), str(REPO)])), timeout=TIMEOUT)
     assert done.returncode == 0, done
     return done, json.loads((cwd / "report.json").read_text())
 
