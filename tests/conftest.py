@@ -18,6 +18,12 @@ import pytest
 # Subprocesses the tests start are unaffected.
 logging.getLogger("skipweave").addHandler(logging.NullHandler())
 
+# The registries are passive (skipweave.hooks): the test session assembles skipweave as its entry points do, so that a
+# test reading a config or a store in-process sees the integrations' adapters and host types, as a run would.
+from skipweave.integrations.discovery import load_integrations  # noqa: E402
+
+load_integrations()
+
 
 @pytest.fixture(autouse=True)
 def _unweave_after() -> Iterator[None]:

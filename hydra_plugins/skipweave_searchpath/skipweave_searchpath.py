@@ -1,17 +1,23 @@
-"""Put skipweave's config groups (``skip``, ``skipweave``) and the profile search path on every Hydra app's
-search path.
+"""Put skipweave's config groups (``skip``, ``skipweave``), the profile search path and the integrations' profile
+folders on every Hydra app's search path.
 
 Hydra imports this module in every Hydra app of the environment, so it stays tiny: it imports no
-torch, no ray, not even ``skipweave`` itself. The folder is located with ``find_spec``, which reads
+torch, no ray, no host. skipweave's folder is located with ``find_spec``, which reads
 the import system's metadata without running ``skipweave/__init__.py``; this works for a wheel
 (``site-packages/skipweave/conf``) and an editable install (``skipweave/conf`` links to the
 checkout's top-level ``conf/``) alike. Only when ``SKIPWEAVE_PROFILE_PATH`` is set does it import
 ``skipweave.config.profile_files`` (pure Python, no torch) to read that variable as skipweave does.
+
+The integrations' profile folders come from :func:`skipweave.integrations.discovery.profile_dirs`, which reads the
+entry points of ``skipweave.integrations`` and each declaration (a light module by contract), with the same off switch
+and version range as a loading process; it loads no part of an integration and imports no host (~15 ms, most of it
+reading the entry points).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 
 from hydra.core.config_search_path import ConfigSearchPath
@@ -38,8 +44,8 @@ def skipweave_conf_dir() -> str | None:
 
 
 class SkipweaveSearchPathPlugin(SearchPathPlugin):
-    """Append the folders of ``SKIPWEAVE_PROFILE_PATH``, then skipweave's ``conf/``, so that
-    ``+skip=<profile>`` composes into any app.
+    """Append the folders of ``SKIPWEAVE_PROFILE_PATH``, then skipweave's ``conf/``, then the integrations' profile
+    folders, so that ``+skip=<profile>`` composes into any app.
 
     Appended, not prepended: an app that ships its own ``skip/<name>.yaml`` keeps it. A name on the
     profile search path wins over a shipped one, as for ``skipweave run`` and ``skipweave.weave()``.
@@ -55,6 +61,21 @@ class SkipweaveSearchPathPlugin(SearchPathPlugin):
         conf_dir = skipweave_conf_dir()
         if conf_dir is not None:
             search_path.append(provider="skipweave", path=f"file://{conf_dir}")
+            for name, folder in integration_profile_dirs():  # after the shipped: a shipped name cannot be taken over
+                search_path.append(provider=f"skipweave-{name}", path=f"file://{folder}")
+
+
+def integration_profile_dirs() -> list[tuple[str, str]]:
+    """``(integration, folder)`` of each integration whose profiles a process of this environment loads; ``[]`` when
+    they cannot be read (a WARNING says why: a broken third-party declaration must not stop every Hydra app)."""
+    try:
+        from skipweave.integrations.discovery import profile_dirs
+
+        return profile_dirs()
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        logging.getLogger("skipweave").warning("skipweave: the integrations' profile folders are not on Hydra's "
+                                               "search path: %s: %s", type(exc).__name__, exc)
+        return []
 
 
 class ProfileFolder(ConfigSource):
