@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"
+from skipweave.version import __version__
 
 if TYPE_CHECKING:
     from skipweave.api import counters, set_step, unweave, weave, woven_plan

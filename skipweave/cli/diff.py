@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from skipweave.cli.common import EXIT_OK, EXIT_USAGE, emit, emit_json
+from skipweave.cli.diff_plot import PAIRED
 
 SCHEMA = "skipweave.diff/1"
 EXIT_DIVERGED = 1
@@ -385,9 +386,6 @@ def _where(first: Any) -> str:
         return str(detail["at"])
     return first.get("kind", "")
 
-
-PAIRED = ("identical", "close", "diverged")
-"""The statuses of rows whose two entries were compared."""
 
 
 def _number(x: Any, fmt: str, paired: bool) -> str:

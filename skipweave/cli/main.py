@@ -35,7 +35,7 @@ SUBCOMMANDS: tuple[str, ...] = (
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the ``skipweave`` parser with every subcommand of :data:`SUBCOMMANDS` registered."""
-    from skipweave import __version__
+    from skipweave.version import __version__
 
     parser = argparse.ArgumentParser(
         prog="skipweave", formatter_class=argparse.RawDescriptionHelpFormatter,
