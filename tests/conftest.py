@@ -25,6 +25,11 @@ from skipweave.integrations.discovery import load_integrations  # noqa: E402
 load_integrations()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the markers used across the tests."""
+    config.addinivalue_line("markers", "slow: starts processes (programs, installs, clusters); seconds per test")
+
+
 @pytest.fixture(autouse=True)
 def _unweave_after() -> Iterator[None]:
     yield

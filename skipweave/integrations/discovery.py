@@ -139,19 +139,21 @@ def _decide_one(ep: Any, origin: str, disabled: set[str], forced: set[str]) -> D
     from importlib import metadata
 
     name = ep.name
-    if name.lower() in disabled:  # before loading the declaration: an off switch must work on a broken one too
-        return Decision(name, origin, None, DISABLED, (), f"{DISABLED_INTEGRATIONS_ENV} names it")
+    problem = ""
     try:
         integration = ep.load()
     except Exception as exc:  # noqa: BLE001 - a broken third-party declaration must not stop the host
-        return Decision(name, origin, None, BROKEN, (), f"its entry point {ep.value!r} fails to load "
-                        f"({type(exc).__name__}: {exc})")
-    if not isinstance(integration, Integration):
-        return Decision(name, origin, None, BROKEN, (), f"its entry point {ep.value!r} names a "
-                        f"{type(integration).__name__}, not a skipweave Integration")
-    if integration.name != name:
-        return Decision(name, origin, None, BROKEN, (), f"its entry point {ep.value!r} names the integration "
-                        f"{integration.name!r}; the two names must be equal")
+        integration, problem = None, f"its entry point {ep.value!r} fails to load ({type(exc).__name__}: {exc})"
+    if integration is not None and not isinstance(integration, Integration):
+        problem = f"its entry point {ep.value!r} names a {type(integration).__name__}, not a skipweave Integration"
+    elif integration is not None and integration.name != name:
+        problem = (f"its entry point {ep.value!r} names the integration {integration.name!r}; the two names must be "
+                   "equal")
+    if name.lower() in disabled:  # also a broken one: the off switch silences it (its declaration names its profiles)
+        return Decision(name, origin, None if problem else integration, DISABLED, (),
+                        f"{DISABLED_INTEGRATIONS_ENV} names it")
+    if problem or integration is None:
+        return Decision(name, origin, None, BROKEN, (), problem)
     if integration.host is None:
         return Decision(name, origin, integration, ON, integration.parts(), "it needs no host package")
     try:
