@@ -55,14 +55,17 @@ FULL = Integration(
 
 
 @pytest.fixture
-def fresh_session() -> Iterator[None]:
-    """Nothing loaded by discovery during the test; the session's integrations loaded again afterwards."""
+def fresh_session() -> Iterator[pytest.MonkeyPatch]:
+    """Nothing loaded by discovery during the test; the session's integrations loaded again afterwards, once the
+    patches the test made with the yielded ``MonkeyPatch`` (its entry points) are undone."""
     discovery.unload_integrations()
     try:
-        yield
+        with pytest.MonkeyPatch.context() as patch:
+            yield patch
     finally:
         discovery.unload_integrations()
         discovery.load_integrations()
+        assert {d.name for d in discovery.decisions()} >= set(discovery.SHIPPED)
 
 
 def entry(name: str, value: str) -> metadata.EntryPoint:
@@ -232,8 +235,9 @@ def test_verl_without_verl_installed_keeps_what_works_on_the_shape(monkeypatch: 
 
 
 def test_load_integrations_applies_the_decisions_once(
-    monkeypatch: pytest.MonkeyPatch, fresh_session: None, caplog: pytest.LogCaptureFixture
+    fresh_session: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    monkeypatch = fresh_session
     points = [entry("inrange", f"{HERE}:IN_RANGE"), entry("out", f"{HERE}:OUT"),
               entry("absent", f"{HERE}:ABSENT"), entry("misnamed", f"{HERE}:MISNAMED")]
     monkeypatch.setattr(discovery, "entry_points", lambda: [(ep, "the tests") for ep in points])
@@ -252,8 +256,9 @@ def test_load_integrations_applies_the_decisions_once(
 
 
 def test_a_process_whose_parent_warned_says_it_at_debug(
-    monkeypatch: pytest.MonkeyPatch, fresh_session: None, caplog: pytest.LogCaptureFixture
+    fresh_session: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    monkeypatch = fresh_session
     monkeypatch.setattr(discovery, "entry_points", lambda: [(entry("out", f"{HERE}:OUT"), "the tests")])
     env = {"SKIPWEAVE_WARNED_INTEGRATIONS": f"other=1.0,out={metadata.version('packaging')}"}
     with caplog.at_level(logging.DEBUG, logger="skipweave"):
@@ -262,9 +267,8 @@ def test_a_process_whose_parent_warned_says_it_at_debug(
     assert said and all(level == logging.DEBUG for level, _ in said), said
 
 
-def test_an_off_integrations_profiles_are_named_as_off(
-    monkeypatch: pytest.MonkeyPatch, fresh_session: None, tmp_path: Path
-) -> None:
+def test_an_off_integrations_profiles_are_named_as_off(fresh_session: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch = fresh_session
     from skipweave.config.errors import ConfigError
     from skipweave.config.profiles import resolve_profile
 
