@@ -5,8 +5,8 @@
   ``sys.modules`` (integrations register with them through :mod:`skipweave.hooks` instead).
 - Using a generic layer (reading a registry, loading a config, scanning a store, the codec, weaving and recording a
   call, comparing two results), each in a fresh interpreter, loads no integration and no host either: the registries
-  are passive, and only the assembling entry points load the integrations. Composing a profile runs Hydra's search-path
-  plugins, skipweave's among them, which reads the integrations' declarations and nothing more.
+  are passive, and only the assembling entry points load the integrations. A Hydra app that looks for a profile no
+  earlier source holds makes skipweave's search-path plugin read the integrations' declarations, and nothing more.
 - No import cycle among the package's modules at import time. The graph is built from each module's import-time
   statements (module level, class bodies and ``if``/``try``/``with`` blocks; not function bodies, not
   ``if TYPE_CHECKING:`` blocks), read from the source with :mod:`ast`, so one a refactoring would create in a rarely
@@ -354,6 +354,12 @@ USES: dict[str, str] = {
         "from skipweave.store.scan import scan\n"
         "assert scan(WORK + '/dump').entries, 'one entry recorded'\n"
     ),
+    "config: compose a shipped profile with Hydra (the search-path plugin runs)": (
+        "from skipweave.config.profiles import compose_profile\n"
+        "from skipweave.config import load_skip_config\n"
+        "cfg = compose_profile('rollout_cache', overrides=['skip.rollout.dump_dir=' + WORK + '/d'])\n"
+        "assert load_skip_config(cfg).roles['rollout'].enable\n"
+    ),
     "verify: compare a recorded and a live result": (
         "import torch\n"
         "from skipweave.verify.compare import compare\n"
@@ -364,14 +370,19 @@ USES: dict[str, str] = {
 """What each generic layer is used for (code run in a fresh child; ``WORK`` a private folder on ``sys.path`` holding
 ``usehost.py``, ``FIXTURE`` the fixture store): none of it may load an integration or a host."""
 
-COMPOSE = (
-    "from skipweave.config.profiles import compose_profile\n"
-    "from skipweave.config import load_skip_config\n"
-    "cfg = compose_profile('rollout_cache', overrides=['skip.rollout.dump_dir=' + WORK + '/d'])\n"
-    "assert load_skip_config(cfg).roles['rollout'].enable\n"
+LOOK_UP = (
+    "from hydra import compose, initialize_config_dir\n"
+    "open(WORK + '/app.yaml', 'w').write('a: 1\\n')\n"
+    "with initialize_config_dir(config_dir=WORK, version_base=None):\n"
+    "    try:\n"
+    "        compose(config_name='app', overrides=['+skip=no_profile_of_that_name'])\n"
+    "    except Exception as exc:\n"
+    "        assert 'no_profile_of_that_name' in str(exc), exc\n"
+    "    else:\n"
+    "        raise AssertionError('composed a profile that exists nowhere')\n"
 )
-"""Composing a shipped profile: Hydra runs every search-path plugin, skipweave's too, which reads the integrations'
-declarations (for their profile folders) and nothing more."""
+"""A Hydra app looking for a profile no earlier source holds: skipweave's search-path plugin asks the integrations for
+their profile folders, which reads their declarations and nothing more."""
 
 USE_SOURCE = """
 import importlib, json, os, sys, tempfile, traceback
@@ -435,9 +446,9 @@ def declaration_modules() -> set[str]:
 
 def test_using_a_generic_layer_loads_no_integration_and_no_host() -> None:
     """docs/architecture.md: registries are passive, so reading one, loading a config, scanning a store, running the
-    codec, weaving and recording a call, comparing two results -- each in a fresh interpreter -- load no module of
-    ``skipweave.integrations`` and no host library (an earlier design imported 40 modules, Ray's and verl's
-    integrations among them, at the first read of a registry)."""
+    codec, weaving and recording a call, comparing two results, composing a shipped profile -- each in a fresh
+    interpreter -- load no module of ``skipweave.integrations`` and no host library (an earlier design imported 40
+    modules, Ray's and verl's integrations among them, at the first read of a registry)."""
     results = forbidden_after_use(USES)
     failed = {t: r for t, r in results.items() if isinstance(r, str)}
     assert not failed, "a use case failed:\n" + "\n".join(f"--- {t}\n{r}" for t, r in failed.items())
@@ -446,12 +457,12 @@ def test_using_a_generic_layer_loads_no_integration_and_no_host() -> None:
         f"  {t}: {r}" for t, r in sorted(bad.items()))
 
 
-def test_composing_a_profile_reads_the_declarations_only() -> None:
-    result = forbidden_after_use({"compose": COMPOSE})["compose"]
+def test_looking_up_an_integrations_profile_reads_the_declarations_only() -> None:
+    result = forbidden_after_use({"look up": LOOK_UP})["look up"]
     assert isinstance(result, list), result
     assert f"{PACKAGE}.integrations.discovery" in result, "skipweave's search-path plugin did not run"
     extra = sorted(set(result) - declaration_modules())
-    assert not extra, f"composing a profile loads more than the integrations' declarations: {extra}"
+    assert not extra, f"looking up a profile loads more than the integrations' declarations: {extra}"
 
 
 def test_the_use_check_sees_an_integration() -> None:

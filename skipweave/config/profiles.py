@@ -59,6 +59,10 @@ from skipweave.config.schema import NESTED_ROLE_KEYS
 PROFILE_GROUP = "skip"
 """The Hydra config group holding the profiles."""
 
+INTEGRATIONS_PROVIDER = "skipweave-integrations"
+"""The provider of the search-path plugin's source of the integrations' profiles
+(``hydra_plugins/skipweave_searchpath``)."""
+
 _FILE_OPTION = "_skipweave_profile_"
 """Prefix of the ConfigStore options a composition registers for profile files (removed afterwards)."""
 
@@ -249,9 +253,8 @@ def compose_profile(
         search_path = create_config_search_path(None)
         if not any(entry.provider == "skipweave" for entry in search_path.get_path()):
             search_path.append(provider="skipweave", path=f"file://{conf_dir()}")  # plugin not installed
-        on_path = {entry.path for entry in search_path.get_path()}
-        for source in integration_sources():  # (the plugin put them there already, unless it is not installed)
-            if f"file://{source.conf_dir}" not in on_path:
+        if not any(entry.provider == INTEGRATIONS_PROVIDER for entry in search_path.get_path()):
+            for source in integration_sources():  # (the plugin is not installed: its source would find them)
                 search_path.append(provider=f"skipweave-{source.integration}", path=f"file://{source.conf_dir}")
         loader = ConfigLoaderImpl(config_search_path=search_path)
         cfg = loader.load_configuration(

@@ -19,7 +19,8 @@ made in the driver never reaches them. This package carries the woven plan to th
   :class:`~skipweave.integrations.ray.failures.WorkerWeaveError`, instead of silently running live.
 
 This module is the integration's declaration (see :mod:`skipweave.integrations.base`); importing it imports neither
-Ray nor torch, nor any other module of the package: Hydra's search-path plugin reads it in every Hydra app.
+Ray nor torch, nor any other module of the package: Hydra's search-path plugin reads it in a Hydra app that looks for a
+profile skipweave does not ship.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 verl's V1 trainer passes ``TensorDict`` batches to its rollout; :mod:`~skipweave.integrations.tensordict.hosts` holds
 the host types. This module is the integration's declaration only (see :mod:`skipweave.integrations.base`): it imports
-nothing else, because Hydra's search-path plugin reads it in every Hydra app.
+nothing else, because Hydra's search-path plugin reads it in a Hydra app that looks for a
+profile skipweave does not ship.
 
 The host types load also without tensordict installed: they match objects by their classes' module and name, so they
 match nothing then, and a store holding tensordict nodes still lists and shows them (``skipweave show``) where

@@ -13,7 +13,8 @@ Modules (each imports verl only when verl is already running, so importing this 
 See docs/verl.md.
 
 This module is the integration's declaration (see :mod:`skipweave.integrations.base`) and imports nothing else:
-Hydra's search-path plugin reads it in every Hydra app.
+Hydra's search-path plugin reads it (in a Hydra app that looks
+for a profile skipweave does not ship).
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ def report(results: list, **extra: object) -> None:
         "patched": type(worker.Generator.__dict__["generate"]).__name__ != "function",
         "loaded": sorted(m for m in ("torch", "ray", "skipweave") if m in sys.modules),
         "plugins": sorted(m for m in sys.modules if m.startswith("hydra_plugins.skipweave")),
-        "skipweave_modules": sorted(m for m in sys.modules if m == "skipweave" or m.startswith("skipweave.")),
         **extra,
     }
     print("REPORT " + json.dumps(data), flush=True)
