@@ -291,3 +291,59 @@ def test_an_off_integrations_profiles_are_named_as_off(fresh_session: pytest.Mon
     discovery.unload_integrations()
     assert not [s for s in PROFILE_SOURCES if s.integration == "withprofiles"]
 
+
+
+def test_without_verl_installed_a_verl_shaped_trainer_still_records_and_replays(
+    fresh_session: pytest.MonkeyPatch, host_module: Any, tmp_path: Path
+) -> None:
+    """As the tiny_grpo example does where verl is not installed: the DataProto shape is stored as such and every
+    result carries meta_info["skipweave"]; verl's SkipManager hand-over is not loaded (nothing of verl to hand over)."""
+    import skipweave
+    from skipweave.integrations.verl.coexist import COEXISTENCE
+    from skipweave.integrations.verl.config import LEGACY_KEYS
+    from skipweave.integrations.verl.hosts import DATAPROTO
+
+    real = metadata.version
+
+    def version(name: str) -> str:
+        if name == "verl":
+            raise metadata.PackageNotFoundError(name)
+        return real(name)
+
+    fresh_session.setattr(metadata, "version", version)
+    verl = {d.name: d for d in discovery.load_integrations()}["verl"]
+    assert verl.status == discovery.PARTIAL
+    assert DATAPROTO in HOST_TYPES and LEGACY_KEYS in CONFIG_ADAPTERS and COEXISTENCE not in WEAVE_HOOKS
+    assert ("meta_info", "skipweave") in RESULT_NOTES.current() and "vllm" in ENVIRONMENT_PACKAGES
+
+    name, _ = host_module('''
+        import torch
+
+        class Batch:
+            def __init__(self, step):
+                self.batch = {"x": torch.arange(3) * step}
+                self.non_tensor_batch = {}
+                self.meta_info = {"global_steps": step}
+
+        CALLS = []
+
+        def generate(batch):
+            CALLS.append(batch.meta_info["global_steps"])
+            return Batch(batch.meta_info["global_steps"] + 100)
+    ''')
+    import importlib
+
+    host = importlib.import_module(name)
+    # (the step: the default, meta_info["global_steps"] of the batch argument)
+    plan = {"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "action": "cache",
+                                 "targets": {"gen": f"{name}:generate"}}}}
+    for _ in range(2):  # record, then replay
+        skipweave.weave(plan)
+        out = [host.generate(host.Batch(step)) for step in (1, 2)]
+        skipweave.flush()
+        skipweave.unweave()
+    assert host.CALLS == [1, 2], "the second run generated again"
+    assert [o.meta_info["skipweave"]["status"] for o in out] == ["hit", "hit"]
+    assert type(out[0]) is host.Batch and out[1].batch["x"].tolist() == [0, 102, 204]
+    trees = "".join(p.read_text() for p in tmp_path.rglob("*.tree.json"))
+    assert '"t":"dataproto"' in trees.replace(" ", "")
