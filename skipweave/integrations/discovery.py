@@ -237,6 +237,7 @@ def unload_integrations() -> None:
         for source in _STATE.off_profiles:
             PROFILE_SOURCES.remove(source)
         _STATE.decisions, _STATE.off_profiles = None, ()
+        _DECIDED.clear()
 
 
 def _apply(decision: Decision, env: Mapping[str, str]) -> Decision:
