@@ -123,7 +123,8 @@ def decide(environ: Mapping[str, str] | None = None) -> list[Decision]:
     """Decide for every integration of this environment what loads (see the module docstring); loads nothing.
 
     Imports each declaration (by contract a light module) and reads host versions from the installed metadata; imports
-    no part and no host. Logs at DEBUG only: :func:`load_integrations` says what matters.
+    no part and no host. Logs at DEBUG only (but for a name two distributions declare: a WARNING), and
+    :func:`load_integrations` says what matters.
 
     Args:
         environ: the environment to read the switches from; ``os.environ`` by default.
