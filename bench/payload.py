@@ -13,6 +13,13 @@ from typing import Any
 import numpy as np
 import torch
 
+import skipweave
+
+# The store reads this DataProto shape (and the TensorDict in it) through the host types of the verl and tensordict
+# integrations; the registries are passive, so a benchmark child that drives StepStore directly loads the
+# integrations as every run does (skipweave.weave, the CLI, the Hydra callback).
+skipweave.load_integrations()
+
 # bytes per token: input_ids, attention_mask, position_ids (int64) + old_log_probs (float32)
 # + ref_log_prob (bfloat16)
 BYTES_PER_TOKEN = 3 * 8 + 4 + 2

@@ -7,6 +7,9 @@ app of the environment — costs no torch or ray import):
 - :func:`set_step`: tell skipweave the current training step (verl's ``SkipManager`` style).
 - :func:`counters`: hits, misses, bypasses, bytes and seconds saved in this process.
 - :func:`flush`: wait until the recordings still being written in the background are committed.
+- :func:`load_integrations`: load the integrations of the environment (host types, config adapters, ...), once per
+  process; :func:`weave`, the ``skipweave`` command, the Hydra callback and ``skipweave run`` do it themselves, a
+  program that only reads a store through ``skipweave.store`` calls it first (see ``docs/integrations.md``).
 - :class:`ConfigError`: a bad ``skip`` value, raised before anything is patched.
 - :class:`TargetNotFound`: a target path that does not resolve (names the failing part).
 - :class:`ReplayMissing`: a replay-only run met a call no recording serves (see ``docs/replay_only.md``).
@@ -23,11 +26,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"
+from skipweave.version import __version__
 
 if TYPE_CHECKING:
     from skipweave.api import counters, set_step, unweave, weave, woven_plan
     from skipweave.config.errors import ConfigError
+    from skipweave.integrations.discovery import load_integrations
     from skipweave.store.write_behind import flush
     from skipweave.weaving.proxy import ReplayMissing
     from skipweave.weaving.replay import EnvironmentMismatch, FingerprintMismatch, ForeignRecording
@@ -43,6 +47,7 @@ _LAZY = {
     "set_step": "skipweave.api",
     "counters": "skipweave.api",
     "flush": "skipweave.store.write_behind",
+    "load_integrations": "skipweave.integrations.discovery",
     "ConfigError": "skipweave.config.errors",
     "TargetNotFound": "skipweave.weaving.resolve",
     "ReplayMissing": "skipweave.weaving.proxy",
@@ -56,8 +61,8 @@ _LAZY = {
 
 __all__ = ["ConfigError", "Diverged", "DumpDirNotShared", "EnvironmentMismatch", "FingerprintMismatch",
            "ForeignRecording", "ReplayMissing",
-           "StubUnforeseen", "TargetNotFound", "__version__", "counters", "flush", "set_step", "unweave", "weave",
-           "woven_plan"]
+           "StubUnforeseen", "TargetNotFound", "__version__", "counters", "flush", "load_integrations", "set_step",
+           "unweave", "weave", "woven_plan"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,8 +1,10 @@
 """The public functions behind ``skipweave.weave``, ``unweave``, ``set_step`` and ``counters``.
 
-What a host integration does beside the weave (propagate the plan to Ray workers, coexist with verl's own
-``SkipManager``) it registers in :data:`skipweave.weaving.weave_hooks.WEAVE_HOOKS`; this module imports no
-integration.
+:func:`weave` is one of the entry points that assemble the system: it loads the integrations of the environment
+(once per process, :func:`skipweave.integrations.discovery.load_integrations`) before it reads a config, so that
+their config adapters, host types, result notes and weave hooks take part. What a host integration does beside the
+weave (propagate the plan to Ray workers, coexist with verl's own ``SkipManager``) is such a weave hook
+(:data:`skipweave.weaving.weave_hooks.WEAVE_HOOKS`); this module names no integration.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from typing import Any
 
 from skipweave.config.loader import load_skip_config
 from skipweave.config.schema import SkipConfig
+from skipweave.integrations.discovery import load_integrations
 from skipweave.policy.steps import set_step
 from skipweave.report import counters
 from skipweave.weaving import weave_hooks
 from skipweave.weaving.weaver import WEAVER, Patch
 
-__all__ = ["counters", "set_step", "unweave", "weave", "woven_plan"]
+__all__ = ["counters", "load_integrations", "set_step", "unweave", "weave", "woven_plan"]
 
 
 def weave(
@@ -26,7 +29,8 @@ def weave(
     profile: str | Sequence[str] | None = None,
     overrides: Sequence[str] = (),
 ) -> list[Patch]:
-    """Patch every target of every enabled role.
+    """Patch every target of every enabled role (loading the integrations of the environment first, once per
+    process).
 
     Args:
         cfg: the application's whole config — a mapping or OmegaConf ``DictConfig`` with a top-level
@@ -50,6 +54,7 @@ def weave(
             ``skip`` and ``defaults`` (key ``profile``); nothing is patched.
         skipweave.weaving.resolve.TargetNotFound: a non-optional target does not resolve; nothing is patched.
     """
+    load_integrations()  # first: their config adapters read cfg, their profiles may be selected
     if profile is not None:
         from skipweave.config.profiles import compose_profile
 

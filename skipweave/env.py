@@ -54,6 +54,18 @@ MAP_ENV = "SKIPWEAVE_MAP_PAYLOADS"
 that another program rewrites in place, docs/format.md "Reading without a copy"); unset or anything else: large plain
 payloads on a local disk are mapped."""
 
-__all__ = ["APP_HOOK_ENV", "APP_HOOK_PICKLE_ENV", "LOG_LEVEL_ENV", "MAP_ENV", "PLAN_ENV", "PROFILE_PATH_ENV",
-           "PROGRAM_PID_ENV", "PROGRESS_ENV", "RUN_ENV", "RUN_STARTED_ENV", "SHARED_MARKS_ENV", "STRICT_REPORT_ENV",
-           "SUMMARY_ENV"]
+DISABLED_INTEGRATIONS_ENV = "SKIPWEAVE_DISABLED_INTEGRATIONS"
+"""Comma-separated names of integrations (``verl,ray``) a process does not load, whatever their host's version
+(docs/integrations.md)."""
+
+FORCE_INTEGRATIONS_ENV = "SKIPWEAVE_FORCE_INTEGRATIONS"
+"""Comma-separated names of integrations loaded although their host package's installed version is outside the range
+they declare (one WARNING each still says so); :data:`DISABLED_INTEGRATIONS_ENV` wins over it."""
+
+WARNED_INTEGRATIONS_ENV = "SKIPWEAVE_WARNED_INTEGRATIONS"
+"""Set by a process that warned about an integration's host version (``verl=0.12.0,...``): the processes it starts
+inherit it and say the same at DEBUG only, so that one run gives one WARNING per integration."""
+
+__all__ = ["APP_HOOK_ENV", "APP_HOOK_PICKLE_ENV", "DISABLED_INTEGRATIONS_ENV", "FORCE_INTEGRATIONS_ENV",
+           "LOG_LEVEL_ENV", "MAP_ENV", "PLAN_ENV", "PROFILE_PATH_ENV", "PROGRAM_PID_ENV", "PROGRESS_ENV", "RUN_ENV",
+           "RUN_STARTED_ENV", "SHARED_MARKS_ENV", "STRICT_REPORT_ENV", "SUMMARY_ENV", "WARNED_INTEGRATIONS_ENV"]

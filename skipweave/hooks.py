@@ -1,54 +1,34 @@
 """The one registry through which integrations plug into the generic layers (see docs/architecture.md).
 
-The generic layers (``config``, ``policy``, ``weaving``, ``store``) name no host: they never import
+The generic layers (``config``, ``policy``, ``weaving``, ``store``, ``verify``) name no host: they never import
 ``skipweave.integrations``, verl, Ray or tensordict. What a host adds -- a result type the codec stores (verl's
 ``DataProto``, tensordict's ``TensorDict``), a config adapter (verl's legacy keys and run namespace), something to
 do when a plan is woven or unwoven (propagate it to Ray workers, hand roles over from verl's ``SkipManager``) --
 is registered by the integration in a :class:`Registry` that the generic layer declares and reads (each layer
 declares the registries it consumes, next to the type of their items; this module gives them one mechanism).
 
-The integrations shipped with skipweave register themselves the first time a registry is read
-(:func:`skipweave.integrations.register_builtin`), so a process that only replays a store, or the CLI, sees the
-same host types as the recording run did. Registering imports nothing of the host: an integration detects its
-host's objects by class name and module, and imports the host only when one is met.
+A registry is passive: reading it loads nothing. The integrations are loaded, once per process, by the entry
+points that assemble the system -- :func:`skipweave.weave`, the ``skipweave`` command, the Hydra callback, the
+``skipweave run`` bootstrap, a Ray worker's set-up -- through
+:func:`skipweave.integrations.discovery.load_integrations`; a program that uses a generic layer on its own (reads a
+store with :mod:`skipweave.store.scan`, say) calls that function first if it wants the hosts' types. An earlier
+design loaded them the first time a registry was read, which made every generic layer a client of verl and Ray at
+run time (``list(HOST_TYPES)`` imported 40 modules) while no import-time check could see it.
 
 This module imports nothing of skipweave's, so every layer may import it.
 """
 
 from __future__ import annotations
 
-import importlib
 import threading
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
-_builtin_lock = threading.RLock()
-_builtin_loaded = False
-_builtin_loading = False
-
-
-def _load_builtin() -> None:
-    """Have the shipped integrations register themselves, once per process. Another thread reading a registry
-    meanwhile waits until they all have (it would else see a registry half filled, e.g. no DataProto host type);
-    the loading thread itself reads the registries as they are (an integration's registration may read them)."""
-    global _builtin_loaded, _builtin_loading
-    if _builtin_loaded:
-        return
-    with _builtin_lock:
-        if _builtin_loaded or _builtin_loading:
-            return
-        _builtin_loading = True
-        try:
-            # (by name: the generic layers may not import the integrations package, only ask for it at run time)
-            importlib.import_module("skipweave.integrations").register_builtin()
-        finally:
-            _builtin_loaded, _builtin_loading = True, False
-
 
 class Registry(Generic[T]):
-    """An ordered set of items of one kind of hook; reading it first loads the shipped integrations.
+    """An ordered set of items of one kind of hook, filled by the integrations a process loaded.
 
     Args:
         name: what the items are, for messages (``"host type"``).
@@ -73,9 +53,11 @@ class Registry(Generic[T]):
                 self._items.remove(item)
 
     def items(self) -> tuple[T, ...]:
-        """Every registered item, in registration order (the shipped integrations' first)."""
-        _load_builtin()
+        """Every registered item, in registration order (the integrations' load order)."""
         return tuple(self._items)
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._items
 
     def __iter__(self) -> Iterator[T]:
         return iter(self.items())

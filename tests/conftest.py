@@ -18,6 +18,17 @@ import pytest
 # Subprocesses the tests start are unaffected.
 logging.getLogger("skipweave").addHandler(logging.NullHandler())
 
+# The registries are passive (skipweave.hooks): the test session assembles skipweave as its entry points do, so that a
+# test reading a config or a store in-process sees the integrations' adapters and host types, as a run would.
+from skipweave.integrations.discovery import load_integrations  # noqa: E402
+
+load_integrations()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the markers used across the tests."""
+    config.addinivalue_line("markers", "slow: starts processes (programs, installs, clusters); seconds per test")
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Register the ``slow`` marker: a module that starts processes (Hydra apps, Ray clusters, the main job)."""

@@ -3,10 +3,15 @@
 - The generic layers (``config``, ``policy``, ``weaving``, ``store``, ``verify``) name no host: importing any of
   their modules in a fresh interpreter leaves ``skipweave.integrations``, verl, Ray and tensordict out of
   ``sys.modules`` (integrations register with them through :mod:`skipweave.hooks` instead).
+- Using a generic layer (reading a registry, loading a config, scanning a store, the codec, weaving and recording a
+  call, comparing two results), each in a fresh interpreter, loads no integration and no host either: the registries
+  are passive, and only the assembling entry points load the integrations. A Hydra app that looks for a profile no
+  earlier source holds makes skipweave's search-path plugin read the integrations' declarations, and nothing more.
 - No import cycle among the package's modules at import time. The graph is built from each module's import-time
   statements (module level, class bodies and ``if``/``try``/``with`` blocks; not function bodies, not
-  ``if TYPE_CHECKING:`` blocks), read from the source with :mod:`ast`, so a cycle hidden behind a lazy import does
-  not count and one a refactoring would create in a rarely imported module does.
+  ``if TYPE_CHECKING:`` blocks), read from the source with :mod:`ast`, so one a refactoring would create in a rarely
+  imported module counts. Counting every import (function-level and ``TYPE_CHECKING`` ones too), no circle but the
+  known ones (:data:`KNOWN_CIRCLES`, a list that only shrinks).
 - No module uses another module's private names: no ``from skipweave.x import _y``, no ``x._y`` where ``x`` was
   imported from another skipweave module (a module, or an object such as a singleton defined there); the owner adds
   a public function instead. Dunder names (``__version__``), enum ``_sunder_`` names and the namedtuple API
@@ -293,6 +298,182 @@ def test_the_import_check_sees_a_host() -> None:
     assert f"{PACKAGE}.integrations.verl.coexist" in results[f"{PACKAGE}.integrations.verl.coexist"]
 
 
+# ------------------------------------------------------------------------------------------- generic layers at run time
+
+USE_FORBIDDEN = (*FORBIDDEN, "trl", "vllm", "sglang")
+"""What using a generic layer may not bring into ``sys.modules`` either (the hosts of the integrations to come too)."""
+
+USE_PRELOAD = (*PRELOAD, "hydra", "xxhash", "filelock")
+
+USE_HOST = """
+import random
+
+def generate(n):
+    return {"tokens": [random.randrange(100) for _ in range(n)], "n": n}
+"""
+
+USES: dict[str, str] = {
+    "store.hosts: list the host types (nothing registers one by being read)": (
+        "import skipweave.store.hosts as hosts\n"
+        "assert list(hosts.HOST_TYPES) == [] and hosts.host_of(object()) is None, list(hosts.HOST_TYPES)\n"
+    ),
+    "config: load a config holding verl's legacy keys beside skip": (
+        "from skipweave.config import load_skip_config\n"
+        "plan = load_skip_config({'skip': {'rollout': {'enable': True, 'dump_dir': WORK + '/d', 'step': 'counter',\n"
+        "                                  'targets': {'gen': 'usehost:generate'}}},\n"
+        "                         'actor_rollout_ref': {'rollout': {'skip_rollout': False}},\n"
+        "                         'trainer': {'experiment_name': 'e'}})\n"
+        "assert plan.roles['rollout'].enable\n"
+    ),
+    "store: scan the fixture store, checksums and all": (
+        "from skipweave.store.scan import scan\n"
+        "result = scan(FIXTURE, checksums=True)\n"
+        "assert result.parts, 'the fixture store holds parts'\n"
+    ),
+    "store: encode and decode a result": (
+        "import dataclasses, numpy as np, torch\n"
+        "from skipweave.store.format import codec\n"
+        "@dataclasses.dataclass\n"
+        "class Batch:\n"
+        "    batch: dict\n"
+        "    non_tensor_batch: dict\n"
+        "    meta_info: dict\n"
+        "value = {'t': torch.arange(4), 'a': np.arange(3), 'l': [1, 'x', None]}\n"
+        "enc = codec.encode(value)\n"
+        "back = codec.decode(enc.tree, enc.tensors)\n"
+        "assert torch.equal(back['t'], value['t']) and back['l'] == value['l']\n"
+    ),
+    "weaving: weave a target, record a call, commit it": (
+        "import os\n"
+        "from skipweave.config import load_skip_config\n"
+        "from skipweave.weaving.weaver import WEAVER\n"
+        "from skipweave.store.write_behind import flush\n"
+        "plan = load_skip_config({'skip': {'rollout': {'enable': True, 'dump_dir': WORK + '/dump', 'step': 'counter',\n"
+        "                                  'targets': {'gen': 'usehost:generate'}}}})\n"
+        "WEAVER.weave(plan)\n"
+        "import usehost\n"
+        "usehost.generate(3)\n"
+        "flush()\n"
+        "WEAVER.unweave()\n"
+        "from skipweave.store.scan import scan\n"
+        "assert scan(WORK + '/dump').entries, 'one entry recorded'\n"
+    ),
+    "config: compose a shipped profile with Hydra (the search-path plugin runs)": (
+        "from skipweave.config.profiles import compose_profile\n"
+        "from skipweave.config import load_skip_config\n"
+        "cfg = compose_profile('rollout_cache', overrides=['skip.rollout.dump_dir=' + WORK + '/d'])\n"
+        "assert load_skip_config(cfg).roles['rollout'].enable\n"
+    ),
+    "verify: compare a recorded and a live result": (
+        "import torch\n"
+        "from skipweave.verify.compare import compare\n"
+        "got = compare({'ids': torch.tensor([[1, 2, 3]])}, {'ids': torch.tensor([[1, 2, 4]])})\n"
+        "assert got.first is not None\n"
+    ),
+}
+"""What each generic layer is used for (code run in a fresh child; ``WORK`` a private folder on ``sys.path`` holding
+``usehost.py``, ``FIXTURE`` the fixture store): none of it may load an integration or a host."""
+
+LOOK_UP = (
+    "from hydra import compose, initialize_config_dir\n"
+    "open(WORK + '/app.yaml', 'w').write('a: 1\\n')\n"
+    "with initialize_config_dir(config_dir=WORK, version_base=None):\n"
+    "    try:\n"
+    "        compose(config_name='app', overrides=['+skip=no_profile_of_that_name'])\n"
+    "    except Exception as exc:\n"
+    "        assert 'no_profile_of_that_name' in str(exc), exc\n"
+    "    else:\n"
+    "        raise AssertionError('composed a profile that exists nowhere')\n"
+)
+"""A Hydra app looking for a profile no earlier source holds: skipweave's search-path plugin asks the integrations for
+their profile folders, which reads their declarations and nothing more."""
+
+USE_SOURCE = """
+import importlib, json, os, sys, tempfile, traceback
+cases, forbidden, preload, host, fixture = (json.loads(a) for a in sys.argv[1:6])
+def loaded():
+    return sorted(m for m in sys.modules if any(m == f or m.startswith(f + ".") for f in forbidden))
+for name in preload:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        pass
+assert not loaded(), f"the preloaded libraries bring in {loaded()}"
+assert not any(m == "skipweave" or m.startswith("skipweave.") for m in sys.modules)
+out = {}
+for title, code in cases.items():
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a child with nothing of skipweave imported yet: use one layer, report, leave at once
+        os.close(read)
+        try:
+            work = tempfile.mkdtemp(prefix="skipweave-layering-")
+            with open(os.path.join(work, "usehost.py"), "w") as fh:
+                fh.write(host)
+            sys.path.insert(0, work)
+            exec(compile(code, title, "exec"), {"WORK": work, "FIXTURE": fixture, "__name__": "__case__"})
+            found = loaded()
+        except BaseException:
+            found = "failed: " + traceback.format_exc()
+        os.write(write, json.dumps(found).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as fh:
+        data = fh.read()
+    os.waitpid(pid, 0)
+    out[title] = json.loads(data) if data else "the child died without reporting"
+print(json.dumps(out))
+"""
+
+
+def forbidden_after_use(cases: dict[str, str]) -> dict[str, list[str] | str]:
+    """For each case of ``cases`` (title -> code): the modules of :data:`USE_FORBIDDEN` in ``sys.modules`` after
+    running it in a fresh child of one interpreter that imported only the standard library and :data:`USE_PRELOAD`
+    (or the traceback of its failure)."""
+    fixture = ROOT / "tests" / "fixtures" / "store_v1"
+    proc = subprocess.run([sys.executable, "-c", USE_SOURCE, json.dumps(cases), json.dumps(USE_FORBIDDEN),
+                           json.dumps(USE_PRELOAD), json.dumps(USE_HOST), json.dumps(str(fixture))],
+                          capture_output=True, text=True, cwd=str(ROOT), timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    result: dict[str, list[str] | str] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def declaration_modules() -> set[str]:
+    """The modules Hydra's search-path plugin may load of ``skipweave.integrations``: the discovery, the declaration
+    base and the package of each shipped declaration (the entry points name ``package:INTEGRATION``)."""
+    from skipweave.integrations.discovery import SHIPPED
+
+    return {f"{PACKAGE}.integrations", f"{PACKAGE}.integrations.base", f"{PACKAGE}.integrations.discovery",
+            *(ref.partition(":")[0] for ref in SHIPPED.values())}
+
+
+def test_using_a_generic_layer_loads_no_integration_and_no_host() -> None:
+    """docs/architecture.md: registries are passive, so reading one, loading a config, scanning a store, running the
+    codec, weaving and recording a call, comparing two results, composing a shipped profile -- each in a fresh
+    interpreter -- load no module of ``skipweave.integrations`` and no host library (an earlier design imported 40
+    modules, Ray's and verl's integrations among them, at the first read of a registry)."""
+    results = forbidden_after_use(USES)
+    failed = {t: r for t, r in results.items() if isinstance(r, str)}
+    assert not failed, "a use case failed:\n" + "\n".join(f"--- {t}\n{r}" for t, r in failed.items())
+    bad = {t: r for t, r in results.items() if r}
+    assert not bad, "using a generic layer brings in an integration or a host:\n" + "\n".join(
+        f"  {t}: {r}" for t, r in sorted(bad.items()))
+
+
+def test_looking_up_an_integrations_profile_reads_the_declarations_only() -> None:
+    result = forbidden_after_use({"look up": LOOK_UP})["look up"]
+    assert isinstance(result, list), result
+    assert f"{PACKAGE}.integrations.discovery" in result, "skipweave's search-path plugin did not run"
+    extra = sorted(set(result) - declaration_modules())
+    assert not extra, f"looking up a profile loads more than the integrations' declarations: {extra}"
+
+
+def test_the_use_check_sees_an_integration() -> None:
+    results = forbidden_after_use({"load": "import skipweave\nskipweave.load_integrations()\n"})
+    assert isinstance(results["load"], list) and f"{PACKAGE}.integrations.verl.hosts" in results["load"]
+
+
 # ------------------------------------------------------------------------------------------- cycles
 
 def test_the_import_graph_sees_the_package() -> None:
@@ -307,6 +488,70 @@ def test_no_import_cycle_at_import_time() -> None:
     components = strongly_connected(graph)
     assert not components, "import cycles among the package's modules (import-time imports only):\n" + "\n".join(
         f"  {len(c)} modules {c}\n    e.g. {describe_cycle(graph, one_cycle(graph, c))}" for c in components)
+
+
+def every_import_graph() -> dict[str, dict[str, int]]:
+    """``importer -> {imported module: line}`` over *every* import of the package: at module level, inside functions
+    and under ``if TYPE_CHECKING:`` alike (what a module needs, whenever it needs it).
+
+    ``from skipweave import hooks`` names the package only as the namespace of ``hooks``: it adds no edge to the package
+    (whose facade names every public function under ``TYPE_CHECKING``), only to ``skipweave.hooks``.
+    """
+    graph: dict[str, dict[str, int]] = {}
+    for name in MODULES:
+        edges: dict[str, int] = {}
+        for stmt in ast.walk(parse(name)):
+            if not isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                continue
+            targets = imported_modules(name, stmt)
+            if isinstance(stmt, ast.ImportFrom):
+                base = resolve_from(name, stmt.level, stmt.module)
+                if base in MODULES and all(f"{base}.{a.name}" in MODULES for a in stmt.names):
+                    targets = [t for t in targets if t != base]
+            for target in targets:
+                edges.setdefault(target, stmt.lineno)
+        graph[name] = edges
+    return graph
+
+
+KNOWN_CIRCLES: dict[frozenset[str], str] = {
+    frozenset(f"{PACKAGE}.weaving.{m}" for m in (
+        "asyncio_bridge", "binding", "calls", "effects", "fingerprint", "proxy", "record", "replay", "verifier")):
+        "the call engine: helpers holding the SkipProxy they serve (issue 43, 'a call engine with a direction')",
+    frozenset(f"{PACKAGE}.store.{m}" for m in (
+        "commit", "parts", "resume", "retainer", "retention", "scan", "step_store", "upkeep", "validity")):
+        "the store's engine and upkeep: helpers typed against the StepStore facade that holds them",
+    frozenset(f"{PACKAGE}.store.format.codec.{m}" for m in (
+        "arrays", "containers", "decoder", "encoder", "objects", "pickled", "tensors")):
+        "the codec: each kind's module typed against the Encoder/Decoder that dispatch to it (issue 43)",
+}
+"""The import circles left when function-level and ``TYPE_CHECKING`` imports count, each with what it is; all three
+are a helper that points back at its owner. The list only shrinks: a new circle, or one grown, fails the test below,
+and so does a circle that is gone (delete it here)."""
+
+
+def test_import_circles_counting_every_import_are_the_known_ones() -> None:
+    """No import circle but the known ones, counting every import (the integrations' 15-module circle through
+    ``hooks.Registry``, the ``skipweave.__version__`` facade circle, Ray's failures and state, and diff and its plot
+    are gone)."""
+    graph = every_import_graph()
+    found = {frozenset(c): c for c in strongly_connected(graph)}
+    new = [c for key, c in found.items() if key not in KNOWN_CIRCLES]
+    gone = [sorted(key) for key in KNOWN_CIRCLES if key not in found]
+    assert not new and not gone, (
+        "import circles counting every import (function-level and TYPE_CHECKING ones too):\n"
+        + "".join(f"  new: {len(c)} modules {c}\n    e.g. {describe_cycle(graph, one_cycle(graph, c))}\n" for c in new)
+        + "".join(f"  gone (remove it from KNOWN_CIRCLES): {c}\n" for c in gone))
+
+
+def test_the_every_import_graph_counts_function_level_and_type_checking_imports() -> None:
+    graph = every_import_graph()
+    # a function-level import (the Hydra callback reads the config when a job starts)
+    assert f"{PACKAGE}.config" in graph[f"{PACKAGE}.integrations.hydra.callback"]
+    # a TYPE_CHECKING import (the weave hook protocol names the plan's type)
+    assert f"{PACKAGE}.config.schema" in graph[f"{PACKAGE}.weaving.weave_hooks"]
+    # `from skipweave import hooks` reaches hooks, not the facade
+    assert f"{PACKAGE}" not in graph[f"{PACKAGE}.store.hosts"] and f"{PACKAGE}.hooks" in graph[f"{PACKAGE}.store.hosts"]
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

@@ -1,17 +1,25 @@
-"""Put skipweave's config groups (``skip``, ``skipweave``) and the profile search path on every Hydra app's
-search path.
+"""Put skipweave's config groups (``skip``, ``skipweave``), the profile search path and the integrations' profile
+folders on every Hydra app's search path.
 
 Hydra imports this module in every Hydra app of the environment, so it stays tiny: it imports no
-torch, no ray, not even ``skipweave`` itself. The folder is located with ``find_spec``, which reads
+torch, no ray, no host. skipweave's folder is located with ``find_spec``, which reads
 the import system's metadata without running ``skipweave/__init__.py``; this works for a wheel
 (``site-packages/skipweave/conf``) and an editable install (``skipweave/conf`` links to the
 checkout's top-level ``conf/``) alike. Only when ``SKIPWEAVE_PROFILE_PATH`` is set does it import
 ``skipweave.config.profile_files`` (pure Python, no torch) to read that variable as skipweave does.
+
+The integrations' profile folders are one more source, :class:`IntegrationProfiles`, which asks
+:func:`skipweave.integrations.discovery.profile_dirs` for them only when Hydra looks for an option of group ``skip``
+that no source before it holds (``+skip=<a profile an integration ships>``, or the list of options in an error). That
+reads the entry points of ``skipweave.integrations`` and each declaration (a light module by contract), with the same
+off switch and version range as a loading process, and loads no part of an integration and no host; it costs 25-35 ms
+(Dec 2026, a venv of 170 distributions), which an app that selects a shipped profile, or none, does not pay.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 
 from hydra.core.config_search_path import ConfigSearchPath
@@ -24,6 +32,9 @@ PROFILE_PATH_ENV = "SKIPWEAVE_PROFILE_PATH"
 """Same as ``skipweave.config.profile_files.PROFILE_PATH_ENV`` (not imported: see the module docstring)."""
 
 GROUP = "skip"
+
+INTEGRATIONS_PROVIDER = "skipweave-integrations"
+"""The provider of :class:`IntegrationProfiles` on the search path (``skipweave.config.profiles`` looks for it)."""
 
 
 def skipweave_conf_dir() -> str | None:
@@ -38,8 +49,8 @@ def skipweave_conf_dir() -> str | None:
 
 
 class SkipweaveSearchPathPlugin(SearchPathPlugin):
-    """Append the folders of ``SKIPWEAVE_PROFILE_PATH``, then skipweave's ``conf/``, so that
-    ``+skip=<profile>`` composes into any app.
+    """Append the folders of ``SKIPWEAVE_PROFILE_PATH``, then skipweave's ``conf/``, then the integrations' profile
+    folders, so that ``+skip=<profile>`` composes into any app.
 
     Appended, not prepended: an app that ships its own ``skip/<name>.yaml`` keeps it. A name on the
     profile search path wins over a shipped one, as for ``skipweave run`` and ``skipweave.weave()``.
@@ -55,6 +66,21 @@ class SkipweaveSearchPathPlugin(SearchPathPlugin):
         conf_dir = skipweave_conf_dir()
         if conf_dir is not None:
             search_path.append(provider="skipweave", path=f"file://{conf_dir}")
+            # after the shipped profiles: a name skipweave ships cannot be taken over
+            search_path.append(provider=INTEGRATIONS_PROVIDER, path=f"{IntegrationProfiles.scheme()}://{GROUP}")
+
+
+def integration_profile_dirs() -> list[tuple[str, str]]:
+    """``(integration, folder)`` of each integration whose profiles a process of this environment loads; ``[]`` when
+    they cannot be read (a WARNING says why: a broken third-party declaration must not stop every Hydra app)."""
+    try:
+        from skipweave.integrations.discovery import profile_dirs
+
+        return profile_dirs()
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        logging.getLogger("skipweave").warning("skipweave: the integrations' profile folders are not on Hydra's "
+                                               "search path: %s: %s", type(exc).__name__, exc)
+        return []
 
 
 class ProfileFolder(ConfigSource):
@@ -109,3 +135,79 @@ class ProfileFolder(ConfigSource):
         if group != GROUP or not name or name.startswith("."):
             return None
         return os.path.join(self.path, self._normalize_file_name(name))
+
+
+class IntegrationProfiles(ConfigSource):
+    """The profiles the integrations of the environment ship: the options (and sub-groups) of group ``skip`` in each
+    one's profile folder, read as Hydra reads a ``file://`` source, in the integrations' load order.
+
+    Only a path of group ``skip`` is ever looked up here, and the folders are asked for (see the module docstring) the
+    first time one is.
+    """
+
+    def __init__(self, provider: str, path: str) -> None:
+        super().__init__(provider=provider, path=path)
+        self._folders: list[str] | None = None
+
+    @staticmethod
+    def scheme() -> str:
+        return "skipweave-integrations"
+
+    def folders(self) -> list[str]:
+        """The integrations' profile folders (each holding ``skip/``), asked for once per source."""
+        if self._folders is None:
+            self._folders = [folder for _, folder in integration_profile_dirs()]
+        return self._folders
+
+    def available(self) -> bool:
+        return True
+
+    def is_group(self, config_path: str) -> bool:
+        path = config_path.strip("/")
+        return _in_group(path) and any(os.path.isdir(os.path.join(f, path)) for f in self.folders())
+
+    def is_config(self, config_path: str) -> bool:
+        return self._file(config_path) is not None
+
+    def list(self, config_path: str, results_filter: ObjectType | None) -> list[str]:
+        path = config_path.strip("/")
+        if not _in_group(path):
+            return []
+        found: set[str] = set()
+        for folder in self.folders():
+            where = os.path.join(folder, path)
+            names = os.listdir(where) if os.path.isdir(where) else []
+            for name in names:
+                full = os.path.join(where, name)
+                if results_filter in (None, ObjectType.GROUP) and os.path.isdir(full) and name[:1] not in "._":
+                    found.add(name)
+                if results_filter in (None, ObjectType.CONFIG) and name.endswith(".yaml") and os.path.isfile(full):
+                    found.add(name[:-5])
+        return sorted(found)
+
+    def load_config(self, config_path: str) -> ConfigResult:
+        file = self._file(config_path)
+        if file is None:
+            raise ConfigLoadError(f"Config not found: {config_path} in the integrations' profile folders")
+        from omegaconf import OmegaConf
+
+        with open(file, encoding="utf-8") as fh:
+            text = fh.read()
+        cfg = OmegaConf.create(text) if text.strip() else OmegaConf.create({})
+        return ConfigResult(provider=self.provider, path=f"file://{os.path.dirname(file)}", config=cfg,
+                            header=ConfigSource._get_header_dict(text[:512]))
+
+    def _file(self, config_path: str) -> str | None:
+        path = config_path.strip("/")
+        if not _in_group(path) or path == GROUP:
+            return None
+        name = self._normalize_file_name(path)
+        for folder in self.folders():
+            full = os.path.join(folder, name)
+            if os.path.isfile(full):
+                return full
+        return None
+
+
+def _in_group(path: str) -> bool:
+    return path == GROUP or path.startswith(GROUP + "/")

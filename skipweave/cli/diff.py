@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from skipweave.cli.common import EXIT_OK, EXIT_USAGE, emit, emit_json
+from skipweave.cli.diff_plot import PAIRED
 
 SCHEMA = "skipweave.diff/1"
 EXIT_DIVERGED = 1
@@ -386,9 +387,6 @@ def _where(first: Any) -> str:
     kind = str(first.get("kind", ""))
     return "" if kind == "value" else kind  # a scalar has no position; other kinds (shape, type, keys) say what differs
 
-
-PAIRED = ("identical", "close", "diverged")
-"""The statuses of rows whose two entries were compared."""
 
 
 def _number(x: Any, fmt: str, paired: bool) -> str:

@@ -15,7 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from skipweave.cli.diff import PAIRED
+PAIRED = ("identical", "close", "diverged")
+"""The statuses of diff's rows whose two entries were compared (:mod:`skipweave.cli.diff` imports it from here: the
+plot, imported lazily by diff, then needs nothing of diff's, and the two modules make no import circle)."""
 
 MARKS = {"only_in_a": ("only in A", "tab:red", "--"), "only_in_b": ("only in B", "tab:purple", "--"),
          "unreadable": ("unreadable", "tab:gray", ":")}

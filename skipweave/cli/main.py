@@ -4,6 +4,10 @@ Adding a subcommand: write ``skipweave/cli/<name>.py`` with ``register(subparser
 parser and sets ``func`` to a ``(args) -> int`` handler — and list the module in :data:`SUBCOMMANDS`.
 Keep module-level imports light: every subcommand's module is imported to build the parser.
 
+The command is one of the entry points that assemble the system: it loads the integrations of the environment
+(:func:`skipweave.integrations.discovery.load_integrations`) once its arguments parse, so that every command reads
+stores with their host types and ``run --skip`` finds the profiles integrations ship.
+
 Arguments after a lone ``--`` are not parsed; they reach the handler as ``args.command`` (a list,
 ``None`` when there is no ``--``), e.g. the program that ``skipweave run`` launches.
 """
@@ -31,7 +35,7 @@ SUBCOMMANDS: tuple[str, ...] = (
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the ``skipweave`` parser with every subcommand of :data:`SUBCOMMANDS` registered."""
-    from skipweave import __version__
+    from skipweave.version import __version__
 
     parser = argparse.ArgumentParser(
         prog="skipweave", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -68,6 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(args_list)
     args.command = command
+    from skipweave.integrations.discovery import load_integrations
+
+    load_integrations()
     status: int = args.func(args)
     return status
 

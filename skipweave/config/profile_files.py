@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from skipweave.config.errors import ConfigError
 from skipweave.env import PROFILE_PATH_ENV
+from skipweave.hooks import Registry
 
 CALLBACK_DEFAULT = "/skipweave/callback@_global_.hydra.callbacks.skipweave"
 """The defaults entry that registers skipweave's Hydra callback (every shipped profile lists it)."""
@@ -30,6 +32,32 @@ TOP_LEVEL_KEYS = ("skip", "defaults")
 """The keys a profile file may hold at its top level."""
 
 PATH_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass(frozen=True)
+class IntegrationProfiles:
+    """The profiles an integration ships: a config folder holding ``skip/<name>.yaml`` option files, composed by
+    name as the shipped profiles are (after them: a shipped name cannot be taken over).
+
+    Attributes:
+        integration: the integration's name, for messages (``"thirdparty"``).
+        conf_dir: the absolute folder holding ``skip/`` (Hydra's search path gets ``file://<conf_dir>``).
+        off: ``""`` while the integration is loaded; else why it is not (``"SKIPWEAVE_DISABLED_INTEGRATIONS names
+            it"``): its profiles are then not selectable, and the error for one of their names says why.
+    """
+
+    integration: str
+    conf_dir: str
+    off: str = ""
+
+    def names(self) -> list[str]:
+        """The profile names of :attr:`conf_dir`, sorted (``[]`` when its ``skip/`` folder is gone)."""
+        return folder_profiles(os.path.join(self.conf_dir, "skip"))
+
+
+PROFILE_SOURCES: Registry[IntegrationProfiles] = Registry("integration profiles")
+"""The integrations' profile folders (and those of integrations that are off, for the messages); registered by
+:meth:`skipweave.integrations.base.Integration.load` and the discovery."""
 
 
 def looks_like_path(spec: str) -> bool:

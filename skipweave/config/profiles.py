@@ -7,16 +7,19 @@ A profile is selected by a *spec*, one of (first match wins):
 2. a **name on the profile search path**: ``<name>.yaml`` in the first folder of
    ``SKIPWEAVE_PROFILE_PATH`` (``os.pathsep``-separated) that holds one; so a folder of your own can
    shadow a shipped name;
-3. a **shipped** name (``conf/skip/<name>.yaml``, see :func:`shipped_profiles`).
+3. a **shipped** name (``conf/skip/<name>.yaml``, see :func:`shipped_profiles`);
+4. a name an **integration** ships (``<its conf dir>/skip/<name>.yaml``, registered in
+   :data:`~skipweave.config.profile_files.PROFILE_SOURCES` when the integration is loaded: see
+   docs/integrations.md), in the integrations' load order.
 
 Several specs compose in order, later ones winning (a list, or one string ``"a,b"``); then come the
 overrides. A profile file is read and checked by :func:`skipweave.config.profile_files.read_profile_file`.
 
 A Hydra app selects a profile with ``+skip=<name>`` (``+skip=[a,b]`` for several) on its command line:
-the search-path plugin puts the profile search path's folders, then the shipped profiles, on every
-app's search path. Everything else — ``skipweave.weave(profile=...)`` and ``skipweave run --skip`` —
-calls :func:`compose_profile`, which runs Hydra's own composition on ``+skip=[...]`` and the overrides,
-so a profile, its defaults list and every override (``skip.rollout.steps=[1,2,3]``,
+the search-path plugin puts the profile search path's folders, then the shipped profiles, then the integrations'
+profile folders on every app's search path. Everything else — ``skipweave.weave(profile=...)`` and
+``skipweave run --skip`` — calls :func:`compose_profile`, which runs Hydra's own composition on ``+skip=[...]`` and
+the overrides, so a profile, its defaults list and every override (``skip.rollout.steps=[1,2,3]``,
 ``+skip.rollout.targets.gen=pkg.mod.Gen.run``, ``~skip.rollout.targets.verl_agent_loop``) mean exactly
 what they mean on a Hydra command line.
 
@@ -43,6 +46,8 @@ from skipweave.config.errors import ConfigError
 from skipweave.config.parse import unknown_role_key
 from skipweave.config.profile_files import (
     PROFILE_PATH_ENV,
+    PROFILE_SOURCES,
+    IntegrationProfiles,
     expand_path,
     folder_profiles,
     looks_like_path,
@@ -54,6 +59,10 @@ from skipweave.config.schema import NESTED_ROLE_KEYS
 PROFILE_GROUP = "skip"
 """The Hydra config group holding the profiles."""
 
+INTEGRATIONS_PROVIDER = "skipweave-integrations"
+"""The provider of the search-path plugin's source of the integrations' profiles
+(``hydra_plugins/skipweave_searchpath``)."""
+
 _FILE_OPTION = "_skipweave_profile_"
 """Prefix of the ConfigStore options a composition registers for profile files (removed afterwards)."""
 
@@ -64,8 +73,10 @@ class ProfileRef:
 
     Attributes:
         spec: the spec as the user wrote it (``rollout_cache``, ``./mine.yaml``, ``mine``).
-        origin: ``"file"`` (a path), ``"profile path"`` (found on ``SKIPWEAVE_PROFILE_PATH``) or ``"shipped"``.
-        path: the profile file's absolute path (``None`` for a shipped profile, composed by name).
+        origin: ``"file"`` (a path), ``"profile path"`` (found on ``SKIPWEAVE_PROFILE_PATH``), ``"shipped"`` or
+            ``"integration <name>"`` (shipped by that integration).
+        path: the profile file's absolute path (``None`` for a shipped or an integration's profile, composed by
+            name).
     """
 
     spec: str
@@ -91,13 +102,21 @@ def shipped_profiles() -> list[str]:
     return sorted(name[:-5] for name in os.listdir(folder) if name.endswith(".yaml"))
 
 
+def integration_sources(*, off: bool = False) -> list[IntegrationProfiles]:
+    """The profile folders of the integrations loaded in this process (``off=True``: of those that are off), in load
+    order (see :data:`~skipweave.config.profile_files.PROFILE_SOURCES`)."""
+    return [source for source in PROFILE_SOURCES if bool(source.off) == off]
+
+
 def available_profiles() -> list[str]:
-    """Return every name a profile can be selected by, sorted: the shipped ones and those on
-    ``SKIPWEAVE_PROFILE_PATH``. (Files are selected by path and are not listed.)
+    """Return every name a profile can be selected by, sorted: the shipped ones, those on ``SKIPWEAVE_PROFILE_PATH``
+    and those of the loaded integrations. (Files are selected by path and are not listed.)
     """
     names = set(shipped_profiles())
     for folder in profile_folders():
         names.update(folder_profiles(folder))
+    for source in integration_sources():
+        names.update(source.names())
     return sorted(names)
 
 
@@ -119,11 +138,13 @@ def split_profiles(profile: str | Sequence[str]) -> list[str]:
 
 
 def resolve_profile(spec: str) -> ProfileRef:
-    """Tell where profile ``spec`` comes from: an explicit path, then ``SKIPWEAVE_PROFILE_PATH``, then shipped.
+    """Tell where profile ``spec`` comes from: an explicit path, then ``SKIPWEAVE_PROFILE_PATH``, then shipped, then
+    the loaded integrations' profiles.
 
     Raises:
         ConfigError: key ``profile``: a path to no file, or a name found nowhere; the message lists the
-            shipped profiles and the search-path folders searched.
+            shipped profiles, the search-path folders searched and the integrations' profiles, and says so when the
+            name is a profile of an integration that is off.
     """
     if looks_like_path(spec):
         path = expand_path(spec)
@@ -136,6 +157,9 @@ def resolve_profile(spec: str) -> ProfileRef:
             return ProfileRef(spec, "profile path", path)
     if spec in shipped_profiles():
         return ProfileRef(spec, "shipped")
+    for source in integration_sources():
+        if spec in source.names():
+            return ProfileRef(spec, f"integration {source.integration}")
     raise ConfigError("profile", spec, _allowed(spec))
 
 
@@ -151,10 +175,16 @@ def _allowed(spec: str, missing_file: str | None = None) -> str:
     where = f"searched {'; '.join(searched)}" if searched else "unset"
     kinds = (
         f"one of the shipped profiles {shipped}, a <name>.yaml in a folder of {PROFILE_PATH_ENV} ({where}), "
-        "or a path to a YAML file (ending in .yaml or .yml, or holding a '/'; relative to the working folder)"
+        + "".join(f"a profile of integration {source.integration!r} ("
+                  + (", ".join(repr(n) for n in source.names()) or "none") + "), " for source in integration_sources())
+        + "or a path to a YAML file (ending in .yaml or .yml, or holding a '/'; relative to the working folder)"
     )
     if missing_file is not None:
         return f"an existing file (there is no file {missing_file}); a profile is {kinds}"
+    for source in integration_sources(off=True):
+        if spec in source.names():
+            return (f"a profile of a loaded integration; {spec!r} is a profile of integration {source.integration!r}, "
+                    f"which is off in this process: {source.off}. A profile is {kinds}")
     close = difflib.get_close_matches(spec, available_profiles(), n=1)
     return kinds + (f"; did you mean {close[0]!r}?" if close else "")
 
@@ -223,6 +253,9 @@ def compose_profile(
         search_path = create_config_search_path(None)
         if not any(entry.provider == "skipweave" for entry in search_path.get_path()):
             search_path.append(provider="skipweave", path=f"file://{conf_dir()}")  # plugin not installed
+        if not any(entry.provider == INTEGRATIONS_PROVIDER for entry in search_path.get_path()):
+            for source in integration_sources():  # (the plugin is not installed: its source would find them)
+                search_path.append(provider=f"skipweave-{source.integration}", path=f"file://{source.conf_dir}")
         loader = ConfigLoaderImpl(config_search_path=search_path)
         cfg = loader.load_configuration(
             config_name=name,

@@ -381,7 +381,7 @@ def _commit(item: MigrateItem, old: dict[str, Any], st: os.stat_result, unix: fl
         StoreMoved: the folder was moved or removed meanwhile (nothing was replaced).
         OSError: a write, fsync or rename failed (nothing was replaced, no temporary file is left).
     """
-    from skipweave import __version__
+    from skipweave.version import __version__
 
     if item.kind == "group":
         new = migrated_group(old, by=__version__, unix=unix)

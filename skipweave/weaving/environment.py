@@ -2,8 +2,9 @@
 
 Recorded in every new entry's manifest and compared with a replayed entry's (:mod:`skipweave.store.format.environment`):
 
-- ``packages``: the versions of :data:`ENGINE_MODULES` *imported* in this process (read from ``sys.modules``: a
-  package is never imported to ask);
+- ``packages``: the versions of :data:`ENGINE_MODULES` and of the packages the loaded integrations name in
+  :data:`ENVIRONMENT_PACKAGES` (verl's rollout engines, vllm and sglang), those *imported* in this process (read from
+  ``sys.modules``: a package is never imported to ask);
 - ``host``: the distribution and version of the target's top-level package (``importlib.metadata``), when one is
   installed;
 - ``source``: ``xxh3_128`` of the source text of the unwrapped original function (``inspect.getsource``), when the
@@ -27,11 +28,16 @@ from typing import Any
 import xxhash
 
 from skipweave.config.schema import RoleConfig, TargetSpec
+from skipweave.hooks import Registry
 
 logger = logging.getLogger(__name__)
 
-ENGINE_MODULES = ("torch", "transformers", "vllm", "sglang")
-"""The packages whose version, when imported, belongs to an entry's environment."""
+ENGINE_MODULES = ("torch", "transformers")
+"""The packages whose version, when imported, belongs to every entry's environment, whatever the host."""
+
+ENVIRONMENT_PACKAGES: Registry[str] = Registry("environment package")
+"""Further top-level packages whose version, when imported, belongs to an entry's environment: the engines a host
+runs its rollouts on, named by its integration (verl: ``vllm``, ``sglang``)."""
 
 
 def live_environment(role: RoleConfig, target: TargetSpec, original: Callable[..., Any] | None) -> dict[str, Any]:
@@ -47,7 +53,8 @@ def live_environment(role: RoleConfig, target: TargetSpec, original: Callable[..
         read gets an environment without that part, with a DEBUG line).
     """
     env: dict[str, Any] = {}
-    packages = {name: version for name in ENGINE_MODULES if (version := _imported_version(name)) is not None}
+    names = dict.fromkeys((*ENGINE_MODULES, *ENVIRONMENT_PACKAGES))
+    packages = {name: version for name in names if (version := _imported_version(name)) is not None}
     if packages:
         env["packages"] = packages
     func = _unwrapped(original)
@@ -148,4 +155,4 @@ def _distributions() -> Mapping[str, list[str]]:
     return metadata.packages_distributions()
 
 
-__all__ = ["ENGINE_MODULES", "host_package", "live_environment", "source_hash"]
+__all__ = ["ENGINE_MODULES", "ENVIRONMENT_PACKAGES", "host_package", "live_environment", "source_hash"]

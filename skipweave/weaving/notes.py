@@ -44,7 +44,6 @@ class NoteRegistry(hooks.Registry[ResultNote]):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self._places_lock = threading.Lock()
-        self._loaded = False
         self.places: tuple[tuple[str, str], ...] = ()
         """Every registered note as ``(attribute, key)``, in registration order."""
         self.role_keys: tuple[str, ...] = ()
@@ -71,10 +70,7 @@ class NoteRegistry(hooks.Registry[ResultNote]):
             self._refresh()
 
     def current(self) -> tuple[tuple[str, str], ...]:
-        """:attr:`places`, once the shipped integrations registered theirs."""
-        if not self._loaded:
-            self.items()
-            self._loaded = True
+        """:attr:`places` (what the integrations loaded in this process registered)."""
         return self.places
 
     def _refresh(self) -> None:

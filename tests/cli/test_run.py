@@ -31,8 +31,14 @@ GEN = "+skip.rollout.targets.gen=worker.Generator.generate"
 SKIPWEAVE = [sys.executable, "-m", "skipweave.cli"]
 
 
+def this_tree(pythonpath: str = "") -> str:
+    """``PYTHONPATH`` of a launch: ``pythonpath`` first, then the test's own (this tree's skipweave, not another
+    checkout's editable install)."""
+    return os.pathsep.join(p for p in (pythonpath, os.environ.get("PYTHONPATH", "")) if p)
+
+
 def launch(*args: str, cwd: Path, pythonpath: str = "") -> Run:
-    return run([*SKIPWEAVE, *args], cwd=cwd, env=clean_env(PYTHONPATH=pythonpath))
+    return run([*SKIPWEAVE, *args], cwd=cwd, env=clean_env(PYTHONPATH=this_tree(pythonpath)))
 
 
 def _record_replay(tmp: Path) -> tuple[Path, Run, Run]:
@@ -74,7 +80,7 @@ def _profile_files(tmp: Path) -> tuple[Path, Run, Run]:
         [*SKIPWEAVE, "run", "--skip", "rollout_repeat", "--skip", "mine", f"skip.rollout.dump_dir={tmp}/dump",
          "--", *script.split()],
         cwd=tmp,
-        env=clean_env(PYTHONPATH="", SKIPWEAVE_PROFILE_PATH=str(tmp / "profiles")),
+        env=clean_env(PYTHONPATH=this_tree(), SKIPWEAVE_PROFILE_PATH=str(tmp / "profiles")),
     )
     return tmp, first, second
 

@@ -198,9 +198,10 @@ def test_relevant_config_reads_only_skip_and_the_legacy_keys_of_an_omegaconf_con
 
 
 def test_the_warning_shows_with_pythons_default_filters() -> None:
-    # DeprecationWarning raised from library code is hidden by default; ours must not be.
+    # DeprecationWarning raised from library code is hidden by default; ours must not be. (The legacy keys are the verl
+    # integration's config adapter: a program that reads a config without weaving loads the integrations first.)
     code = (
-        "from skipweave.config import load_skip_config; "
+        "import skipweave; skipweave.load_integrations(); from skipweave.config import load_skip_config; "
         "load_skip_config({'actor_rollout_ref': {'rollout': {'skip_rollout': True, 'skip_dump_dir': '/d'}}})"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -107,7 +107,9 @@ def test_host_objects_namedtuples_and_enums() -> None:
 def test_a_tensordict_keeps_its_keys_and_batch_size() -> None:
     from tensordict import TensorDict
 
-    import skipweave.integrations.tensordict  # noqa: F401 - the host type, as the CLI loads it
+    from skipweave.integrations.discovery import load_integrations
+
+    load_integrations()  # the host type, as the CLI loads it (the test session has loaded it already)
 
     got = view(TensorDict({"responses": torch.arange(6).reshape(2, 3)}, batch_size=[2]))
     assert list(got) == ["responses"] and got.batch_size == [2]

@@ -263,7 +263,9 @@ def test_stable_across_processes_with_different_hash_seeds(tmp_path: Path) -> No
     seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"
     env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
     proc = subprocess.run(
-        [sys.executable, "-c", "import fp_case_mod; print(fp_case_mod.run())"],
+        # (the DataProto shape is the verl integration's host type: loaded as in this test session and a run)
+        [sys.executable, "-c", "import skipweave; skipweave.load_integrations(); import fp_case_mod; "
+         "print(fp_case_mod.run())"],
         env=env,
         cwd=str(REPO),
         capture_output=True,

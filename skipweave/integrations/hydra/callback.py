@@ -57,8 +57,10 @@ class SkipweaveCallback(Callback):
             SystemExit: the plan is invalid, a non-optional target does not resolve, or weaving fails.
         """
         from skipweave.config import load_skip_config
+        from skipweave.integrations.discovery import load_integrations
         from skipweave.integrations.startup import failure_message, weave_plan
 
+        load_integrations()  # before the config is read: the integrations' config adapters take part
         plan = None
         try:
             plan = load_skip_config(reports_in_output_dir(job_skip_config(config)))

@@ -84,8 +84,11 @@ class DeferredWeave:
             if self.done:
                 return
             self.done = True
+        from skipweave.integrations.discovery import load_integrations
         from skipweave.integrations.startup import AT_START_UP, at_first_import, failure_message, weave_plan
         from skipweave.weaving.main_script import WATCH
+
+        load_integrations()  # (weave() would too; here, before anything of the plan runs in this process)
 
         # Read before weaving: the failure message must say what of the program had run by then.
         when = AT_START_UP if self._registering else at_first_import(getattr(module, "__name__", "?"))

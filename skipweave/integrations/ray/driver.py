@@ -1,8 +1,8 @@
 """Driver side of Ray propagation: a later ``ray.init`` of this process makes every worker weave the plan.
 
-After each weave (:class:`RayPropagation`, a weave hook) ``ray.init`` is wrapped, now or from a post-import hook on
-``ray`` so that ``import skipweave`` never imports Ray. The wrapper merges into the application's own
-``runtime_env`` the env var ``SKIPWEAVE_PLAN`` (the plan as JSON) and ``worker_process_setup_hook`` =
+After each weave (:class:`RayPropagation`, a weave hook the Ray integration registers) ``ray.init`` is wrapped, now
+or from a post-import hook on ``ray`` so that ``import skipweave`` never imports Ray. The wrapper merges into the
+application's own ``runtime_env`` the env var ``SKIPWEAVE_PLAN`` (the plan as JSON) and ``worker_process_setup_hook`` =
 :data:`SETUP_HOOK`, the *dotted* path of :func:`skipweave.integrations.ray.worker.worker_setup` (Ray kills every
 worker when given ``pkg.mod:fn``). The app's env vars and working_dir are kept; an app hook of its own is chained
 through another env var. :func:`runtime_env_hook` does the same merge for Ray's ``RAY_RUNTIME_ENV_HOOK``.
@@ -28,7 +28,6 @@ from skipweave.integrations.ray.pickling import import_by_path, install_pickle_s
 from skipweave.integrations.ray.state import WORKER
 from skipweave.store.identity import run_id, run_started
 from skipweave.weaving.unpatch import remove_wrapper
-from skipweave.weaving.weave_hooks import WEAVE_HOOKS
 
 if TYPE_CHECKING:
     from skipweave.config.schema import SkipConfig
@@ -302,8 +301,8 @@ class RayPropagation:
         stop()
 
 
-RAY_PROPAGATION = WEAVE_HOOKS.add(RayPropagation())
-"""The registered :class:`RayPropagation`."""
+RAY_PROPAGATION = RayPropagation()
+"""The :class:`RayPropagation` the Ray integration registers (:data:`skipweave.integrations.ray.INTEGRATION`)."""
 
 __all__ = ["MAX_PICKLED_HOOK_BYTES", "RAY_PROPAGATION", "SETUP_HOOK", "RayPropagation", "leave_shared_marks",
            "merge_runtime_env", "propagate", "runtime_env_hook", "stop"]

@@ -4,7 +4,8 @@ A setup hook that raises makes Ray kill the worker (tasks then fail with a bare 
 retries). So ``worker_setup`` never raises for a failed weave: :func:`fail` logs the error with the worker (pid,
 node) and the target, and every later call of a target in that worker raises :class:`WorkerWeaveError`. Ray hands
 that error to the driver's ``ray.get`` (as a ``RayTaskError`` that is also a :class:`WorkerWeaveError`), which stops
-the job with a clear message.
+the job with a clear message. (The exception class lives in :mod:`~skipweave.integrations.ray.state`, beside the
+state that holds one, and is this module's public name too.)
 """
 
 from __future__ import annotations
@@ -17,36 +18,13 @@ from typing import Any
 
 import wrapt
 
-from skipweave.integrations.ray.state import WORKER, in_main
+from skipweave.integrations.ray.state import WORKER, WorkerWeaveError, in_main
 from skipweave.weaving.unpatch import wrapper_of
 
 logger = logging.getLogger(__name__)
 
 _failure_lock = threading.Lock()
 
-
-class WorkerWeaveError(RuntimeError):
-    """Weaving failed inside a Ray worker; raised by every later call of a target in that worker.
-
-    Attributes:
-        target: the target path whose weave failed (``None`` when the failure is not one target's).
-        worker: the worker's identity (pid, node, actor when known).
-    """
-
-    def __init__(self, message: str, *, target: str | None = None, worker: str = "") -> None:
-        super().__init__(message)
-        self.target = target
-        self.worker = worker
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Ray pickles the exception to hand it to the driver; keep the keyword attributes.
-        return (_rebuild_error, (type(self), str(self), self.target, self.worker))
-
-
-def _rebuild_error(
-    cls: type[WorkerWeaveError], message: str, target: str | None, worker: str
-) -> WorkerWeaveError:
-    return cls(message, target=target, worker=worker)
 
 class Refusal:
     """wrapt wrapper installed on a target of a worker whose weave failed: every call raises

@@ -1,16 +1,40 @@
-"""What this process knows of itself as a Ray worker, shared by the worker, actor and failure modules."""
+"""What this process knows of itself as a Ray worker, shared by the worker, actor and failure modules, and the error a
+worker whose weave failed raises (:class:`WorkerWeaveError`, here beside the state that holds one)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from skipweave.config.schema import SkipConfig
-    from skipweave.integrations.ray.failures import WorkerWeaveError
 
 MAIN_PREFIXES = ("__main__.", "__main__:")
 """Target paths in the driver's script: in a worker ``__main__`` is Ray's ``default_worker``, not the script."""
+
+
+class WorkerWeaveError(RuntimeError):
+    """Weaving failed inside a Ray worker; raised by every later call of a target in that worker.
+
+    Attributes:
+        target: the target path whose weave failed (``None`` when the failure is not one target's).
+        worker: the worker's identity (pid, node, actor when known).
+    """
+
+    def __init__(self, message: str, *, target: str | None = None, worker: str = "") -> None:
+        super().__init__(message)
+        self.target = target
+        self.worker = worker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Ray pickles the exception to hand it to the driver; keep the keyword attributes.
+        return (_rebuild_error, (type(self), str(self), self.target, self.worker))
+
+
+def _rebuild_error(
+    cls: type[WorkerWeaveError], message: str, target: str | None, worker: str
+) -> WorkerWeaveError:
+    return cls(message, target=target, worker=worker)
 
 
 @dataclass
@@ -41,4 +65,4 @@ def in_main(path: str) -> bool:
     return path.startswith(MAIN_PREFIXES)
 
 
-__all__ = ["MAIN_PREFIXES", "WORKER", "WorkerState", "in_main"]
+__all__ = ["MAIN_PREFIXES", "WORKER", "WorkerState", "WorkerWeaveError", "in_main"]

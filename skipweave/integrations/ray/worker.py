@@ -63,7 +63,9 @@ def _weave_this_worker() -> None:
         return
     from skipweave import api
     from skipweave.config.loader import load_skip_config
+    from skipweave.integrations.discovery import load_integrations
 
+    load_integrations()  # before the plan is read (config adapters), as the driver did
     _add_driver_code_paths()
     _stand_down_launcher_bootstrap()
     _join_the_jobs_run()

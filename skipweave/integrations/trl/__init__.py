@@ -4,14 +4,17 @@ What a TRL trainer needs is data, and lives in the profiles (``conf/skip/base/tr
 built on it, see docs/trl.md): the method to hijack (:data:`TARGETS`), the step (``self.state.global_step``), the
 evaluation bypass (``not self.model.training``) and the effects a generation leaves on the trainer. Their results are
 plain dicts of tensors, numbers and lists, which the codec stores without a host type. What the profiles cannot say
-is the range of TRL versions whose private names they use; :mod:`~skipweave.integrations.trl.versions` checks it
-when a plan weaves a TRL target.
+is the range of TRL versions whose private names they use: :data:`INTEGRATION` declares it, and discovery
+(:mod:`skipweave.integrations.discovery`) logs one WARNING naming both versions when the installed TRL lies outside
+it (``SKIPWEAVE_FORCE_INTEGRATIONS=trl`` says the user checked; docs/trl.md#other-trl-versions).
 
-Self-contained (nothing else of skipweave imports it but :func:`skipweave.integrations.register_builtin`), and
-importing it imports no trl: the targets are woven when TRL's trainer modules are first imported.
+This module is the integration's declaration (entry point ``trl`` of ``skipweave.integrations``) and imports nothing
+else; importing it imports no trl: the targets are woven when TRL's trainer modules are first imported.
 """
 
 from __future__ import annotations
+
+from skipweave.integrations.base import Integration
 
 HOST_PACKAGE = "trl"
 """The distribution (and top-level module) this integration is for."""
@@ -36,4 +39,8 @@ PROFILES: dict[str, tuple[str, ...]] = {
 }
 """Per trainer, the shipped profiles (``conf/skip/<name>.yaml``) that weave its target."""
 
-__all__ = ["HOST_PACKAGE", "PROFILES", "SUPPORTED_VERSIONS", "TARGETS", "TESTED_VERSION"]
+INTEGRATION = Integration(name="trl", host=HOST_PACKAGE, versions=SUPPORTED_VERSIONS)
+"""skipweave's TRL integration: its profiles are shipped with skipweave's own (``conf/skip/trl_*.yaml``) and its
+results are plain containers, so what it adds is the supported range, which a TRL outside it is warned against."""
+
+__all__ = ["HOST_PACKAGE", "INTEGRATION", "PROFILES", "SUPPORTED_VERSIONS", "TARGETS", "TESTED_VERSION"]

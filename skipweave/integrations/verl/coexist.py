@@ -18,7 +18,8 @@ post-import hook: verl is never imported for it). The wrapper hands verl a copy 
   repeat_last`` → ``cache``) for the roles verl keeps;
 - roles skipweave does not act on keep verl's own settings, so verl's SkipManager still serves them.
 
-This happens after each weave and unweave of the process (:data:`COEXISTENCE`, a weave hook).
+This happens after each weave and unweave of the process (:data:`COEXISTENCE`, a weave hook the verl integration
+registers when verl is installed: every process that weaves loads it, a Ray worker running verl's trainer too).
 
 One log line (WARNING, so that it shows in verl's logs) per verl role that either mechanism acts on
 says which one does. The host's own config object is never
@@ -38,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 import wrapt
 
 from skipweave.weaving.unpatch import remove_wrapper
-from skipweave.weaving.weave_hooks import WEAVE_HOOKS
 
 if TYPE_CHECKING:
     from skipweave.config.schema import SkipConfig
@@ -274,5 +274,5 @@ class Coexistence:
         follow(None)
 
 
-COEXISTENCE = WEAVE_HOOKS.add(Coexistence())
-"""The registered :class:`Coexistence`."""
+COEXISTENCE = Coexistence()
+"""The :class:`Coexistence` the verl integration registers."""

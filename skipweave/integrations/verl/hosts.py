@@ -11,7 +11,9 @@ three attributes plain) -- see docs/format.md's threat model for what remains po
 Decoding builds the object with ``object.__new__`` and sets the three attributes, plus recorded extra
 attributes only when their name is an identifier not starting with ``"__"`` (no ``__class__``/``__dict__``
 swap) that the class does not define as a data descriptor (no property setter runs); encoding leaves such
-attributes out, as it does extra values it cannot encode without pickle. Registering imports nothing of verl.
+attributes out, as it does extra values it cannot encode without pickle. The verl integration registers
+:data:`DATAPROTO` when it is loaded, also where verl is not installed (the shape is what matters); registering
+imports nothing of verl.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 from skipweave.store.classes import acting_problem, class_ref, library_problem
 from skipweave.store.format.tree import CodecError, attr_label, path_text
-from skipweave.store.hosts import HOST_TYPES, FingerprintParts, HostType, NodeDecoder, NodeEncoder
+from skipweave.store.hosts import FingerprintParts, HostType, NodeDecoder, NodeEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +144,5 @@ DATAPROTO = HostType(
     fingerprint=_fingerprint,
 )
 """Host type of DataProto-shaped objects (verl's ``DataProto`` and batch classes of the same shape)."""
-
-HOST_TYPES.add(DATAPROTO)
 
 __all__ = ["DATAPROTO", "DATAPROTO_ATTRS", "is_dataproto_like"]

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from skipweave.config.schema import StepSourceKind
-from skipweave.integrations.tensordict import is_tensordict
+from skipweave.integrations.tensordict.hosts import is_tensordict
 from skipweave.policy.steps import StepError, StepSource
 from skipweave.weaving.proxy import SkipProxy
 

@@ -152,7 +152,7 @@ def _newer(writer: str) -> bool:
     that cannot be compared is not."""
     from packaging.version import InvalidVersion, Version
 
-    from skipweave import __version__
+    from skipweave.version import __version__
 
     try:
         return Version(writer) > Version(__version__)

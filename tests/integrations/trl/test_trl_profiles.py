@@ -5,13 +5,12 @@ tests/integrations/trl/test_trl_trainers.py runs them on real trainers).
   routes, to the plan docs/trl.md describes: the trainer's own method, its step, evaluation bypassed and recorded
   apart, the trainer attributes it changes declared as effects;
 - the integration declares what the profiles weave (:data:`skipweave.integrations.trl.TARGETS`, ``PROFILES``);
-- a TRL outside the supported range gets one WARNING naming both versions, the installed one none;
+- the integration declares the TRL versions the profiles fit, and the installed TRL turns it on;
 - importing the integration imports no TRL.
 """
 
 from __future__ import annotations
 
-import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -23,8 +22,8 @@ from hydra.core.global_hydra import GlobalHydra
 from skipweave.config import load_skip_config
 from skipweave.config.profiles import compose_profile, shipped_profiles
 from skipweave.config.schema import Action, RoleConfig, Serve, SkipConfig, StepSet
+from skipweave.integrations import discovery
 from skipweave.integrations import trl as trl_integration
-from skipweave.integrations.trl import versions
 
 TRAINER_OF = {"grpo": "GRPOTrainer", "rloo": "RLOOTrainer"}
 PROFILES = {f"trl_{short}_{kind}": (TRAINER_OF[short], kind)
@@ -91,37 +90,22 @@ def test_hydra_apps_get_the_same_plan_through_either_route(route: str, tmp_path:
 
 
 def test_the_tested_trl_is_inside_the_supported_range() -> None:
-    assert not versions.unsupported(trl_integration.TESTED_VERSION)
-    assert versions.unsupported("0.19.1") and versions.unsupported("2.0.0") and versions.unsupported("not-a-version")
+    integration = trl_integration.INTEGRATION
+    assert (integration.name, integration.host) == ("trl", "trl")
+    assert integration.supports(trl_integration.TESTED_VERSION)
+    assert not integration.supports("0.19.1") and not integration.supports("2.0.0")
 
 
-def test_another_trl_gets_one_warning_naming_both_versions(caplog: pytest.LogCaptureFixture) -> None:
-    plan = load_skip_config(compose_profile("trl_rloo_cache"))
-    other = "0.9.0rc0"  # a version no other test of this process warns about (the warning is once per version)
-    with caplog.at_level(logging.WARNING, logger=versions.__name__):
-        assert versions.check(plan, found=other) is True
-        assert versions.check(plan, found=other) is False  # once per process
-    (record,) = caplog.records
-    text = record.getMessage()
-    assert f"trl {other}" in text and trl_integration.SUPPORTED_VERSIONS in text and "target trl_rloo" in text
-
-
-def test_no_warning_for_a_supported_trl_or_a_plan_without_trl_targets(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger=versions.__name__):
-        assert versions.check(load_skip_config(compose_profile("trl_grpo_cache")), found="1.3.0") is False
-        assert versions.check(load_skip_config(compose_profile("rollout_cache")), found="0.1.0") is False
-    assert caplog.records == []
-
-
-def test_the_installed_trl_if_any_is_supported() -> None:
-    """The environment the slow tests run in: a TRL outside the range would warn in every run there."""
-    found = versions.installed_version()
-    assert found is None or not versions.unsupported(found), found
+def test_the_installed_trl_turns_the_integration_on() -> None:
+    """The environment the slow tests run in: a TRL outside the range would be warned about in every run there
+    (discovery's WARNING naming both versions, tests/integrations/test_third_party.py)."""
+    (decision,) = [d for d in discovery.decide({}) if d.name == "trl"]
+    found = decision.host_version
+    assert decision.status == (discovery.NO_HOST if found is None else discovery.ON), decision
 
 
 def test_the_integration_imports_no_trl() -> None:
-    code = ("import sys, skipweave.integrations; skipweave.integrations.register_builtin(); "
-            "import skipweave.integrations.trl.versions; "
-            "print(sorted(m for m in sys.modules if m == 'trl' or m.startswith('trl.') or m == 'packaging'))")
+    code = ("import sys; from skipweave.integrations.discovery import load_integrations; load_integrations(); "
+            "print(sorted(m for m in sys.modules if m == 'trl' or m.startswith('trl.')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr

@@ -1,8 +1,10 @@
-"""tensordict integration: ``TensorDict`` (plain and lazy stacks) and ``NonTensorData`` as codec host types.
+"""tensordict's ``TensorDict`` (plain and lazy stacks) and ``NonTensorData`` as codec host types.
 
 verl's V1 trainer passes ``TensorDict`` batches to its rollout; their tensors go to the store's tensor file
 and their structure to nodes of kinds ``tensordict`` and ``nontensordata`` (:mod:`skipweave.store.hosts`).
-Objects are recognised by their classes' module and name, so registering imports nothing of tensordict;
+The integration (:data:`skipweave.integrations.tensordict.INTEGRATION`) registers :data:`TENSORDICT` and
+:data:`NON_TENSOR_DATA` when it is loaded. Objects are recognised by their classes' module and name, so registering
+imports nothing of tensordict;
 decoding builds through tensordict's own constructors, from classes tensordict's package defines.
 """
 
@@ -13,7 +15,7 @@ from typing import Any
 
 from skipweave.store.classes import class_ref
 from skipweave.store.format.tree import CodecError, attr_label, key_label, path_text
-from skipweave.store.hosts import HOST_TYPES, FingerprintParts, HostType, NodeDecoder, NodeEncoder
+from skipweave.store.hosts import FingerprintParts, HostType, NodeDecoder, NodeEncoder
 
 
 def _in_tensordict(cls: type) -> bool:
@@ -176,8 +178,5 @@ NON_TENSOR_DATA = HostType(
     approved=("tensordict:NonTensorData", "tensordict.tensorclass:NonTensorData"),
 )
 """Host type of tensorclass instances: ``NonTensorData`` is stored, other tensorclasses need pickle."""
-
-HOST_TYPES.add(TENSORDICT)
-HOST_TYPES.add(NON_TENSOR_DATA)
 
 __all__ = ["NON_TENSOR_DATA", "TENSORDICT", "is_tensorclass", "is_tensordict", "is_tensordict_class"]
