@@ -26,11 +26,6 @@ load_integrations()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the markers used across the tests."""
-    config.addinivalue_line("markers", "slow: starts processes (programs, installs, clusters); seconds per test")
-
-
-def pytest_configure(config: pytest.Config) -> None:
     """Register the ``slow`` marker: a module that starts processes (Hydra apps, Ray clusters, the main job)."""
     config.addinivalue_line(
         "markers", "slow: starts processes (Hydra apps, Ray clusters, the main job); `-m 'not slow'` is the fast tier")
@@ -40,9 +35,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Run the slow modules first (a stable sort keeps each module's own order).
 
     Under the README's ``-n 2`` (with pyproject's ``--dist loadfile --no-loadscope-reorder``) each file goes whole to
-    one worker, in this order: the long files
-    start while both workers are free and the many short ones fill the end, instead of one worker running the
-    main job's test alone after the other has finished.
+    one worker, in this order: the long files start while both workers are free and the many short ones fill the
+    end, instead of one worker running the main job's test alone after the other has finished.
     """
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
