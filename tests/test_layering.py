@@ -519,7 +519,7 @@ KNOWN_CIRCLES: dict[frozenset[str], str] = {
         "asyncio_bridge", "binding", "calls", "effects", "fingerprint", "proxy", "record", "replay", "verifier")):
         "the call engine: helpers holding the SkipProxy they serve (issue 43, 'a call engine with a direction')",
     frozenset(f"{PACKAGE}.store.{m}" for m in (
-        "commit", "parts", "resume", "retainer", "retention", "scan", "step_store", "upkeep", "validity")):
+        "commit", "parts", "resume", "retainer", "retention", "step_store", "upkeep", "validity")):
         "the store's engine and upkeep: helpers typed against the StepStore facade that holds them",
     frozenset(f"{PACKAGE}.store.format.codec.{m}" for m in (
         "arrays", "containers", "decoder", "encoder", "objects", "pickled", "tensors")):
