@@ -77,7 +77,7 @@ def integration_profile_dirs() -> list[tuple[str, str]]:
         from skipweave.integrations.discovery import profile_dirs
 
         return profile_dirs()
-    except Exception as exc:  # noqa: BLE001 - see the docstring
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - see the docstring (a declaration calling sys.exit too)
         logging.getLogger("skipweave").warning("skipweave: the integrations' profile folders are not on Hydra's "
                                                "search path: %s: %s", type(exc).__name__, exc)
         return []

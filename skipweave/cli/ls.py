@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from typing import Any
 
 from skipweave.cli.common import (
@@ -110,7 +111,7 @@ def render(result: Any) -> str:
     )
     lines.append(summary)
     if example is not None:
-        lines.append(f"one entry: skipweave show {example}")
+        lines.append(f"one entry: skipweave show {shlex.quote(example)}")
     if result.leftovers:
         lines.append(f"leftovers: {leftover_summary(result.leftovers)}; `skipweave gc` removes them")
     lines += ignored_lines(result)

@@ -145,7 +145,7 @@ def _decide_one(ep: Any, origin: str, disabled: set[str], forced: set[str]) -> D
     problem = ""
     try:
         integration = ep.load()
-    except Exception as exc:  # noqa: BLE001 - a broken third-party declaration must not stop the host
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken declaration (sys.exit too) must not stop the host
         integration, problem = None, f"its entry point {ep.value!r} fails to load ({type(exc).__name__}: {exc})"
     if integration is not None and not isinstance(integration, Integration):
         problem = f"its entry point {ep.value!r} names a {type(integration).__name__}, not a skipweave Integration"
@@ -259,7 +259,7 @@ def _apply(decision: Decision, env: Mapping[str, str]) -> Decision:
     if decision.parts:
         try:
             integration.load(decision.parts)
-        except Exception as exc:  # noqa: BLE001 - one broken integration must not stop the host or the others
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - one broken integration must not stop the host or the others
             logger.warning("skipweave: integration %r of %s is not loaded: %s", decision.name, decision.origin, exc)
             return Decision(decision.name, decision.origin, integration, BROKEN, (), str(exc), decision.host_version)
     if integration.profiles is not None and "profiles" not in decision.parts:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,7 +123,7 @@ def _parts(doc: dict[str, Any]) -> dict[tuple[str, int, str], dict[str, Any]]:
 
 
 def test_ls_text_lists_namespaces_roles_targets_and_steps(tmp_path: Path, capsys: Any) -> None:
-    s = make_store(tmp_path / "dump")
+    s = make_store(tmp_path / "the dump")  # a space: the `show` hint is quoted for a shell
     status, out, err = cli(capsys, "ls", str(s.dump))
     assert status == 0 and not err
     assert "default/rollout" in out and "  target gen" in out and "  target score" in out
@@ -136,7 +137,7 @@ def test_ls_text_lists_namespaces_roles_targets_and_steps(tmp_path: Path, capsys
     # where the entries are, and one path `show` takes as it is
     assert f"  target gen  ({Path('default', 'rollout', 'STEP', 'gen')}/)" in out, out
     (hint,) = [line for line in out.splitlines() if line.startswith("one entry: skipweave show ")]
-    status, shown, _ = cli(capsys, "show", hint.removeprefix("one entry: skipweave show "))
+    status, shown, _ = cli(capsys, "show", *shlex.split(hint.removeprefix("one entry: skipweave show ")))
     assert status == 0 and "status    valid" in shown, shown
     assert "`skipweave verify` checks checksums" in out
 

@@ -205,6 +205,18 @@ def test_discovery_decides_each_integration(monkeypatch: pytest.MonkeyPatch) -> 
     assert got["missing"].status == discovery.BROKEN and "fails to load (ModuleNotFoundError" in got["missing"].reason
 
 
+def test_a_declaration_that_exits_is_broken_not_the_end_of_the_process(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    """``sys.exit()`` in a third party's declaration module raises SystemExit, no Exception: it is judged broken like
+    any other failing declaration, and the process (a run, the CLI, a Hydra app) goes on."""
+    (tmp_path / "skipweave_exiting_decl.py").write_text("import sys\nsys.exit('declaration exits')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    got = decisions_for(monkeypatch, [entry("exits", "skipweave_exiting_decl:INTEGRATION"),
+                                      entry("inrange", f"{HERE}:IN_RANGE")])
+    assert got["exits"].status == discovery.BROKEN and "SystemExit: declaration exits" in got["exits"].reason
+    assert got["inrange"].status == discovery.ON
+
+
 def test_the_switches_turn_off_and_force(monkeypatch: pytest.MonkeyPatch) -> None:
     points = [entry("inrange", f"{HERE}:IN_RANGE"), entry("out", f"{HERE}:OUT"),
               entry("missing", "skipweave_no_such_module:INTEGRATION")]
