@@ -228,9 +228,7 @@ def describe_cycle(graph: dict[str, dict[str, int]], cycle: list[str]) -> str:
 PRELOAD = ("torch", "numpy", "wrapt", "omegaconf", "safetensors")
 """Third-party libraries the layers may import: loaded once before forking, so each check costs one fork."""
 
-CHECK_SOURCE = """
-import importlib, json, os, sys
-modules, forbidden, preload = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
+PRELOADED = """
 def loaded():
     return sorted(m for m in sys.modules if any(m == f or m.startswith(f + ".") for f in forbidden))
 for name in preload:
@@ -241,7 +239,14 @@ for name in preload:
 assert not loaded(), f"the preloaded libraries bring in {loaded()}"
 assert not any(m == "skipweave" or m.startswith("skipweave.") for m in sys.modules)
 out = {}
-for module in modules:
+"""
+"""The fork checks' shared start: ``loaded()`` lists the forbidden modules present; the preloaded libraries are
+imported (and must bring in none of them, nor any of skipweave); ``out`` collects each child's report."""
+
+CHECK_SOURCE = """
+import importlib, json, os, sys
+modules, forbidden, preload = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
+""" + PRELOADED + """for module in modules:
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # a child with nothing of skipweave imported yet: import one module, report, leave at once
@@ -391,17 +396,7 @@ their profile folders, which reads their declarations and nothing more."""
 USE_SOURCE = """
 import importlib, json, os, sys, tempfile, traceback
 cases, forbidden, preload, host, fixture = (json.loads(a) for a in sys.argv[1:6])
-def loaded():
-    return sorted(m for m in sys.modules if any(m == f or m.startswith(f + ".") for f in forbidden))
-for name in preload:
-    try:
-        importlib.import_module(name)
-    except ImportError:
-        pass
-assert not loaded(), f"the preloaded libraries bring in {loaded()}"
-assert not any(m == "skipweave" or m.startswith("skipweave.") for m in sys.modules)
-out = {}
-for title, code in cases.items():
+""" + PRELOADED + """for title, code in cases.items():
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # a child with nothing of skipweave imported yet: use one layer, report, leave at once

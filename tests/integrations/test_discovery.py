@@ -229,10 +229,8 @@ def test_the_switches_turn_off_and_force(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "loaded all the same, as SKIPWEAVE_FORCE_INTEGRATIONS names it" in got["out"].reason
 
 
-def test_verl_without_verl_installed_keeps_what_works_on_the_shape(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The tiny_grpo example, the fixture store's host and the tests' verl-shaped batches run with no verl installed:
-    verl's DataProto host type, meta_info note, config adapters and engine packages load; the SkipManager hand-over
-    (a weave hook) waits for verl."""
+def hide_verl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the installed metadata say verl is not installed (every other distribution as it is)."""
     real = metadata.version
 
     def version(name: str) -> str:
@@ -241,6 +239,13 @@ def test_verl_without_verl_installed_keeps_what_works_on_the_shape(monkeypatch: 
         return real(name)
 
     monkeypatch.setattr(metadata, "version", version)
+
+
+def test_verl_without_verl_installed_keeps_what_works_on_the_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tiny_grpo example, the fixture store's host and the tests' verl-shaped batches run with no verl installed:
+    verl's DataProto host type, meta_info note, config adapters and engine packages load; the SkipManager hand-over
+    (a weave hook) waits for verl."""
+    hide_verl(monkeypatch)
     got = decisions_for(monkeypatch, [entry("verl", discovery.SHIPPED["verl"])])["verl"]
     assert got.status == discovery.PARTIAL
     assert got.parts == ("host_types", "config_adapters", "result_notes", "environment")
@@ -315,14 +320,7 @@ def test_without_verl_installed_a_verl_shaped_trainer_still_records_and_replays(
     from skipweave.integrations.verl.config import LEGACY_KEYS
     from skipweave.integrations.verl.hosts import DATAPROTO
 
-    real = metadata.version
-
-    def version(name: str) -> str:
-        if name == "verl":
-            raise metadata.PackageNotFoundError(name)
-        return real(name)
-
-    fresh_session.setattr(metadata, "version", version)
+    hide_verl(fresh_session)
     verl = {d.name: d for d in discovery.load_integrations()}["verl"]
     assert verl.status == discovery.PARTIAL
     assert DATAPROTO in HOST_TYPES and LEGACY_KEYS in CONFIG_ADAPTERS and COEXISTENCE not in WEAVE_HOOKS
