@@ -248,11 +248,32 @@ class CallLedger:
             d.served = None
         elif served is not None:
             return
+        if self._position_foreign(d):
+            return
         with self.lock:  # one lock for the look and the registration: two calls never both decide to generate
             if action is not Action.CACHE and role.single_flight and not d.waited:
                 d.waits_for = self._recording_that_serves(d, recorded)
             if d.waits_for is None:
                 self.register(d)
+
+    def _position_foreign(self, d: Call) -> bool:
+        """``d`` is to run live and be recorded, and its own position holds an entry of a format version this skipweave
+        does not read: it runs live and records nothing (:meth:`~skipweave.weaving.replay.Replayer.foreign`), as a call
+        that position would have served does. Recorded elsewhere, the entry would serve a later run's call in place
+        of the one the foreign entry holds.
+
+        Raises:
+            ForeignRecording: ``skip.<role>.on_foreign`` is ``error``.
+        """
+        proxy = self.proxy
+        try:
+            found = proxy.store.foreign_calls(d.step, proxy.target.name, d.shard).get(d.call)
+        except OSError:  # read again, and judged, when the entry is committed
+            return False
+        if found is None:
+            return False
+        proxy.replayer.foreign(d, found)
+        return True
 
     def _format1_shard(self, d: Call, action: Action, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int | None:
         """For a call of a fingerprint shard (``shard: fingerprint``) that nothing serves under its signature digest:

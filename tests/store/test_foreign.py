@@ -183,6 +183,10 @@ def test_an_incomplete_part_holding_a_foreign_entry_is_neither_set_aside_nor_res
     after = _digests(dump, (SINGLE_99,))
     assert {k: v for k, v in after.items() if k in before} == before  # every old file as it was
     assert not list((dump / NS / ROLE).glob("_set_aside/*"))
+    # Only call 3, whose position the foreign recording left free, was recorded, and at its own position: a call
+    # whose position holds a foreign entry is recorded nowhere, so it never serves another call of a later run.
+    assert sorted(p.name for p in folder.glob("*.manifest.json")) == [f"r0-000{i}.manifest.json" for i in range(CALLS)]
+    assert _run(host, dump, range(SINGLE_99, SINGLE_99 + 1)) == [(SINGLE_99, i) for i in range(CALLS - 1)]
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
