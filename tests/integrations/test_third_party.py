@@ -157,6 +157,14 @@ def test_in_a_hydra_app_its_profiles_are_judged_as_ones_own_and_a_broken_part_st
     assert bad.returncode != 0 and not bad.task_started and "Traceback" not in bad.stderr, bad
     assert "+skip='thirdparty_badyaml' is not allowed: a valid YAML file" in bad.stderr, bad
     assert "thirdparty_badyaml.yaml, line " in bad.stderr, bad
+    # skipweave run's --skip judges them the same, naming its own key
+    (tmp_path / "app.py").write_text(APP)
+    for profile, said in (("thirdparty_extra", "has top-level key 'thirdparty'"),
+                          ("thirdparty_badyaml", "a valid YAML file; ")):
+        refused = run([*SKIPWEAVE, "run", "--skip", profile, "--", sys.executable, "app.py"], cwd=tmp_path,
+                      env=env_with(sites["1.0.0"]))
+        assert refused.returncode == 2 and not refused.task_started, refused
+        assert f"skipweave run: profile='{profile}' is not allowed: " in refused.stderr and said in refused.stderr
     # Hydra's search path reads the declaration only; the part that fails to load is found by the callback, which
     # stops the run before the task: its targets would else be woven without the host type they were written for.
     broken = hydra("thirdparty_cache", THIRDPARTY_BREAK_HOSTS="1")
