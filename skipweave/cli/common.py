@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 __all__ = ["EXIT_OK", "EXIT_USAGE", "add_dump_dir_arguments", "add_json_argument", "emit", "emit_json",
-           "misplaced", "positive_int", "scan_or_explain"]
+           "misplaced", "positive_int", "scan_or_explain", "steps_option"]
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -53,6 +53,28 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
     return value
+
+
+def steps_option(text: str | None) -> Any:
+    """``--steps`` as ``skip.<role>.steps`` reads it (a list written as YAML: ``[1,3,8]``): a
+    :class:`~skipweave.config.values.StepSet`, or None when not given.
+
+    Raises:
+        ConfigError: not a step set (the message says what is allowed).
+    """
+    import yaml
+
+    from skipweave.config.values import parse_steps
+
+    if text is None:
+        return None
+    value: Any = text
+    if text.strip().startswith("["):
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text  # parse_steps names what is allowed
+    return parse_steps("--steps", value)
 
 
 def scan_or_explain(command: str, args: argparse.Namespace, *, checksums: bool) -> Any:

@@ -210,24 +210,14 @@ def compare_specs(args: argparse.Namespace) -> tuple[dict[str | None, Any], tupl
 
 
 def _steps(text: str | None) -> Any:
-    """``--steps`` as ``skip.<role>.steps`` reads it; a list is written as YAML (``[1,3,8]``).
+    """``--steps`` as ``skip.<role>.steps`` reads it (:func:`skipweave.cli.common.steps_option`).
 
     Raises:
         ConfigError: not a step set.
     """
-    import yaml
+    from skipweave.cli.common import steps_option
 
-    from skipweave.config.values import parse_steps
-
-    if text is None:
-        return None
-    value: Any = text
-    if text.strip().startswith("["):
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            value = text  # parse_steps names what is allowed
-    return parse_steps("--steps", value)
+    return steps_option(text)
 
 
 def _scan(path: str, allow_pickle: bool) -> Any:

@@ -26,6 +26,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "skipweave.cli.show",
     "skipweave.cli.verify",
     "skipweave.cli.diff",
+    "skipweave.cli.export",
     "skipweave.cli.gc",
     "skipweave.cli.migrate",
     "skipweave.cli.import_verl",
