@@ -5,7 +5,8 @@ A result is read as a view (:func:`skipweave.store.format.codec.decode_view`): h
 sample axis then comes from:
 
 - a host object whose host type declares one (:attr:`skipweave.store.hosts.HostType.samples`: verl's ``DataProto``
-  shape, a ``TensorDict``): asked through the registry, the exporter names no host;
+  shape, a ``TensorDict``): asked through the registry, the exporter names no host. When the host type says the
+  object has none (a ``TensorDict`` without batch dimensions), it is one row;
 - a plain mapping (a dict, a dataclass or namedtuple view, a host object whose type declares no axis): the values
   with a first axis (tensors and arrays of one dimension or more, lists, tuples) are the columns when they all have
   the same length ``N`` (``N`` samples); its other values are the call's. Values of different lengths: no axis;
@@ -61,12 +62,16 @@ def leading(value: Any) -> int | None:
     return len(value) if isinstance(value, (list, tuple)) else None
 
 
+_NO_DECLARATION = object()
+
+
 def _host_samples(value: Any) -> Any:
-    """The host type's :class:`~skipweave.store.hosts.Samples` of a recorded host object, or None."""
+    """The host type's :class:`~skipweave.store.hosts.Samples` of a recorded host object (None: the host type says it
+    has no sample axis), or ``_NO_DECLARATION`` when ``value`` is no host object or its type declares no axis."""
     kind = getattr(value, "kind", None)
     host = host_for_kind(kind) if isinstance(kind, str) and isinstance(value, Mapping) else None
     if host is None or host.samples is None:
-        return None
+        return _NO_DECLARATION
     return host.samples(value)
 
 
@@ -74,7 +79,11 @@ def split(result: Any) -> CallSamples:
     """Split a recorded result (a view) into its samples (see the module docstring)."""
     out = CallSamples(None)
     host = _host_samples(result)
-    if host is not None:
+    if host is None:  # its host type says it has no sample axis: one row, every field the call's
+        for name, value in result.items():
+            _add_call(out, str(name), value)
+        return out
+    if host is not _NO_DECLARATION:
         out.count = int(host.size)
         for name, value in host.columns.items():
             _add_column(out, str(name), value)
@@ -123,7 +132,7 @@ def _add_column(out: CallSamples, name: str, value: Any) -> None:
     names); a value with another first axis, as the call's."""
     assert out.count is not None
     host = _host_samples(value)
-    if host is not None and int(host.size) == out.count:
+    if host is not None and host is not _NO_DECLARATION and int(host.size) == out.count:
         for k, v in host.columns.items():
             _add_column(out, f"{name}.{k}", v)
         for k, v in host.per_call.items():
