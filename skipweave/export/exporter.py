@@ -159,6 +159,9 @@ def _write(sink: Any, result: Any, entries: list[tuple[Any, Any]], tokenizer: An
                 if name not in report.columns:
                     report.columns.append(name)
         sink.close()
+        names = getattr(getattr(sink, "schema", None), "names", None)
+        if names is not None:  # Parquet: the file's columns, in the order of its schema (unified ones too)
+            report.columns = list(names)
     except BaseException:
         sink.abort()
         raise

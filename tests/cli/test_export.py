@@ -281,3 +281,21 @@ def test_selection_and_progress_bar(tmp_path: Path, host: Any, capsys: Any, monk
     assert status == 2 and "--steps" in err
     status, _, err = cli(capsys, "export", str(tmp_path / "missing"), "-o", str(out))
     assert status == 2 and "does not exist" in err
+
+
+def test_grouped_small_entries_are_exported_call_by_call(tmp_path: Path, host: Any, capsys: Any) -> None:
+    dump, out = tmp_path / "dump", tmp_path / "rows.jsonl"
+
+    def calls(h: Any) -> Iterator[Any]:
+        for step in (1, 2):
+            for _ in range(3):  # three calls a step: the background writer commits them as one group
+                yield h.trl_generate(step, 2)
+
+    record(dump, host, {"trl": "trl_generate"}, calls, role="trl", step=STEP_ARG)
+    assert list(dump.rglob("*.pack.json")) and not manifests(dump)
+    status, _, err = cli(capsys, "export", str(dump), "-o", str(out))
+    assert status == 0, err
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["step"], r["call"], r["sample"]) for r in rows] == [
+        (s, c, i) for s in (1, 2) for c in range(3) for i in range(2)]
+    assert [r["completion_ids"] for r in rows[:2]] == host.trl_generate(1, 2)["completion_ids"]
