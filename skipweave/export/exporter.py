@@ -140,9 +140,18 @@ def export(result: Any, output: str, fmt: str, *, selection: Selection = Selecti
             pa = require_pyarrow()
             probe = ParquetSink(output)
             scratch = ExportReport(output, fmt)  # what the schema pass skips is reported by the pass that writes
-            schemas = [probe.table(rows).schema for rows in _rows(result, entries, tokenizer, scratch)]
+            schemas, per_sample = [], set()
+            for rows in _rows(result, entries, tokenizer, scratch):
+                schemas.append(probe.table(rows).schema)
+                per_sample.update(name for name, sample, _ in rows.columns if sample)
+            unified = unify(pa, schemas)
+            # the calls' columns in the order of one call's: where, sample, per-sample fields, the call's fields
+            order = sorted(range(len(unified.names)), key=lambda i: (
+                0 if unified.names[i] in RESERVED[:len(WHERE_COLUMNS) + 1] else 1 if unified.names[i] in per_sample
+                else 2, i))
             report = ExportReport(output, fmt, passes=2)
-            _write(ParquetSink(output, unify(pa, schemas)), result, entries, tokenizer, report, progress)
+            _write(ParquetSink(output, pa.schema([unified.field(i) for i in order])), result, entries, tokenizer,
+                   report, progress)
     report.seconds = time.perf_counter() - started
     return report
 
