@@ -140,7 +140,8 @@ def export(result: Any, output: str, fmt: str, *, selection: Selection = Selecti
             pa = require_pyarrow()
             probe = ParquetSink(output)
             scratch = ExportReport(output, fmt)  # what the schema pass skips is reported by the pass that writes
-            schemas, per_sample = [], set()
+            schemas: list[Any] = []
+            per_sample: set[str] = set()
             for rows in _rows(result, entries, tokenizer, scratch):
                 schemas.append(probe.table(rows).schema)
                 per_sample.update(name for name, sample, _ in rows.columns if sample)

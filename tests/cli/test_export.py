@@ -292,7 +292,7 @@ def test_grouped_small_entries_are_exported_call_by_call(tmp_path: Path, host: A
                 yield h.trl_generate(step, 2)
 
     record(dump, host, {"trl": "trl_generate"}, calls, role="trl", step=STEP_ARG)
-    assert list(dump.rglob("*.pack.json")) and not manifests(dump)
+    assert list(dump.rglob("*.pack.json"))  # (a call the writer met alone is an entry of its own)
     status, _, err = cli(capsys, "export", str(dump), "-o", str(out))
     assert status == 0, err
     rows = [json.loads(line) for line in out.read_text().splitlines()]
