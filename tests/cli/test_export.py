@@ -299,3 +299,17 @@ def test_grouped_small_entries_are_exported_call_by_call(tmp_path: Path, host: A
     assert [(r["step"], r["call"], r["sample"]) for r in rows] == [
         (s, c, i) for s in (1, 2) for c in range(3) for i in range(2)]
     assert [r["completion_ids"] for r in rows[:2]] == host.trl_generate(1, 2)["completion_ids"]
+
+
+def test_a_pickled_entry_is_refused_unless_allowed(tmp_path: Path, host: Any, capsys: Any) -> None:
+    dump, out = tmp_path / "dump", tmp_path / "rows.jsonl"
+    record(dump, host, {"p": "pickled"}, stepped("pickled", (1, 2)), role="p", step=STEP_ARG, allow_pickle=True)
+    status, text, _ = cli(capsys, "export", str(dump), "-o", str(out), "--json")
+    doc = json.loads(text)
+    assert status == 1 and doc["rows"] == 0 and [s["status"] for s in doc["skipped"]] == ["refused", "refused"]
+    assert "--allow-pickle" in doc["skipped"][0]["reason"]
+    status, _, err = cli(capsys, "export", str(dump), "-o", str(out), "--allow-pickle")
+    assert status == 0, err
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["step"], r["ids"], r["day"]) for r in rows] == [
+        (1, [1], "2026-12-01"), (1, [2], "2026-12-01"), (2, [2], "2026-12-02"), (2, [3], "2026-12-02")]

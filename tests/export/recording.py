@@ -107,6 +107,13 @@ def plain_no_axis(step):
 
 def scalar(step):
     return 1.5 * step
+
+
+def pickled(step):
+    """What the codec stores only pickled (a datetime.date): recorded with allow_pickle."""
+    import datetime
+
+    return {"day": datetime.date(2026, 12, step), "ids": [[step], [step + 1]]}
 '''
 
 
