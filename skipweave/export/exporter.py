@@ -137,24 +137,33 @@ def export(result: Any, output: str, fmt: str, *, selection: Selection = Selecti
             _write(ParquetSink(output), result, entries, tokenizer, report, progress)
         except SchemaChanged as first:
             logger.info("export: the calls' columns differ (%s); reading the store again for one schema", first)
-            pa = require_pyarrow()
-            probe = ParquetSink(output)
-            scratch = ExportReport(output, fmt)  # what the schema pass skips is reported by the pass that writes
-            schemas: list[Any] = []
-            per_sample: set[str] = set()
-            for rows in _rows(result, entries, tokenizer, scratch):
-                schemas.append(probe.table(rows).schema)
-                per_sample.update(name for name, sample, _ in rows.columns if sample)
-            unified = unify(pa, schemas)
-            # the calls' columns in the order of one call's: where, sample, per-sample fields, the call's fields
-            order = sorted(range(len(unified.names)), key=lambda i: (
-                0 if unified.names[i] in RESERVED[:len(WHERE_COLUMNS) + 1] else 1 if unified.names[i] in per_sample
-                else 2, i))
+            schema = _one_schema(result, entries, tokenizer, output)
             report = ExportReport(output, fmt, passes=2)
-            _write(ParquetSink(output, pa.schema([unified.field(i) for i in order])), result, entries, tokenizer,
-                   report, progress)
+            _write(ParquetSink(output, schema), result, entries, tokenizer, report, progress)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _one_schema(result: Any, entries: list[tuple[Any, Any]], tokenizer: Any, output: str) -> Any:
+    """The Parquet schema of every call's columns (a pass over the store that writes nothing), in the order of one
+    call's: where, sample, the per-sample fields, the call's fields.
+
+    Raises:
+        SchemaChanged: two calls' types of one column have no common type.
+    """
+    pa = require_pyarrow()
+    probe = ParquetSink(output)  # opens nothing: only builds tables
+    scratch = ExportReport(output, "parquet")  # what this pass skips, the pass that writes reports
+    schemas: list[Any] = []
+    per_sample: set[str] = set()
+    for rows in _rows(result, entries, tokenizer, scratch):
+        schemas.append(probe.table(rows).schema)
+        per_sample.update(name for name, sample, _ in rows.columns if sample)
+    unified = unify(pa, schemas)
+    leading = (*WHERE_COLUMNS, SAMPLE_COLUMN)
+    order = sorted(range(len(unified.names)), key=lambda i: (
+        0 if unified.names[i] in leading else 1 if unified.names[i] in per_sample else 2, i))
+    return pa.schema([unified.field(i) for i in order])
 
 
 def _write(sink: Any, result: Any, entries: list[tuple[Any, Any]], tokenizer: Any, report: ExportReport,
