@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from typing import Any
 
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         emit_json({"schema": SCHEMA, "dump_dir": result.dump_dir, **report.to_json(),
                    "output": os.path.abspath(args.output), "ok": not report.skipped})
     else:
-        emit(render(report, os.path.abspath(args.output)))
+        emit(render(report, os.path.abspath(args.output), result.dump_dir))
     return EXIT_DAMAGED if damaged else EXIT_FOREIGN if foreign else EXIT_OK
 
 
@@ -130,8 +131,8 @@ def _bar() -> Any:
     return make
 
 
-def render(report: Any, output: str) -> str:
-    """The human summary of an export."""
+def render(report: Any, output: str, dump_dir: str) -> str:
+    """The human summary of an export (an :class:`~skipweave.export.exporter.ExportReport` of ``dump_dir``)."""
     try:
         size = human_bytes(os.path.getsize(output))
     except OSError:
@@ -148,7 +149,7 @@ def render(report: Any, output: str) -> str:
     foreign = len(report.skipped) - damaged
     if damaged:
         lines.append(f"INCOMPLETE: {plural(damaged, 'damaged entry', 'damaged entries')} skipped; "
-                     f"`skipweave verify {os.path.dirname(report.skipped[0].path)}` and `skipweave gc` tell more")
+                     f"`skipweave verify {shlex.quote(dump_dir)}` names every problem; a run records them afresh")
     if foreign:
         lines.append(f"NOT EXPORTED: {plural(foreign, 'foreign entry', 'foreign entries')} of a format this "
                      "skipweave does not read; upgrade skipweave to export them")

@@ -202,6 +202,7 @@ def test_a_damaged_entry_is_named_and_the_rest_exported(tmp_path: Path, host: An
     assert status == 1, err
     assert "SKIPPED" in text and str(tensors.parent / "r0-0000.manifest.json") in text
     assert str(truncated.parent / "r0-0000.manifest.json") in text and "2 damaged entries skipped" in text
+    assert f"skipweave verify {dump}" in text
     df = pd.read_parquet(out)
     assert sorted(set(df[~df.validation].step)) == [1] and len(df) == N + 2
 
