@@ -3,8 +3,8 @@
 Tensors and numeric arrays become (nested) lists of numbers (``bfloat16`` and ``float16`` as Python floats); object
 arrays, lists, tuples and sets become lists of their items' plain values; mappings become dicts with string keys;
 numpy scalars their Python value; bytes their base64 text; enum members (views) ``Class.member``; other values (a
-``torch.dtype``, a complex number) their ``str``. Non-finite floats stay ``nan``/``inf`` (JSONL writes them as
-Python's ``json`` does: ``NaN``, ``Infinity``).
+``torch.dtype``, a complex number, a datetime) their ``str``. Non-finite floats stay ``nan``/``inf`` (JSONL writes
+them as Python's ``json`` does: ``NaN``, ``Infinity``).
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ def plain(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return _tensor_list(value)
     if isinstance(value, np.ndarray):
-        if value.dtype.kind == "O":
-            return [plain(x) for x in value.tolist()] if value.ndim else plain(value.item())
-        return value.tolist()
+        if value.dtype.kind in "biufU":  # numbers and text: tolist gives plain values already
+            return value.tolist()
+        items = value.tolist()  # objects, datetimes, bytes: each item made plain
+        return plain(items) if value.ndim else plain(value.item())
     if isinstance(value, np.generic):
         return plain(value.item())
     if isinstance(value, Mapping):
@@ -53,7 +54,7 @@ def rows_of(value: Any, count: int) -> list[Any]:
     """The ``count`` items of a per-sample value (its first axis) as plain values."""
     if isinstance(value, torch.Tensor):
         out = _tensor_list(value)
-    elif isinstance(value, np.ndarray) and value.dtype.kind != "O":
+    elif isinstance(value, np.ndarray) and value.dtype.kind in "biufU":
         out = value.tolist()
     else:
         out = [plain(x) for x in value]

@@ -138,3 +138,17 @@ def test_arrow_columns_and_schemas(tmp_path: Path) -> None:
     assert schema.names == ["a", "b", "c"] and schema.field("a").type == pa.float64()
     with pytest.raises(SchemaChanged, match="no common type"):
         unify(pa, [pa.schema([("a", pa.int64())]), pa.schema([("a", pa.string())])])
+
+
+def test_plain_values_are_json_ready() -> None:
+    import json
+
+    from skipweave.export.values import plain, rows_of
+
+    days = np.array(["2026-12-01", "2026-12-02"], dtype="datetime64[D]")
+    assert rows_of(days, 2) == ["2026-12-01", "2026-12-02"]
+    assert plain(np.array([b"a", b"b"])) == ["YQ==", "Yg=="]
+    assert plain({"x": torch.ones(2, dtype=torch.bfloat16), 3: np.float32(0.5), "s": {1, 2}}) == {
+        "x": [1.0, 1.0], "3": 0.5, "s": [1, 2]}
+    assert plain(np.array([[1, None]], dtype=object)) == [[1, None]]
+    json.dumps([plain(v) for v in (days, torch.float16, 1 + 2j, torch.Size([2, 3]))])
