@@ -111,6 +111,11 @@ def run(args: argparse.Namespace) -> int:
                    "output": os.path.abspath(args.output), "ok": not report.skipped})
     else:
         emit(render(report, os.path.abspath(args.output), result.dump_dir))
+    if tokenizer is not None and report.calls and not {"prompt_text", "response_text"} & set(report.columns):
+        from skipweave.export.text import PROMPT_FIELDS, RESPONSE_FIELDS
+
+        print(f"skipweave export: --tokenizer decoded nothing: no call holds token ids under a name it reads (prompt: "
+              f"{', '.join(PROMPT_FIELDS)}; response: {', '.join(RESPONSE_FIELDS)})", file=sys.stderr)
     return EXIT_DAMAGED if damaged else EXIT_FOREIGN if foreign else EXIT_OK
 
 

@@ -169,6 +169,11 @@ def test_tokenizer_decodes_prompt_and_response_text_leaving_padding_out(
         assert row.prompt_text == text(prompt) and row.prompt_text.startswith("<s>")
         assert row.response_text == text(response) and row.response_text.endswith("</s>")
         assert "<pad>" not in row.prompt_text + row.response_text
+    status, _, err = cli(capsys, "export", str(dump), "-o", str(out), "--tokenizer", str(folder), "--role", "nothing")
+    assert status == 0 and "decoded nothing" not in err  # no call at all: nothing to say
+    record(dump, host, {"plain": "plain_no_axis"}, stepped("plain_no_axis", (1,)), role="plain", step=STEP_ARG)
+    status, _, err = cli(capsys, "export", str(dump), "-o", str(out), "--tokenizer", str(folder), "--role", "plain")
+    assert status == 0 and "--tokenizer decoded nothing" in err and "completion_ids" in err
     trl = df[df.role == "trl"]
     want = host.trl_generate(1, 3)
     assert trl["prompt_text"].to_list() == [text(ids) for ids in want["prompt_ids"]]
