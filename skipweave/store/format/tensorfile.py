@@ -475,13 +475,23 @@ def read_whole(path: str, *, size: int, checksum: str, limit: int) -> tuple[memo
         raise EntryInvalid(f"payload {path} is unreadable: {exc}") from exc
     if bytes_checksum(memoryview(raw)) != checksum:
         raise EntryInvalid(f"payload {path} does not match its checksum {checksum}")
+    return split_whole(raw, path=path, limit=limit)
+
+
+def split_whole(raw: bytearray, *, path: str, limit: int) -> tuple[memoryview, dict[str, Span]]:
+    """:func:`read_whole` of bytes already read and verified (a bundle's member): decompressed when ``path`` names a
+    compressed file, the header judged, the data section and its spans returned.
+
+    Raises:
+        EntryInvalid: not a valid (compressed) safetensors file, or its contents take more than ``limit`` bytes.
+    """
     data = raw
     if path.endswith(COMPRESSED_SUFFIX):
         import io
 
         import zstandard
 
-        limit = min(limit, size * MAX_RATIO + RATIO_SLACK)
+        limit = min(limit, len(raw) * MAX_RATIO + RATIO_SLACK)
         out = bytearray()
         try:
             with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)) as reader:
@@ -512,4 +522,4 @@ def tensor_at(data: memoryview, span: Span) -> torch.Tensor:
 
 
 __all__ = ["CHUNK", "COMPRESSED_SUFFIX", "MAX_RATIO", "PROGRESS_MIN", "Span", "TooCompressible", "bars_enabled",
-           "byte_bar", "file_size", "progress_enabled", "read", "read_whole", "tensor_at", "write"]
+           "byte_bar", "file_size", "progress_enabled", "read", "read_whole", "split_whole", "tensor_at", "write"]
