@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 __all__ = ["EXIT_OK", "EXIT_USAGE", "add_dump_dir_arguments", "add_json_argument", "emit", "emit_json",
-           "misplaced", "positive_int", "scan_or_explain"]
+           "misplaced", "positive_int", "scan_bundle_or_explain", "scan_or_explain"]
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -23,7 +23,8 @@ EXIT_USAGE = 2
 
 def add_dump_dir_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``DUMP_DIR``, ``--calls-per-step`` and ``--allow-pickle`` (shared by ls, verify and gc)."""
-    parser.add_argument("dump_dir", metavar="DUMP_DIR", help="the store root (skip.<role>.dump_dir)")
+    parser.add_argument("dump_dir", metavar="DUMP_DIR",
+                        help="the store root (skip.<role>.dump_dir), or a bundle (a .zip file skipweave pack wrote)")
     parser.add_argument(
         "--calls-per-step", type=positive_int, default=None, metavar="N",
         help="calls one shard makes per step (as skip.<role>.calls_per_step); default: learned from closed steps",
@@ -67,14 +68,39 @@ def scan_or_explain(command: str, args: argparse.Namespace, *, checksums: bool) 
     Returns:
         The :class:`~skipweave.store.scan.DumpScan`, or ``None`` when the dump dir cannot be read.
     """
+    from skipweave.store.bundle.layout import is_bundle_path
     from skipweave.store.scan import scan
 
+    if is_bundle_path(args.dump_dir):
+        return scan_bundle_or_explain(command, args, checksums=checksums)[0]
     try:
         return scan(args.dump_dir, checksums=checksums, calls_per_step=args.calls_per_step,
                     allow_pickle=getattr(args, "allow_pickle", False))
     except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
         print(f"skipweave {command}: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return None
+
+
+def scan_bundle_or_explain(command: str, args: argparse.Namespace, *, checksums: bool) -> tuple[Any, bool]:
+    """Scan the bundle ``args.dump_dir`` names (:func:`skipweave.store.bundle.scan.scan_bundle`), as
+    :func:`scan_or_explain` scans a dump dir; on failure print a message for people to stderr.
+
+    Returns:
+        ``(the BundleScan or None, refused)``: ``refused`` is True when the file is there but is no bundle skipweave
+        reads (damaged, crafted: the message names the member), which ``verify`` reports as a problem (exit 1).
+    """
+    from skipweave.store.bundle.archive import BundleRefused
+    from skipweave.store.bundle.scan import scan_bundle
+
+    try:
+        return scan_bundle(args.dump_dir, checksums=checksums, calls_per_step=args.calls_per_step,
+                           allow_pickle=getattr(args, "allow_pickle", False)), False
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
+        print(f"skipweave {command}: no bundle {args.dump_dir}: {exc.strerror or exc}", file=sys.stderr)
+        return None, False
+    except BundleRefused as exc:
+        print(f"skipweave {command}: {exc}", file=sys.stderr)
+        return None, True
 
 
 def misplaced(command: str, result: Any) -> bool:

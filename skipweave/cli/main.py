@@ -28,6 +28,8 @@ SUBCOMMANDS: tuple[str, ...] = (
     "skipweave.cli.diff",
     "skipweave.cli.gc",
     "skipweave.cli.migrate",
+    "skipweave.cli.pack",
+    "skipweave.cli.unpack",
     "skipweave.cli.import_verl",
 )
 """Modules providing a subcommand each (see the module docstring)."""

@@ -21,7 +21,7 @@ import os
 import platform
 import time
 import zipfile
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Container
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,8 +76,16 @@ class PackResult:
     seconds: float = 0.0
 
 
+def _steps_doc(steps: Container[int] | None) -> Any:
+    """The steps selected, as the bundle manifest records them (a step set as ``skip.<role>.steps`` writes it)."""
+    if steps is None:
+        return None
+    to_config = getattr(steps, "to_config", None)
+    return to_config() if callable(to_config) else sorted(steps)  # type: ignore[call-overload]
+
+
 def _selected(part: PartScan, namespaces: Collection[str] | None, roles: Collection[str] | None,
-              steps: Collection[int] | None) -> bool:
+              steps: Container[int] | None) -> bool:
     return not ((namespaces and part.namespace not in namespaces) or (roles and part.role not in roles)
                 or (steps is not None and part.step not in steps))
 
@@ -98,7 +106,7 @@ def _why_left_out(part: PartScan) -> str | None:
 
 
 def pack(dump_dir: str, out: str, *, namespaces: Collection[str] | None = None, roles: Collection[str] | None = None,
-         steps: Collection[int] | None = None, progress: Callable[[int, int], Callable[[int], Any]] | None = None
+         steps: Container[int] | None = None, progress: Callable[[int, int], Callable[[int], Any]] | None = None
          ) -> PackResult:
     """Write the complete parts of ``dump_dir`` (those selected) into the bundle ``out``.
 
@@ -146,7 +154,7 @@ def pack(dump_dir: str, out: str, *, namespaces: Collection[str] | None = None, 
         doc = _bundle_manifest(result.dump_dir, chosen, members, whole, left,
                                {"namespaces": sorted(namespaces) if namespaces else None,
                                 "roles": sorted(roles) if roles else None,
-                                "steps": sorted(steps) if steps is not None else None})
+                                "steps": _steps_doc(steps)})
         data = jsonio.dumps_spaced(doc, indent=1)
         with zipfile.ZipFile(tmp, "a", allowZip64=True) as zf:
             zf.writestr(_info(MANIFEST_NAME, time.time()), data)
