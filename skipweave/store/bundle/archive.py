@@ -137,8 +137,8 @@ class BundleArchive:
             problem = member_problem(name)
             if problem is not None:
                 raise self._refuse(name, problem)
-            mode = info.external_attr >> 16
-            if info.create_system == 3 and mode and stat.S_IFMT(mode) != stat.S_IFREG:
+            mode = info.external_attr >> 16  # (no file type at all: a plain file, as Python's zipfile writes one)
+            if info.create_system == 3 and stat.S_IFMT(mode) not in (0, stat.S_IFREG):
                 raise self._refuse(name, f"is {_TYPES.get(stat.S_IFMT(mode), 'not a regular file')} (external "
                                          f"attributes {oct(mode)}); a bundle holds regular files only")
             if info.flag_bits & 0x1:
