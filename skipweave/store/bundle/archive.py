@@ -26,6 +26,7 @@ import os
 import stat
 import struct
 import threading
+import weakref
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -102,6 +103,7 @@ class BundleArchive:
         self.size = st.st_size
         self.mtime_ns = st.st_mtime_ns
         self._lock = threading.Lock()
+        _OPEN.add(self)
         self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
             self._zip = self._open_zip()
@@ -343,5 +345,15 @@ class BundleArchive:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+_OPEN: weakref.WeakSet[BundleArchive] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for archive in list(_OPEN):
+        archive._lock = threading.Lock()  # another thread may have held the parent's (reading a deflated member)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 __all__ = ["CHUNK", "BundleArchive", "BundleRefused", "Member"]

@@ -27,13 +27,14 @@ from typing import Any
 from skipweave.store.bundle.archive import BundleArchive, BundleRefused
 from skipweave.store.bundle.contents import BundlePart, Judged, contents, grouped_manifest, judge, where
 from skipweave.store.bundle.layout import is_bundle_path
+from skipweave.store.cache import ValidatedCache
 from skipweave.store.errors import EntryForeign, EntryInvalid
 from skipweave.store.folders import Mtime
 from skipweave.store.format.group import DATA_READ_MAX
 from skipweave.store.format.layout import EntryKey
 from skipweave.store.fs import check_name
 from skipweave.store.identity import Recorded, recorded_of
-from skipweave.store.index import PartInfo
+from skipweave.store.index import GROUP_CACHE_BYTES, PartInfo
 from skipweave.store.read import Loaded, decode_entry
 from skipweave.store.retention import StepRemoval
 from skipweave.store.staging import EntryMeta, Staged
@@ -82,6 +83,8 @@ class BundleStore(StepStore):
             (step, target, shard): bp for (ns, r, step, target, shard), bp in contents(self._archive).items()
             if ns == self.namespace and r == self.role}
         self._judged: dict[str, Judged | Exception] = {}
+        self._groups: ValidatedCache[str, tuple[memoryview, dict[int, Any]]] = ValidatedCache(
+            max_weight=GROUP_CACHE_BYTES, weight=lambda v: len(v[0]))
         self._lock = threading.RLock()
         self._warned: set[EntryKey] = set()
 
@@ -211,9 +214,13 @@ class BundleStore(StepStore):
 
             manifest = grouped_manifest(judged, key, allow_pickle=self.allow_pickle)
             assert judged.group is not None
-            data = self._member(names[0], judged.group.data)
-            section, spans = tensorfile.split_whole(data, path=names[0], limit=DATA_READ_MAX)
-            by_call = index(spans, where(self._archive, judged.head.name))
+            cached = self._groups.get(names[0], self._archive.mtime_ns)
+            if cached is None:  # a group's hits read and verify its data member once (while it stays cached)
+                data = self._member(names[0], judged.group.data)
+                section, spans = tensorfile.split_whole(data, path=names[0], limit=DATA_READ_MAX)
+                cached = (section, index(spans, where(self._archive, judged.head.name)))
+                self._groups.put(names[0], self._archive.mtime_ns, cached)
+            section, by_call = cached
             if key.call not in by_call:
                 raise EntryInvalid(f"group {where(self._archive, judged.head.name)} holds no tree for call {key.call}")
             tree_span, tensor_spans = by_call[key.call]
