@@ -162,3 +162,16 @@ def test_a_crafted_bundle_stops_a_run_before_any_patch(tmp_path: Path, host: Any
     with pytest.raises(skipweave.ConfigError, match=r"skip\.rollout\.dump_dir.*outside the bundle's folder"):
         run(host, str(bundle))
     assert host.CALLS == []
+
+
+def test_unpack_never_follows_a_symlink_out_of_the_target(real: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / NS).symlink_to(outside)  # planted in the dump dir: unpack must not write through it
+    from skipweave.store.errors import UnsafePath
+
+    with pytest.raises(UnsafePath, match="symlink"):
+        unpack(str(real), str(target))
+    assert list(outside.iterdir()) == []
