@@ -22,9 +22,11 @@ are read in place with ``pread`` at their data's offset (no extraction, no tempo
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import stat
 import struct
+import sys
 import threading
 import weakref
 import zipfile
@@ -302,6 +304,56 @@ class BundleArchive:
         if checksum_digest(hasher) != member.checksum:
             raise self._refuse(name, f"does not match its checksum {member.checksum} (damaged)")
 
+    def read_range(self, name: str, start: int, length: int) -> bytes:
+        """``length`` bytes of a stored member from ``start`` (within the member), unverified: a header the caller
+        judges itself, read after :meth:`check` verified the member.
+
+        Raises:
+            BundleRefused: the member is not stored (deflated), or the range lies outside it or past the file's end.
+        """
+        member = self.members[name]
+        if member.offset is None or start < 0 or length < 0 or start + length > member.bytes:
+            raise self._refuse(name, f"has no stored bytes {start}..{start + length}")
+        data = os.pread(self._fd, length, member.offset + start)
+        if len(data) != length:
+            raise self._refuse(name, "is truncated: the file ended while it was read")
+        return data
+
+    def check(self, name: str) -> None:
+        """Read a member through and check its size and checksum, keeping nothing (a reused buffer per chunk).
+
+        Raises:
+            BundleRefused: the bytes are not those the bundle manifest lists.
+        """
+        self.copy_to(name, lambda chunk: None)
+
+    def map_member(self, name: str) -> tuple[mmap.mmap, int]:
+        """A private (copy-on-write) mapping of a stored member's bytes, made while the file still has the size it had
+        when it was opened (checked with ``fstat`` once the mapping exists): ``(mapping, where the member starts in
+        it)``. The caller verifies the member first (:meth:`check`): the mapping is made after, never hashed, so a
+        file truncated meanwhile is refused here, before any page of it is touched (see
+        :mod:`skipweave.store.format.mapped`).
+
+        Raises:
+            BundleRefused: the member is not stored, or the file changed size.
+            OSError: the mapping could not be made (a limit of this process).
+        """
+        member = self.members[name]
+        if member.offset is None:
+            raise self._refuse(name, "is compressed: it cannot be mapped")
+        base = member.offset - member.offset % mmap.ALLOCATIONGRANULARITY
+        extra: dict[str, Any] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
+        try:
+            mapping = mmap.mmap(self._fd, member.offset + member.bytes - base, access=mmap.ACCESS_COPY, offset=base,
+                                **extra)
+        except ValueError:  # the file shrank below the range
+            mapping = None
+        if mapping is None or os.fstat(self._fd).st_size != self.size:
+            if mapping is not None:
+                mapping.close()  # nothing was built on it yet
+            raise self._refuse(name, "changed size while it was read")
+        return mapping, member.offset - base
+
     def verify(self, progress: Callable[[int], Any] | None = None) -> None:
         """Read every member, check each against its size and checksum and all of them against the bundle's checksum.
 
@@ -321,6 +373,10 @@ class BundleArchive:
         if checksum_digest(whole) != self.manifest.get("checksum"):
             raise self._refuse(None, f"does not match its checksum {self.manifest.get('checksum')!r:.60} (its members "
                                      "are whole, but not those it was packed with, or not in that order)")
+
+    def fileno(self) -> int:
+        """The bundle's open descriptor (read-only), for :func:`os.fstat` and the like."""
+        return self._fd
 
     @property
     def total_bytes(self) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import struct
 import time
 import zipfile
 from collections.abc import Callable, Collection, Container
@@ -210,6 +211,24 @@ def _info(name: str, mtime: float) -> zipfile.ZipInfo:
     return info
 
 
+ALIGN = 64
+"""Every copied member's data starts at a multiple of this many bytes in the bundle, so a plain tensor file's tensors
+(aligned within it) are aligned in the bundle too, and a replay can build them on a mapping of it (Android's
+``zipalign`` does the same, with the same padding field)."""
+
+_PADDING_ID = 0xD935  # the extra field zipalign pads with; readers skip extra fields they do not know
+
+
+def _align(info: zipfile.ZipInfo, zf: zipfile.ZipFile, force_zip64: bool) -> None:
+    """Give ``info`` an extra field that pads its local header so the member's data starts at a multiple of
+    :data:`ALIGN` (the header is written at the archive's current end: zipfile writes members one after another)."""
+    assert zf.fp is not None
+    zip64 = force_zip64 or info.file_size * 1.05 > zipfile.ZIP64_LIMIT  # zipfile's own rule: a 20-byte zip64 field
+    start = zf.fp.tell() + 30 + len(info.filename.encode("ascii")) + (20 if zip64 else 0) + 4
+    pad = -start % ALIGN
+    info.extra = struct.pack("<HH", _PADDING_ID, pad) + bytes(pad)
+
+
 def _part_file(part: PartScan) -> bytes:
     """The part file a bundle carries: closed (the packer judged it complete), with its calls."""
     return jsonio.dumps_spaced({"state": "closed", "calls": len(part.entries),
@@ -235,9 +254,11 @@ def _write(tmp: str, files: list[_File], parts: list[PartScan],
                 st = os.fstat(src.fileno())
                 info = _info(name, st.st_mtime)
                 info.file_size = st.st_size
+                force = st.st_size > (1 << 31)
+                _align(info, zf, force)
                 hasher = new_hasher()
                 got = 0
-                with zf.open(info, "w", force_zip64=st.st_size > (1 << 31)) as dst:
+                with zf.open(info, "w", force_zip64=force) as dst:
                     while chunk := src.read(CHUNK):
                         hasher.update(chunk)
                         whole.update(chunk)

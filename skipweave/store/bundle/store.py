@@ -203,10 +203,12 @@ class BundleStore(StepStore):
                 check_pickle(checked.manifest, where(self._archive, judged.head.name), key,
                              allow_pickle=self.allow_pickle)
                 tree = self._member(names[0], checked.tree)
-                raw = self._member(names[1], checked.tensors)
-                section, spans = tensorfile.split_whole(raw, path=names[1], limit=PAYLOAD_READ_MAX)
-                tensors = {n: tensorfile.tensor_at(section, sp) for n, sp in spans.items()}
-                size = len(tree) + len(raw)
+                tensors = self._mapped(names[1], checked.tensors)
+                if tensors is None:
+                    raw = self._member(names[1], checked.tensors)
+                    section, spans = tensorfile.split_whole(raw, path=names[1], limit=PAYLOAD_READ_MAX)
+                    tensors = {n: tensorfile.tensor_at(section, sp) for n, sp in spans.items()}
+                size = len(tree) + int(checked.tensors["bytes"])
                 return decode_entry(where(self._archive, judged.head.name), checked.manifest, bytes(tree),
                                     tensors, size, allow_pickle=self.allow_pickle,
                                     trusted_classes=self.trusted_classes, views=self._views)
@@ -233,14 +235,48 @@ class BundleStore(StepStore):
         except BundleRefused as exc:
             raise EntryInvalid(str(exc)) from None
 
-    def _member(self, name: str, item: dict[str, Any]) -> bytearray:
-        """A payload member, checked against the bundle manifest (by :meth:`BundleArchive.read`) and the entry's
-        manifest item (size and checksum)."""
+    def _mapped(self, name: str, item: dict[str, Any]) -> dict[str, Any] | None:
+        """A large plain tensor member's tensors built on a private mapping of its bytes, with no copy (as a dump dir's
+        large tensor file is read, :mod:`~skipweave.store.format.mapped`): the member verified first (read through,
+        nothing kept), its header judged, then mapped. ``None`` when it is not to be mapped (compressed, deflated,
+        small, on a file system that is not local, its tensors not aligned in the file, ``SKIPWEAVE_MAP_PAYLOADS=0``,
+        or the mapping failed): the caller reads it into memory.
+
+        Raises:
+            EntryInvalid: the member is not its manifest's file, fails its checksum, or its header is malformed.
+        """
+        from skipweave.store.format import mapped, tensorfile
+        from skipweave.store.format.safetensors_header import header_length
+
+        member = self._archive.members[name]
+        if member.offset is None or name.endswith(tensorfile.COMPRESSED_SUFFIX) \
+                or not mapped.mappable(self._archive.fileno(), member.bytes):
+            return None
+        self._same_file(name, item)
+        self._archive.check(name)
+        path = where(self._archive, name)
+        n = header_length(bytearray(self._archive.read_range(name, 0, 8)), path, room=member.bytes - 8)
+        spans = tensorfile.header_spans(self._archive.read_range(name, 8, n), member.bytes - 8 - n, path)
+        if not mapped.aligned(spans, member.offset + 8 + n):
+            return None
+        try:
+            mapping, start = self._archive.map_member(name)
+        except OSError as exc:  # a limit of this process (map count, address space): the entry is sound
+            logger.debug("bundle member %s could not be mapped (%s): read into memory", path, exc)
+            return None
+        return mapped.tensors_on(mapping, start + 8 + n, spans)
+
+    def _same_file(self, name: str, item: dict[str, Any]) -> None:
         member = self._archive.members[name]
         if member.bytes != item.get("bytes") or member.checksum != item.get("checksum"):
             raise EntryInvalid(f"{where(self._archive, name)} is not the file its manifest lists ({member.bytes} "
                                f"bytes, {member.checksum}; the manifest says {item.get('bytes')}, "
                                f"{item.get('checksum')})")
+
+    def _member(self, name: str, item: dict[str, Any]) -> bytearray:
+        """A payload member, checked against the bundle manifest (by :meth:`BundleArchive.read`) and the entry's
+        manifest item (size and checksum)."""
+        self._same_file(name, item)
         return self._archive.read(name)
 
     # ------------------------------------------------------------------ parts: nothing to prepare, open or close

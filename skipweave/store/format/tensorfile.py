@@ -445,6 +445,17 @@ def _spans(header_bytes: bytes | bytearray | memoryview, data_size: int, path: s
                                                                       itemsize=_ITEMSIZE)]
 
 
+def header_spans(header_bytes: bytes | bytearray | memoryview, data_size: int, path: str) -> list[Span]:
+    """The tensors' spans a safetensors header gives, judged against a data section of ``data_size`` bytes (what a
+    reader of a file it does not open itself needs: a bundle's member).
+
+    Raises:
+        EntryInvalid: the header is malformed, names a dtype this torch lacks, or its spans do not tile the data
+            section.
+    """
+    return _spans(header_bytes, data_size, path)
+
+
 def _allocate(header_bytes: bytes | bytearray, data_size: int, path: str) -> dict[str, torch.Tensor]:
     """Allocate (uninitialised) the tensors a safetensors header lists, in file order (see :func:`_spans`); the
     file is then read into them in this order."""
@@ -522,4 +533,5 @@ def tensor_at(data: memoryview, span: Span) -> torch.Tensor:
 
 
 __all__ = ["CHUNK", "COMPRESSED_SUFFIX", "MAX_RATIO", "PROGRESS_MIN", "Span", "TooCompressible", "bars_enabled",
-           "byte_bar", "file_size", "progress_enabled", "read", "read_whole", "split_whole", "tensor_at", "write"]
+           "byte_bar", "file_size", "header_spans", "progress_enabled", "read", "read_whole", "split_whole",
+           "tensor_at", "write"]

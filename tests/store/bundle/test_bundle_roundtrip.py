@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import inspect
 import json
 import shutil
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 import skipweave
 from skipweave.cli.main import main
@@ -196,3 +198,40 @@ def test_the_pack_and_unpack_commands(recorded: tuple[Path, list[Any]], tmp_path
     assert main(["unpack", str(out), str(tmp_path / "back")]) == 0
     assert "unpacked 2 parts" in capsys.readouterr().out
     assert set(_files(tmp_path / "back" / NS)) == {k for k in _files(dump / NS) if not k.startswith(f"{ROLE}/1/")}
+
+
+def _maps(path: str) -> bool:
+    """Whether this process maps ``path`` (``/proc/self/maps``)."""
+    target = os.path.realpath(path)
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+        return any(line.rstrip("\n").removesuffix(" (deleted)").endswith(" " + target) for line in fh)
+
+
+def test_a_large_tensor_member_is_served_on_a_mapping_of_the_bundle_without_a_copy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from skipweave.store.format import mapped
+
+    dump = tmp_path / "dump"
+    writer = StepStore(str(dump), NS, ROLE)
+    recorded = {"ids": torch.arange(1000), "logp": torch.rand(7, 3).to(torch.bfloat16), "text": ["a"]}
+    key = writer.key(9, "gen", "r0", 0)
+    writer.record(key, recorded, target_path="bhost:gen", fingerprint="", rng_state=None, seconds=0.0)
+    writer.close_all()
+    bundle = pack(str(dump), str(tmp_path / "rec.zip")).path
+    with BundleArchive(bundle) as archive:  # every copied member starts aligned (padding in its local header)
+        assert {m.offset % 64 for m in archive.members.values() if m.offset is not None} == {0}
+    before = Path(bundle).read_bytes()
+    monkeypatch.setattr(mapped, "MAP_MIN", 0)  # (the test's tensors are small)
+    store = BundleStore(bundle, NS, ROLE)
+    result = store.load(key).result
+    assert _maps(bundle)
+    assert torch.equal(result["ids"], recorded["ids"]) and torch.equal(result["logp"], recorded["logp"])
+    for t in (result["ids"], result["logp"]):  # each its own storage at offset 0, exactly its bytes
+        assert t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    result["ids"].fill_(-1)  # the host's write stays its own: the bundle never changes
+    assert Path(bundle).read_bytes() == before
+    assert torch.equal(store.load(key).result["ids"], recorded["ids"])
+    del result, t
+    monkeypatch.setenv("SKIPWEAVE_MAP_PAYLOADS", "0")  # read into memory instead: the same values
+    copied = store.load(key).result
+    assert not _maps(bundle) and torch.equal(copied["logp"], recorded["logp"])
