@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import inspect
 import json
+import os
 import shutil
 import zipfile
 from collections.abc import Iterator
