@@ -57,7 +57,7 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
         raw = {"enable": raw}
     data = given(sub_mapping(key, raw, ROLE_KEYS))
     parsed = RoleConfig(role=role, **parse_fields(RoleConfig, key, data))
-    if is_bundle_path(parsed.dump_dir):
+    if parsed.enable and is_bundle_path(parsed.dump_dir):
         parsed = _from_bundle(parsed, key, data)
     return _checked(parsed, key, explicit_targets=isinstance(data.get("targets"), Mapping))
 
