@@ -49,7 +49,11 @@ from skipweave.store.format.manifest import bytes_checksum, checksum_digest, new
 logger = logging.getLogger(__name__)
 
 CHUNK = 8 << 20
-"""Bytes read at a time when a member is streamed (hashing, copying)."""
+"""Bytes read at a time when a member is read whole into memory, or a deflated one streamed."""
+
+HASH_CHUNK = 1 << 20
+"""Bytes read at a time, into one reused buffer, when a stored member is streamed (hashed, copied): as a dump dir's
+payload is hashed (:data:`skipweave.store.format.mapped.HASH_CHUNK`)."""
 
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # a zip local file header (APPNOTE 4.3.7), 30 bytes
 _LOCAL_SIGNATURE = b"PK\x03\x04"
@@ -237,6 +241,14 @@ class BundleArchive:
         """A member's bytes, unverified (its size is checked)."""
         out = bytearray(info.file_size)
         got = 0
+        if offset is not None:  # stored: read straight into the result
+            view = memoryview(out)
+            while got < len(out):
+                n = os.preadv(self._fd, [view[got:got + CHUNK]], offset + got)
+                if not n:
+                    raise self._refuse(name, f"is truncated: {got} of its {info.file_size} bytes could be read")
+                got += n
+            return out
         for chunk in self._chunks(name, info, offset):
             if got + len(chunk) > len(out):
                 raise self._refuse(name, f"holds more than its {info.file_size} bytes")
@@ -246,15 +258,16 @@ class BundleArchive:
             raise self._refuse(name, f"is truncated: {got} of its {info.file_size} bytes could be read")
         return out
 
-    def _chunks(self, name: str, info: zipfile.ZipInfo, offset: int | None) -> Iterator[bytes]:
-        if offset is not None:  # stored: read in place
+    def _chunks(self, name: str, info: zipfile.ZipInfo, offset: int | None) -> Iterator[bytes | memoryview]:
+        if offset is not None:  # stored: read in place, into one reused buffer (each chunk is used before the next)
+            buf = memoryview(bytearray(min(HASH_CHUNK, info.file_size)))
             done = 0
             while done < info.file_size:
-                chunk = os.pread(self._fd, min(CHUNK, info.file_size - done), offset + done)
-                if not chunk:
+                n = os.preadv(self._fd, [buf[:min(HASH_CHUNK, info.file_size - done)]], offset + done)
+                if not n:
                     return
-                done += len(chunk)
-                yield chunk
+                done += n
+                yield buf[:n]
             return
         with self._lock:  # zipfile's reader shares one file position
             try:
@@ -285,7 +298,7 @@ class BundleArchive:
             raise self._refuse(name, f"does not match its checksum {member.checksum} (damaged)")
         return data
 
-    def copy_to(self, name: str, write: Callable[[bytes], Any]) -> None:
+    def copy_to(self, name: str, write: Callable[[memoryview | bytes], Any]) -> None:
         """Stream a member's bytes to ``write`` (in chunks of at most :data:`CHUNK` bytes), checking its size and
         checksum; the caller must drop what it wrote when this raises.
 
@@ -365,7 +378,7 @@ class BundleArchive:
         """
         whole = new_hasher()
         for name in self.members:
-            def write(chunk: bytes) -> None:
+            def write(chunk: memoryview | bytes) -> None:
                 whole.update(chunk)
                 if progress is not None:
                     progress(len(chunk))
@@ -412,4 +425,4 @@ def _after_fork_in_child() -> None:
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
-__all__ = ["CHUNK", "BundleArchive", "BundleRefused", "Member"]
+__all__ = ["CHUNK", "HASH_CHUNK", "BundleArchive", "BundleRefused", "Member"]

@@ -166,7 +166,7 @@ def _commit(archive: BundleArchive, folder: str, names: list[str]) -> int:
             fd = open_new(tmp, dir_fd=dir_fd)
             made.append(tmp)
             try:
-                def write(chunk: bytes, fd: int = fd) -> None:
+                def write(chunk: memoryview | bytes, fd: int = fd) -> None:
                     view = memoryview(chunk)
                     while view:
                         view = view[os.write(fd, view):]
