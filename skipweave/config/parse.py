@@ -63,17 +63,18 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
 
 
 def _from_bundle(role: RoleConfig, key: str, data: Mapping[str, Any]) -> RoleConfig:
-    """A role whose ``dump_dir`` names a bundle (a ``.zip`` file) replays from it read-only: it is replay-only,
-    whether or not it says so; asking it to record (``replay_only: false``, ``record_steps``, ``action: verify``,
-    which runs every call live) is a :class:`ConfigError` that says why."""
+    """A role whose ``dump_dir`` names a bundle (a ``.zip`` file) only reads it: it is replay-only, whether or not it
+    says so (``action: verify`` excepted: a verify run calls every call live, compares it with the bundle's recording
+    and records nothing); asking it to record (``replay_only: false``, ``record_steps``) is a :class:`ConfigError`
+    that says why."""
     why = (f"{key}.dump_dir={role.dump_dir} names a bundle (a .zip file), which a run only reads: the role replays "
            "from it and records nothing (to record, unpack it into a dump dir: skipweave unpack BUNDLE DUMP_DIR)")
+    if role.action is Action.VERIFY:
+        return role  # (records nothing, by its own rule; replay_only is refused with verify by _checked)
     if "replay_only" in data and not role.replay_only:
         raise ConfigError(f"{key}.replay_only", False, f"true or unset: {why}")
     if role.record_steps is not None:
         raise ConfigError(f"{key}.record_steps", role.record_steps.to_config(), f"unset: {why}")
-    if role.action is Action.VERIFY:
-        raise ConfigError(f"{key}.action", role.action.value, f"cache, repeat, repeat_cycle or repeat_last: {why}")
     return dataclasses.replace(role, replay_only=True)
 
 

@@ -101,8 +101,9 @@ def test_a_bundle_role_is_replay_only_and_asking_it_to_record_says_why(tmp_path:
     assert parse_role(ROLE, role(bundle)).replay_only
     with pytest.raises(ConfigError, match=r"skip\.rollout\.replay_only.*names a bundle.*skipweave unpack"):
         parse_role(ROLE, role(bundle, replay_only=False))
-    with pytest.raises(ConfigError, match=r"skip\.rollout\.action.*names a bundle"):
-        parse_role(ROLE, role(bundle, action="verify"))
+    assert not parse_role(ROLE, role(bundle, action="verify")).replay_only  # (a verify run records nothing)
+    with pytest.raises(ConfigError, match=r"skip\.rollout\.record_steps.*names a bundle"):
+        parse_role(ROLE, role(bundle, action="repeat", record_steps=[4]))
     with pytest.raises(ConfigError, match=r"skip\.rollout\.dump_dir.*a bundle skipweave can read"):
         skipweave.weave({"skip": {ROLE: role(str(tmp_path / "missing.zip"))}})
     assert not (tmp_path / "missing.zip").exists()  # (no folder made at a bundle's name)
@@ -235,3 +236,17 @@ def test_a_large_tensor_member_is_served_on_a_mapping_of_the_bundle_without_a_co
     monkeypatch.setenv("SKIPWEAVE_MAP_PAYLOADS", "0")  # read into memory instead: the same values
     copied = store.load(key).result
     assert not _maps(bundle) and torch.equal(copied["logp"], recorded["logp"])
+
+
+def test_a_verify_run_compares_live_calls_with_a_bundle_and_writes_nothing_beside_it(
+        recorded: tuple[Path, list[Any]], tmp_path: Path, host: Any) -> None:
+    dump, seen = recorded
+    shipped = tmp_path / "shipped"
+    bundle = pack(str(dump), str(shipped / "rec.zip")).path
+    report = tmp_path / "report.jsonl"
+    live, calls = run(host, bundle, action="verify", report=str(report), compare={"fields": {"r": "ignore"}})
+    assert len(calls) == len(STEPS) * CALLS  # every call ran live, compared with the bundle's recording
+    lines = [json.loads(x) for x in report.read_text().splitlines()]
+    assert [(x["step"], x["call"], x["status"]) for x in lines] == [
+        (s, c, "identical") for s in STEPS for c in range(CALLS)], lines
+    assert sorted(p.name for p in shipped.iterdir()) == ["rec.zip"]
