@@ -16,7 +16,7 @@ import argparse
 import sys
 from typing import Any
 
-from skipweave.cli.common import EXIT_USAGE, add_json_argument, emit, emit_json
+from skipweave.cli.common import BAR_MIN_BYTES, EXIT_USAGE, add_json_argument, emit, emit_json
 from skipweave.cli.format import human_bytes, plural
 
 SCHEMA = "skipweave.pack/1"
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     bars: list[Any] = []
 
     def progress(total: int, members: int) -> Any:
-        if not bars_enabled() or total < (64 << 20):
+        if not bars_enabled() or total < BAR_MIN_BYTES:
             return None
         bars.append(byte_bar(total, f"skipweave pack: {members} files"))
         return bars[-1].update

@@ -14,7 +14,7 @@ import argparse
 import sys
 from typing import Any
 
-from skipweave.cli.common import EXIT_USAGE, add_json_argument, emit, emit_json
+from skipweave.cli.common import BAR_MIN_BYTES, EXIT_USAGE, add_json_argument, emit, emit_json
 from skipweave.cli.format import human_bytes, plural
 
 SCHEMA = "skipweave.unpack/1"
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         import os
 
         size = os.path.getsize(args.bundle)
-        if bars_enabled() and size >= (64 << 20):
+        if bars_enabled() and size >= BAR_MIN_BYTES:
             bar = byte_bar(size, "skipweave unpack: verifying")
         result = unpack(args.bundle, args.dump_dir, progress=bar.update if bar is not None else None)
     except (FileNotFoundError, IsADirectoryError) as exc:

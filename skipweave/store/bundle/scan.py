@@ -11,6 +11,7 @@ manifest, and all of them against the bundle's checksum.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from skipweave.store.bundle.archive import BundleArchive, BundleRefused
@@ -35,8 +36,9 @@ class BundleScan(DumpScan):
 
 
 def scan_bundle(path: str, *, checksums: bool = False, calls_per_step: int | None = None,
-                allow_pickle: bool = False) -> BundleScan:
-    """Judge every entry of a bundle (see the module docstring).
+                allow_pickle: bool = False, progress: Callable[[int], Any] | None = None) -> BundleScan:
+    """Judge every entry of a bundle (see the module docstring); ``progress`` is told the bytes of each chunk read
+    when ``checksums`` (a bar's ``update``).
 
     Raises:
         FileNotFoundError: no file at ``path``.
@@ -44,7 +46,7 @@ def scan_bundle(path: str, *, checksums: bool = False, calls_per_step: int | Non
             members are whole but not those it was packed with.
     """
     with BundleArchive(path) as archive:
-        damaged = _damaged(archive) if checksums else {}
+        damaged = _damaged(archive, progress) if checksums else {}
         result = BundleScan(archive.path, checksums=checksums, calls_per_step=calls_per_step,
                             allow_pickle=allow_pickle)
         parts = contents(archive)
@@ -55,13 +57,19 @@ def scan_bundle(path: str, *, checksums: bool = False, calls_per_step: int | Non
     return result
 
 
-def _damaged(archive: BundleArchive) -> dict[str, str]:
+def _damaged(archive: BundleArchive, progress: Callable[[int], Any] | None) -> dict[str, str]:
     """Every member that fails its size or checksum, with why; the whole checked when none does."""
     bad: dict[str, str] = {}
     whole = new_hasher()
+
+    def feed(chunk: memoryview | bytes) -> None:
+        whole.update(chunk)
+        if progress is not None:
+            progress(len(chunk))
+
     for name in archive.members:
         try:
-            archive.copy_to(name, whole.update)
+            archive.copy_to(name, feed)
         except BundleRefused as exc:
             bad[name] = str(exc)
     if not bad and checksum_digest(whole) != archive.manifest.get("checksum"):
