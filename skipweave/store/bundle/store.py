@@ -79,7 +79,7 @@ class BundleStore(StepStore):
         self.compress = compress
         self._views = views
         self._archive = archive if archive is not None else BundleArchive(dump_dir)
-        self._parts: dict[tuple[int, str, str], BundlePart] = {  # type: ignore[assignment]
+        self._held: dict[tuple[int, str, str], BundlePart] = {  # (step, target, shard) -> its part
             (step, target, shard): bp for (ns, r, step, target, shard), bp in contents(self._archive).items()
             if ns == self.namespace and r == self.role}
         self._judged: dict[str, Judged | Exception] = {}
@@ -93,7 +93,7 @@ class BundleStore(StepStore):
         """What the bundle holds for this role, for a message: ``target gen steps 1-3 (shard r0)``; or that it holds
         nothing of it (and which roles it holds)."""
         by_target: dict[tuple[str, str], list[int]] = {}
-        for step, target, shard in self._parts:
+        for step, target, shard in self._held:
             by_target.setdefault((target, shard), []).append(step)
         if not by_target:
             roles = sorted({f"{p[0]}/{p[1]}" for p in contents(self._archive)})
@@ -103,7 +103,7 @@ class BundleStore(StepStore):
             f"target {t} steps {_ranges(sorted(steps))} (shard {s})" for (t, s), steps in sorted(by_target.items()))
 
     def _part(self, step: int, target: str, shard: str) -> BundlePart | None:
-        return self._parts.get((step, target, shard))
+        return self._held.get((step, target, shard))
 
     def _judge(self, bp: BundlePart, call: int) -> Judged:
         head = bp.head_of(call)
@@ -175,14 +175,14 @@ class BundleStore(StepStore):
     def expected_calls(self, target: str, shard: str) -> int | None:
         if self.calls_per_step is not None:
             return self.calls_per_step
-        counts = [len(bp.calls) for (_s, t, sh), bp in self._parts.items() if t == target and sh == shard]
+        counts = [len(bp.calls) for (_s, t, sh), bp in self._held.items() if t == target and sh == shard]
         return max(counts) if counts else None
 
     def is_complete(self, step: int, target: str, shard: str) -> bool:
         return self._part(step, target, shard) is not None
 
     def recorded_steps(self, target: str, shard: str) -> list[int]:
-        return sorted(step for step, t, sh in self._parts if t == target and sh == shard)
+        return sorted(step for step, t, sh in self._held if t == target and sh == shard)
 
     def load(self, key: EntryKey, *, mtime: Mtime | None = None) -> Loaded:
         """Read, judge, verify and decode one entry of the bundle (see :meth:`StepStore.load`; a damaged member is
