@@ -29,6 +29,8 @@ SUBCOMMANDS: tuple[str, ...] = (
     "skipweave.cli.export",
     "skipweave.cli.gc",
     "skipweave.cli.migrate",
+    "skipweave.cli.pack",
+    "skipweave.cli.unpack",
     "skipweave.cli.import_verl",
 )
 """Modules providing a subcommand each (see the module docstring)."""

@@ -89,6 +89,21 @@ def test_a_dataproto_store_exports_one_row_per_sample_read_back_by_pandas_and_da
     assert first["uid"] == "s1-p0" and first["validation"] is False and first["sample"] == 0
 
 
+def test_a_bundle_exports_the_rows_its_dump_dir_does(tmp_path: Path, host: Any, capsys: Any) -> None:
+    dump = tmp_path / "dump"
+    _rollout_store(dump, host)
+    bundle = tmp_path / "carried" / "rollouts.zip"
+    bundle.parent.mkdir()
+    status, _, err = cli(capsys, "pack", str(dump), "-o", str(bundle))
+    assert status == 0, err
+    for source, out in ((dump, tmp_path / "from_dir.parquet"), (bundle, tmp_path / "from_bundle.parquet")):
+        status, _, err = cli(capsys, "export", str(source), "-o", str(out))
+        assert status == 0, err
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "from_bundle.parquet"),
+                                  pd.read_parquet(tmp_path / "from_dir.parquet"))
+    assert sorted(p.name for p in bundle.parent.iterdir()) == ["rollouts.zip"]  # read in place: nothing beside it
+
+
 def test_jsonl_holds_the_same_rows_as_parquet(tmp_path: Path, host: Any, capsys: Any) -> None:
     dump = tmp_path / "dump"
     _rollout_store(dump, host)
