@@ -161,7 +161,8 @@ def test_unpack_refuses_to_overwrite_a_different_entry(recorded: tuple[Path, lis
     target = tmp_path / "target"
     shutil.copytree(dump, target)
     payload = next((target / NS / ROLE / "3" / "gen").glob("*.safetensors"))
-    payload.write_bytes(payload.read_bytes()[:-1] + b"\x00")  # another recording at the same place
+    data = payload.read_bytes()
+    payload.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))  # another recording at the same place (a byte flipped)
     before = _files(target)
     with pytest.raises(UnpackConflict, match=rf"step 3 shard r0.*a different {payload.name}"):
         unpack(bundle, str(target))
