@@ -386,10 +386,10 @@ class GoldenRun:
             out[role] = {k: counts.get(k, 0) for k in ("identical", "close", "diverged", "unrecorded")}
         return out
 
-    def problems(self) -> list[str]:
+    def problems(self, *, body_failed: bool = False) -> list[str]:
         """Mode ``replay``: what fails the test although its body passed — a verify role's divergence or unrecorded
         call, a replay-only call no recording served (its ``ReplayMissing`` caught by the host); each names role,
-        target, step and what to do."""
+        target, step and what to do. ``body_failed``: the test failed already (these then say what to do only)."""
         if self.mode is not Mode.REPLAY:
             return []
         from skipweave.report import replay_missing_noted
@@ -411,8 +411,9 @@ class GoldenRun:
                            f"'{self.nodeid}'")
         where, more = replay_missing_noted()
         if where is not None:
-            out.append(f"skipweave: a replay-only call found no recording (ReplayMissing, which the code under test "
-                       f"caught): {where}" + (f" (and {more} more)" if more else "")
+            how = "" if body_failed else " (ReplayMissing, which the code under test caught)"
+            out.append(f"skipweave: a replay-only call found no recording{how}: {where}"
+                       + (f" (and {more} more)" if more else "")
                        + f"; record it: pytest --skipweave-mode=record '{self.nodeid}'")
         return out
 

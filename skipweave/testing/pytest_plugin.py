@@ -73,11 +73,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     their teardowns find what they left."""
     marker = item.get_closest_marker(MARKER)
     if marker is not None:
-        from skipweave.testing.golden import GoldenRun, MarkerSpec, Mode
+        from skipweave.config.errors import ConfigError
+        from skipweave.testing.golden import GoldenError, GoldenRun, MarkerError, MarkerSpec, Mode
 
-        spec = MarkerSpec.from_marker(marker.args, marker.kwargs, item.path.parent)
-        run = GoldenRun(spec, Mode(_mode(item.config)), item.nodeid)
-        run.start()
+        try:
+            spec = MarkerSpec.from_marker(marker.args, marker.kwargs, item.path.parent)
+            run = GoldenRun(spec, Mode(_mode(item.config)), item.nodeid)
+            run.start()
+        except (MarkerError, GoldenError, ConfigError) as exc:  # said for people: no traceback through the plugin
+            pytest.fail(f"{type(exc).__name__}: {exc}", pytrace=False)
         item.stash[_RUN] = run
 
 
@@ -92,7 +96,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
         result = yield
     except BaseException:
         # the Diverged or ReplayMissing that failed it says where; the section adds what to do about it
-        item.add_report_section("call", "skipweave", "\n".join([run.summary().text(), *run.problems()]))
+        item.add_report_section("call", "skipweave", "\n".join([run.summary().text(),
+                                                                 *run.problems(body_failed=True)]))
         raise
     problems = run.problems()
     item.add_report_section("call", "skipweave", "\n".join([run.summary().text(), *problems]))
