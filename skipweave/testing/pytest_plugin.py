@@ -15,7 +15,8 @@ entry point are one plugin, never two.
   into the test's report section ``skipweave``.
 
 Every pytest session of an environment with skipweave installed imports this module: it imports nothing of
-skipweave's at module level (no torch, no Hydra); :mod:`skipweave.testing.golden` is imported by a marked test only.
+skipweave's at module level (no torch, no Hydra), and uses only what pytest 7 already has (stash keys, old-style hook
+wrappers); :mod:`skipweave.testing.golden` is imported by a marked test only.
 """
 
 from __future__ import annotations
@@ -85,38 +86,40 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         item.stash[_RUN] = run
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
+# Old-style wrappers (hookwrapper=True), which every pytest this plugin may meet knows: the plugin is imported by
+# every pytest session of the environment, and pluggy before 1.1 refuses `wrapper=True` at import.
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
     """Run the test; then fail it for what its body could not see (a divergence or a missing recording the code under
     test swallowed), and put its summary into its report section."""
     run = item.stash.get(_RUN, None)
+    outcome = yield
     if run is None:
-        return (yield)
-    try:
-        result = yield
-    except BaseException:
-        # the Diverged or ReplayMissing that failed it says where; the section adds what to do about it
-        item.add_report_section("call", "skipweave", "\n".join([run.summary().text(),
-                                                                 *run.problems(body_failed=True)]))
-        raise
-    problems = run.problems()
+        return
+    failed = outcome.excinfo is not None  # the Diverged or ReplayMissing that failed it says where; add what to do
+    problems = run.problems(body_failed=failed)
     item.add_report_section("call", "skipweave", "\n".join([run.summary().text(), *problems]))
+    if failed:
+        return
     if problems:
-        pytest.fail("\n".join(problems), pytrace=False)
+        try:
+            pytest.fail("\n".join(problems), pytrace=False)
+        except pytest.fail.Exception as exc:
+            if not hasattr(outcome, "force_exception"):  # pluggy < 1.1: raised from a hook wrapper, it fails the call
+                raise
+            outcome.force_exception(exc)
+        return
     item.stash[_PASSED] = True
-    return result
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, Any, Any]:
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, Any, None]:
     """After the test's fixtures are torn down: unweave (a failing test too), then bless or drop its recording."""
-    try:
-        return (yield)
-    finally:
-        run = item.stash.get(_RUN, None)
-        if run is not None:
-            del item.stash[_RUN]
-            item.add_report_section("teardown", "skipweave", run.finish(passed=item.stash.get(_PASSED, False)))
+    yield
+    run = item.stash.get(_RUN, None)
+    if run is not None:
+        del item.stash[_RUN]
+        item.add_report_section("teardown", "skipweave", run.finish(passed=item.stash.get(_PASSED, False)))
 
 
 @pytest.fixture

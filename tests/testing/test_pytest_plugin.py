@@ -192,8 +192,6 @@ def test_divergence_fails_at_the_first_position_and_record_blesses_it(host: pyte
 
     run(host, "--skipweave-mode=record").assert_outcomes(passed=2)  # bless the change
     run(host).assert_outcomes(passed=2)
-    monkeypatch.delenv("HOST_CHANGE")
-    run(host).assert_outcomes(failed=2)  # the old behaviour now is the change
 
 
 def test_off_runs_unwoven(host: pytest.Pytester) -> None:
