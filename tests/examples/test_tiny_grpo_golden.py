@@ -56,6 +56,11 @@ def test_the_golden_test_fails_on_an_advantage_change_until_it_is_blessed(tmp_pa
     first = "role update target tiny_grpo step 1 call 0: diverged at loss: max |Δ| "
     assert f"Diverged: skipweave verify: {first}" in out, out[-6000:]
     assert "If the change is intended, bless it: pytest --skipweave-mode=record '" in out, out[-6000:]
+    kept = [line.rsplit(" ", 1)[1] for line in out.splitlines() if "and the verify report kept in " in line]
+    assert len(kept) == 1 and Path(kept[0], "verify.jsonl").is_file(), out[-6000:]
+    # a failing test keeps its copy for whoever reads the failure; not here (its TMPDIR is left alone: Ray keeps its
+    # sockets there, and a long pytest path would break them)
+    shutil.rmtree(kept[0])
     before = sorted(p.name for p in (job / "tests" / "golden").rglob("*"))
 
     proc, seconds = golden_test(job, "--skipweave-mode=record")

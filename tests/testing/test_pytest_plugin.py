@@ -48,10 +48,13 @@ ROLE = 'ROLE = {"skip": {"rollout": {"targets": {"gen": "tinyhost:Gen.generate"}
 
 
 @pytest.fixture
-def host(pytester: pytest.Pytester) -> pytest.Pytester:
-    """A pytester folder holding the tiny host (``tinyhost``), importable by the sessions run there."""
+def host(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A pytester folder holding the tiny host (``tinyhost``), importable by the sessions run there; their temp
+    folders (the replayed copies a failing test keeps) inside it."""
     pytester.makepyfile(tinyhost=HOST)
     pytester.syspathinsert()
+    (pytester.path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(pytester.path / "tmp"))
     return pytester
 
 
@@ -247,7 +250,8 @@ def test_a_failing_test_is_unwoven_and_blesses_nothing(host: pytest.Pytester, mo
         assert listing(rec) == before and sorted(p.name for p in host.path.iterdir() if "rec" in p.name) == ["rec"]
     assert f"skipweave mode record: the test did not pass; {rec} left as it was" in results["record"].stdout.str()
     kept = [line for line in results["replay"].stdout.lines if "the verify report kept in" in line]
-    assert kept and Path(kept[0].rsplit(" ", 1)[1]).is_dir(), results["replay"].stdout.str()
+    assert kept and Path(kept[0].rsplit(" ", 1)[1]).parent == host.path / "tmp", results["replay"].stdout.str()
+    assert (Path(kept[0].rsplit(" ", 1)[1]) / "recording" / "default").is_dir()
 
 
 def declared_entry_points() -> dict[str, str]:
