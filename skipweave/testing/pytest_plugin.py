@@ -76,12 +76,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if marker is not None:
         from skipweave.config.errors import ConfigError
         from skipweave.testing.golden import GoldenError, GoldenRun, MarkerError, MarkerSpec, Mode
+        from skipweave.weaving.resolve import TargetNotFound
 
         try:
             spec = MarkerSpec.from_marker(marker.args, marker.kwargs, item.path.parent)
             run = GoldenRun(spec, Mode(_mode(item.config)), item.nodeid)
             run.start()
-        except (MarkerError, GoldenError, ConfigError) as exc:  # said for people: no traceback through the plugin
+        except (MarkerError, GoldenError, ConfigError, TargetNotFound) as exc:  # for people: no plugin traceback
             pytest.fail(f"{type(exc).__name__}: {exc}", pytrace=False)
         item.stash[_RUN] = run
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import ray
 import torch
 from omegaconf import OmegaConf
 from tinygrpo import cluster, judge, ref, rollout
@@ -49,6 +50,7 @@ def test_first_two_steps_match_the_recording(tmp_path: Path, torch_state: None, 
     trainer = GRPOTrainer(cfg, tmp_path)
     try:
         summary = trainer.fit()
+        ray_started = ray.is_initialized()
     finally:
         trainer.close()
         cluster.shutdown()
@@ -58,7 +60,7 @@ def test_first_two_steps_match_the_recording(tmp_path: Path, torch_state: None, 
         for phase in ("rollout", "ref", "reward"):
             assert (roles[phase].hits, roles[phase].live) == (STEPS, 0), roles[phase]
         assert roles["update"].identical + roles["update"].close == STEPS, roles["update"]
-        # nothing but the update ran: no rollout or reference worker, no judge
-        assert (rollout.WORKERS_STARTED, ref.WORKERS_STARTED, judge.JUDGES_STARTED) == started
+        # nothing but the update ran: no Ray, no rollout or reference worker, no judge
+        assert (rollout.WORKERS_STARTED, ref.WORKERS_STARTED, judge.JUDGES_STARTED) == started and not ray_started
     elif skipweave_summary.mode == "record":
         assert {name: counts.misses for name, counts in roles.items()} == dict.fromkeys(roles, STEPS), roles
