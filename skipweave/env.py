@@ -63,8 +63,9 @@ FORCE_INTEGRATIONS_ENV = "SKIPWEAVE_FORCE_INTEGRATIONS"
 they declare (one WARNING each still says so); :data:`DISABLED_INTEGRATIONS_ENV` wins over it."""
 
 WARNED_INTEGRATIONS_ENV = "SKIPWEAVE_WARNED_INTEGRATIONS"
-"""Set by a process that warned about an integration's host version (``verl=0.12.0,...``): the processes it starts
-inherit it and say the same at DEBUG only, so that one run gives one WARNING per integration."""
+"""Set by a process that warned about an integration (``verl=0.12.0``: its host version; ``mine=broken``: its
+declaration or a part failed to load; ``SKIPWEAVE_DISABLED_INTEGRATIONS=vrel``: a switch naming no integration), comma
+separated: the processes it starts inherit it and say the same at DEBUG only, so that one run gives one WARNING each."""
 
 __all__ = ["APP_HOOK_ENV", "APP_HOOK_PICKLE_ENV", "DISABLED_INTEGRATIONS_ENV", "FORCE_INTEGRATIONS_ENV",
            "LOG_LEVEL_ENV", "MAP_ENV", "PLAN_ENV", "PROFILE_PATH_ENV", "PROGRAM_PID_ENV", "PROGRESS_ENV", "RUN_ENV",

@@ -1,12 +1,13 @@
 """The package's layering (docs/architecture.md): what the generic layers import, import cycles, private names.
 
-- The generic layers (``config``, ``policy``, ``weaving``, ``store``, ``verify``) name no host: importing any of
-  their modules in a fresh interpreter leaves ``skipweave.integrations``, verl, Ray and tensordict out of
+- The generic layers (``config``, ``policy``, ``weaving``, ``store``, ``verify``, ``export``) name no host: importing
+  any of their modules in a fresh interpreter leaves ``skipweave.integrations``, verl, Ray and tensordict out of
   ``sys.modules`` (integrations register with them through :mod:`skipweave.hooks` instead).
 - Using a generic layer (reading a registry, loading a config, scanning a store, the codec, weaving and recording a
-  call, comparing two results), each in a fresh interpreter, loads no integration and no host either: the registries
-  are passive, and only the assembling entry points load the integrations. A Hydra app that looks for a profile no
-  earlier source holds makes skipweave's search-path plugin read the integrations' declarations, and nothing more.
+  call, comparing two results, exporting a store), each in a fresh interpreter, loads no integration and no host
+  either: the registries are passive, and only the assembling entry points load the integrations. A Hydra app that
+  looks for a profile no earlier source holds makes skipweave's search-path plugin read the integrations'
+  declarations, and nothing more.
 - No import cycle among the package's modules at import time. The graph is built from each module's import-time
   statements (module level, class bodies and ``if``/``try``/``with`` blocks; not function bodies, not
   ``if TYPE_CHECKING:`` blocks), read from the source with :mod:`ast`, so one a refactoring would create in a rarely
@@ -37,7 +38,7 @@ PACKAGE = "skipweave"
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = ROOT / PACKAGE
 
-GENERIC_LAYERS = ("config", "policy", "weaving", "store", "verify")
+GENERIC_LAYERS = ("config", "policy", "weaving", "store", "verify", "export")
 """Sub-packages that must import no host and no integration."""
 
 FORBIDDEN = ("skipweave.integrations", "skipweave.testing", "verl", "ray", "tensordict", "trl")
@@ -369,6 +370,12 @@ USES: dict[str, str] = {
         "from skipweave.config import load_skip_config\n"
         "cfg = compose_profile('rollout_cache', overrides=['skip.rollout.dump_dir=' + WORK + '/d'])\n"
         "assert load_skip_config(cfg).roles['rollout'].enable\n"
+    ),
+    "export: write the fixture store as JSONL rows": (
+        "from skipweave.export.exporter import export\n"
+        "from skipweave.store.scan import scan\n"
+        "report = export(scan(FIXTURE), WORK + '/rows.jsonl', 'jsonl')\n"
+        "assert report.calls + len(report.skipped) > 0, report\n"
     ),
     "verify: compare a recorded and a live result": (
         "import torch\n"

@@ -70,17 +70,18 @@ class SkipweaveSearchPathPlugin(SearchPathPlugin):
             search_path.append(provider=INTEGRATIONS_PROVIDER, path=f"{IntegrationProfiles.scheme()}://{GROUP}")
 
 
-def integration_profile_dirs() -> list[tuple[str, str]]:
-    """``(integration, folder)`` of each integration whose profiles a process of this environment loads; ``[]`` when
-    they cannot be read (a WARNING says why: a broken third-party declaration must not stop every Hydra app)."""
+def integration_profile_dirs() -> tuple[list[tuple[str, str]], list[tuple[str, str, str]]]:
+    """``(integration, folder)`` of each integration whose profiles a process of this environment loads, and
+    ``(integration, folder, why it is off)`` of each that ships profiles and is off; ``[], []`` when they cannot be read
+    (a WARNING says why: a broken third-party declaration must not stop every Hydra app)."""
     try:
-        from skipweave.integrations.discovery import profile_dirs
+        from skipweave.integrations.discovery import off_profile_dirs, profile_dirs
 
-        return profile_dirs()
+        return profile_dirs(), off_profile_dirs()
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - see the docstring (a declaration calling sys.exit too)
         logging.getLogger("skipweave").warning("skipweave: the integrations' profile folders are not on Hydra's "
                                                "search path: %s: %s", type(exc).__name__, exc)
-        return []
+        return [], []
 
 
 class ProfileFolder(ConfigSource):
@@ -139,7 +140,12 @@ class ProfileFolder(ConfigSource):
 
 class IntegrationProfiles(ConfigSource):
     """The profiles the integrations of the environment ship: the options (and sub-groups) of group ``skip`` in each
-    one's profile folder, read as Hydra reads a ``file://`` source, in the integrations' load order.
+    one's profile folder, in the integrations' load order. An option (``skip/<name>.yaml``) is read and checked as a
+    file of ``SKIPWEAVE_PROFILE_PATH`` is (``skipweave.config.profile_files.read_profile_file``); the files of its
+    sub-groups (``skip/base/...``) as Hydra reads a ``file://`` source.
+
+    The name of a profile of an integration that is off is found too, and loading it fails naming the integration and
+    why it is off (Hydra's own message would only say that no such option exists).
 
     Only a path of group ``skip`` is ever looked up here, and the folders are asked for (see the module docstring) the
     first time one is.
@@ -147,7 +153,7 @@ class IntegrationProfiles(ConfigSource):
 
     def __init__(self, provider: str, path: str) -> None:
         super().__init__(provider=provider, path=path)
-        self._folders: list[str] | None = None
+        self._dirs: tuple[list[tuple[str, str]], list[tuple[str, str, str]]] | None = None
 
     @staticmethod
     def scheme() -> str:
@@ -155,9 +161,12 @@ class IntegrationProfiles(ConfigSource):
 
     def folders(self) -> list[str]:
         """The integrations' profile folders (each holding ``skip/``), asked for once per source."""
-        if self._folders is None:
-            self._folders = [folder for _, folder in integration_profile_dirs()]
-        return self._folders
+        return [folder for _, folder in self._integration_dirs()[0]]
+
+    def _integration_dirs(self) -> tuple[list[tuple[str, str]], list[tuple[str, str, str]]]:
+        if self._dirs is None:
+            self._dirs = integration_profile_dirs()
+        return self._dirs
 
     def available(self) -> bool:
         return True
@@ -167,7 +176,7 @@ class IntegrationProfiles(ConfigSource):
         return _in_group(path) and any(os.path.isdir(os.path.join(f, path)) for f in self.folders())
 
     def is_config(self, config_path: str) -> bool:
-        return self._file(config_path) is not None
+        return self._file(config_path) is not None or self._off(config_path) is not None
 
     def list(self, config_path: str, results_filter: ObjectType | None) -> list[str]:
         path = config_path.strip("/")
@@ -186,16 +195,55 @@ class IntegrationProfiles(ConfigSource):
         return sorted(found)
 
     def load_config(self, config_path: str) -> ConfigResult:
+        """Load option or sub-group file ``config_path`` (``skip/<name>``, ``skip/base/<name>``).
+
+        Raises:
+            ConfigCompositionException: the option is a profile of an integration that is off (naming it and why), or
+                its file is refused by the profile-file rules (not valid YAML, a top-level key besides ``skip`` and
+                ``defaults``, ...), or a sub-group file is not valid YAML; each message names the file.
+            ConfigLoadError: no integration holds ``config_path``.
+        """
         file = self._file(config_path)
+        path = config_path.strip("/")
         if file is None:
+            off = self._off(config_path)
+            if off is not None:
+                name = path.rpartition("/")[2]
+                raise ConfigCompositionException(
+                    f"skipweave: +skip={name!r} is not allowed: {name!r} is a profile of integration {off[0]!r}, "
+                    f"which is off in this process: {off[2]}")
             raise ConfigLoadError(f"Config not found: {config_path} in the integrations' profile folders")
         from omegaconf import OmegaConf
 
+        if path.rpartition("/")[0] == GROUP:  # an option: judged as a profile file of one's own
+            from skipweave.config.profile_files import read_profile_file
+
+            try:
+                cfg = read_profile_file(file, spec=path.rpartition("/")[2], key="+skip")
+            except ValueError as exc:  # skipweave.ConfigError; Hydra prints a composition error's message alone
+                raise ConfigCompositionException(f"skipweave: {exc}") from None
+            return ConfigResult(provider=self.provider, path=f"file://{os.path.dirname(file)}", config=cfg,
+                                header={"package": "_global_"})
         with open(file, encoding="utf-8") as fh:
             text = fh.read()
-        cfg = OmegaConf.create(text) if text.strip() else OmegaConf.create({})
+        try:
+            cfg = OmegaConf.create(text) if text.strip() else OmegaConf.create({})
+        except Exception as exc:  # noqa: BLE001 - yaml and OmegaConf errors alike: the file is no valid YAML
+            raise ConfigCompositionException(f"skipweave: {file} (an integration's profile file) is not valid YAML: "
+                                             + " ".join(str(exc).split())) from None
         return ConfigResult(provider=self.provider, path=f"file://{os.path.dirname(file)}", config=cfg,
                             header=ConfigSource._get_header_dict(text[:512]))
+
+    def _off(self, config_path: str) -> tuple[str, str, str] | None:
+        """``(integration, folder, why it is off)`` of the off integration holding option ``config_path``, if any."""
+        path = config_path.strip("/")
+        if path.rpartition("/")[0] != GROUP:
+            return None
+        name = self._normalize_file_name(path)
+        for off in self._integration_dirs()[1]:
+            if os.path.isfile(os.path.join(off[1], name)):
+                return off
+        return None
 
     def _file(self, config_path: str) -> str | None:
         path = config_path.strip("/")

@@ -13,17 +13,22 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["EXIT_OK", "EXIT_USAGE", "add_dump_dir_arguments", "add_json_argument", "emit", "emit_json",
-           "misplaced", "positive_int", "scan_or_explain"]
+__all__ = ["BAR_MIN_BYTES", "EXIT_OK", "EXIT_USAGE", "add_dump_dir_arguments", "add_json_argument", "emit", "emit_json",
+           "misplaced", "positive_int", "scan_bundle_or_explain", "scan_or_explain", "steps_option"]
 
 EXIT_OK = 0
 EXIT_USAGE = 2
 """Exit status of every store command when its dump dir or path cannot be read (or names no entry)."""
 
+BAR_MIN_BYTES = 64 << 20
+"""A bundle command reading this many bytes or more shows a progress bar (when bars show at all:
+:func:`skipweave.progress.bars_enabled`)."""
+
 
 def add_dump_dir_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``DUMP_DIR``, ``--calls-per-step`` and ``--allow-pickle`` (shared by ls, verify and gc)."""
-    parser.add_argument("dump_dir", metavar="DUMP_DIR", help="the store root (skip.<role>.dump_dir)")
+    parser.add_argument("dump_dir", metavar="DUMP_DIR",
+                        help="the store root (skip.<role>.dump_dir), or a bundle (a .zip file skipweave pack wrote)")
     parser.add_argument(
         "--calls-per-step", type=positive_int, default=None, metavar="N",
         help="calls one shard makes per step (as skip.<role>.calls_per_step); default: learned from closed steps",
@@ -55,6 +60,28 @@ def positive_int(text: str) -> int:
     return value
 
 
+def steps_option(text: str | None) -> Any:
+    """``--steps`` as ``skip.<role>.steps`` reads it (a list written as YAML: ``[1,3,8]``): a
+    :class:`~skipweave.config.values.StepSet`, or None when not given.
+
+    Raises:
+        ConfigError: not a step set (the message says what is allowed).
+    """
+    import yaml
+
+    from skipweave.config.values import parse_steps
+
+    if text is None:
+        return None
+    value: Any = text
+    if text.strip().startswith("["):
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text  # parse_steps names what is allowed
+    return parse_steps("--steps", value)
+
+
 def scan_or_explain(command: str, args: argparse.Namespace, *, checksums: bool) -> Any:
     """Scan ``args.dump_dir`` (:func:`skipweave.store.scan.scan`); on failure print a message for people to stderr
     and return ``None``.
@@ -67,14 +94,49 @@ def scan_or_explain(command: str, args: argparse.Namespace, *, checksums: bool) 
     Returns:
         The :class:`~skipweave.store.scan.DumpScan`, or ``None`` when the dump dir cannot be read.
     """
+    from skipweave.store.bundle.layout import is_bundle_path
     from skipweave.store.scan import scan
 
+    if is_bundle_path(args.dump_dir):
+        return scan_bundle_or_explain(command, args, checksums=checksums)[0]
     try:
         return scan(args.dump_dir, checksums=checksums, calls_per_step=args.calls_per_step,
                     allow_pickle=getattr(args, "allow_pickle", False))
     except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
         print(f"skipweave {command}: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return None
+
+
+def scan_bundle_or_explain(command: str, args: argparse.Namespace, *, checksums: bool) -> tuple[Any, bool]:
+    """Scan the bundle ``args.dump_dir`` names (:func:`skipweave.store.bundle.scan.scan_bundle`), as
+    :func:`scan_or_explain` scans a dump dir; on failure print a message for people to stderr.
+
+    Returns:
+        ``(the BundleScan or None, refused)``: ``refused`` is True when the file is there but is no bundle skipweave
+        reads (damaged, crafted: the message names the member), which ``verify`` reports as a problem (exit 1).
+    """
+    from skipweave.progress import bars_enabled
+    from skipweave.store.bundle.archive import BundleRefused
+    from skipweave.store.bundle.scan import scan_bundle
+
+    bar = None
+    try:
+        if checksums and bars_enabled() and os.path.getsize(args.dump_dir) >= BAR_MIN_BYTES:
+            from skipweave.store.format.tensorfile import byte_bar
+
+            bar = byte_bar(os.path.getsize(args.dump_dir), f"skipweave {command}: checking")
+        return scan_bundle(args.dump_dir, checksums=checksums, calls_per_step=args.calls_per_step,
+                           allow_pickle=getattr(args, "allow_pickle", False),
+                           progress=bar.update if bar is not None else None), False
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
+        print(f"skipweave {command}: no bundle {args.dump_dir}: {exc.strerror or exc}", file=sys.stderr)
+        return None, False
+    except BundleRefused as exc:
+        print(f"skipweave {command}: {exc}", file=sys.stderr)
+        return None, True
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def misplaced(command: str, result: Any) -> bool:

@@ -40,7 +40,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from skipweave.cli.common import EXIT_OK, EXIT_USAGE, emit, emit_json
+from skipweave.cli.common import EXIT_OK, EXIT_USAGE, emit, emit_json, steps_option
 from skipweave.cli.diff_plot import PAIRED
 
 SCHEMA = "skipweave.diff/1"
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         specs, trusted = compare_specs(args)
         trusted += parse_class_refs("--trust", args.trust)
         views = not args.trust  # objects only for those who ask for them
-        steps = _steps(args.steps)
+        steps = steps_option(args.steps)
     except ConfigError as exc:
         print(f"skipweave diff: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -209,30 +209,19 @@ def compare_specs(args: argparse.Namespace) -> tuple[dict[str | None, Any], tupl
     return out, trusted
 
 
-def _steps(text: str | None) -> Any:
-    """``--steps`` as ``skip.<role>.steps`` reads it; a list is written as YAML (``[1,3,8]``).
-
-    Raises:
-        ConfigError: not a step set.
-    """
-    import yaml
-
-    from skipweave.config.values import parse_steps
-
-    if text is None:
-        return None
-    value: Any = text
-    if text.strip().startswith("["):
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            value = text  # parse_steps names what is allowed
-    return parse_steps("--steps", value)
-
-
 def _scan(path: str, allow_pickle: bool) -> Any:
+    from skipweave.store.bundle.layout import is_bundle_path
     from skipweave.store.scan import find_dump_dir_hint, scan
 
+    if is_bundle_path(path):
+        from skipweave.cli.common import scan_bundle_or_explain
+
+        found = scan_bundle_or_explain("diff", argparse.Namespace(dump_dir=path, calls_per_step=None,
+                                                                   allow_pickle=allow_pickle), checksums=False)[0]
+        if found is not None and not found.parts:
+            print(f"skipweave diff: {found.dump_dir} holds no recording", file=sys.stderr)
+            return None
+        return found
     try:
         result = scan(path, checksums=False, allow_pickle=allow_pickle)
     except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
@@ -256,9 +245,9 @@ def diff_rows(a: Any, b: Any, specs: Any, *, namespace: str | None = None, role:
     ...]``) when the two entries' recorded environments differ. ``views``: compare the recorded fields of the host's
     objects by class name (:func:`~skipweave.store.format.codec.decode_view`), else rebuild them (``trusted``:
     classes decoding may rebuild besides the codec's own, ``skip.<role>.trusted_classes``)."""
+    from skipweave.store.bundle.store import open_role_store
     from skipweave.store.format.environment import EnvironmentInvalid, changes_from, fields_of
     from skipweave.store.scan import Status
-    from skipweave.store.step_store import StepStore
     from skipweave.verify.compare import compare
 
     def parts(scan: Any) -> dict[tuple[Any, ...], Any]:
@@ -273,8 +262,8 @@ def diff_rows(a: Any, b: Any, specs: Any, *, namespace: str | None = None, role:
         if not part.complete or part.status is not Status.COMPLETE:
             return None, f"part {part.where} is {part.status.value} ({part.incomplete_reason or entry.reason})"
         store = stores.get((side, part.namespace, part.role))
-        if store is None:
-            store = stores[(side, part.namespace, part.role)] = StepStore(
+        if store is None:  # (a bundle is read in place by a store of its own)
+            store = stores[(side, part.namespace, part.role)] = open_role_store(
                 scan.dump_dir, part.namespace, part.role, allow_pickle=scan.allow_pickle, trusted_classes=trusted,
                 views=views)
         try:

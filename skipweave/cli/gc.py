@@ -185,9 +185,14 @@ def _scope_problem(args: argparse.Namespace, result: Any) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     """Plan and (with ``--yes``) carry out the removals; return 0, 1 (a removal failed) or 2."""
+    from skipweave.store.bundle.layout import is_bundle_path
     from skipweave.store.gc import apply_gc, hold_role_locks, plan_gc, plan_retention_gc, without_removed_steps
     from skipweave.store.scan import Status
 
+    if is_bundle_path(args.dump_dir):
+        print(f"skipweave gc: {args.dump_dir} names a bundle (a .zip file), which gc never changes; `skipweave pack` "
+              "writes a new one", file=sys.stderr)
+        return EXIT_USAGE
     rule = _rule(args)
     if rule is False:
         return EXIT_USAGE

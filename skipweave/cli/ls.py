@@ -72,9 +72,10 @@ def run(args: argparse.Namespace) -> int:
 
 def render(result: Any) -> str:
     """Return the human listing of a :class:`~skipweave.store.scan.DumpScan`."""
+    from skipweave.store.bundle.layout import is_bundle_path
     from skipweave.store.scan import Status
 
-    lines = [f"dump dir {result.dump_dir}"]
+    lines = [f"{'bundle' if is_bundle_path(result.dump_dir) else 'dump dir'} {result.dump_dir}"]
     if not result.parts and not result.leftovers:
         lines.append("nothing recorded yet")
         return "\n".join(lines)

@@ -26,8 +26,11 @@ SUBCOMMANDS: tuple[str, ...] = (
     "skipweave.cli.show",
     "skipweave.cli.verify",
     "skipweave.cli.diff",
+    "skipweave.cli.export",
     "skipweave.cli.gc",
     "skipweave.cli.migrate",
+    "skipweave.cli.pack",
+    "skipweave.cli.unpack",
     "skipweave.cli.import_verl",
 )
 """Modules providing a subcommand each (see the module docstring)."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from skipweave.cli.common import EXIT_OK, EXIT_USAGE, add_json_argument, emit, emit_json
 from skipweave.cli.format import human_bytes, human_time, plural, table
+from skipweave.cli.show_bundle import NotInBundle, describe_in_bundle, split_bundle_path
 
 SCHEMA = "skipweave.show/1"
 EXIT_CORRUPT = 1
@@ -34,7 +35,8 @@ def register(subparsers: Any) -> None:
         "show", help="show one entry's manifest and a summary of its payload", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("path", metavar="PATH", help="a manifest, a payload file, or a folder holding one entry")
+    parser.add_argument("path", metavar="PATH", help="a manifest, a payload file, or a folder holding one entry; or "
+                                                     "a bundle (.zip) holding one, or BUNDLE/<member> as ls names it")
     parser.add_argument("--call", type=int, default=None, metavar="N",
                         help="with a target folder, or a group file of small entries (or its data file): the call "
                              "to show")
@@ -347,9 +349,15 @@ def run(args: argparse.Namespace) -> int:
     """Show one entry; return 0 (valid), 1 (corrupt or refused), 2 (``PATH`` is not an entry) or 3 (foreign: of a
     format version this skipweave does not read)."""
     try:
-        manifest_path, call = resolve_manifest(args.path, args.call)
-        doc = describe(manifest_path, checksums=args.verify, allow_pickle=args.allow_pickle, call=call)
-    except NotAnEntry as exc:
+        inside_bundle = split_bundle_path(args.path)
+        if inside_bundle is not None:
+            doc = describe_in_bundle(*inside_bundle, call=args.call, checksums=args.verify,
+                                     allow_pickle=args.allow_pickle, resolve_manifest=resolve_manifest,
+                                     describe=describe)
+        else:
+            manifest_path, call = resolve_manifest(args.path, args.call)
+            doc = describe(manifest_path, checksums=args.verify, allow_pickle=args.allow_pickle, call=call)
+    except (NotAnEntry, NotInBundle) as exc:
         print(f"skipweave show: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except FileNotFoundError as exc:

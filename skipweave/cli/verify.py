@@ -21,6 +21,7 @@ from skipweave.cli.common import (
     emit,
     emit_json,
     misplaced,
+    scan_bundle_or_explain,
     scan_or_explain,
 )
 from skipweave.cli.format import (
@@ -75,7 +76,14 @@ def problems(result: Any) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     """Verify the dump dir; return 0 (all good), 1 (problems listed) or 2 (unreadable dump dir)."""
-    result = scan_or_explain("verify", args, checksums=True)
+    from skipweave.store.bundle.layout import is_bundle_path
+
+    if is_bundle_path(args.dump_dir):  # a bundle refused (damaged, crafted) is a problem found, not a usage error
+        result, refused = scan_bundle_or_explain("verify", args, checksums=True)
+        if refused:
+            return EXIT_PROBLEMS
+    else:
+        result = scan_or_explain("verify", args, checksums=True)
     if result is None or misplaced("verify", result):
         return EXIT_USAGE
     found = problems(result)

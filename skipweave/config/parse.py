@@ -24,6 +24,7 @@ from skipweave.config.schema import (
     SkipConfig,
 )
 from skipweave.config.values import default_report_path, parse_bool
+from skipweave.store.bundle.layout import is_bundle_path
 from skipweave.store.fs import name_problem
 
 _ROLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$", re.ASCII)
@@ -56,7 +57,25 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
         raw = {"enable": raw}
     data = given(sub_mapping(key, raw, ROLE_KEYS))
     parsed = RoleConfig(role=role, **parse_fields(RoleConfig, key, data))
+    if parsed.enable and is_bundle_path(parsed.dump_dir):
+        parsed = _from_bundle(parsed, key, data)
     return _checked(parsed, key, explicit_targets=isinstance(data.get("targets"), Mapping))
+
+
+def _from_bundle(role: RoleConfig, key: str, data: Mapping[str, Any]) -> RoleConfig:
+    """A role whose ``dump_dir`` names a bundle (a ``.zip`` file) only reads it: it is replay-only, whether or not it
+    says so (``action: verify`` excepted: a verify run calls every call live, compares it with the bundle's recording
+    and records nothing); asking it to record (``replay_only: false``, ``record_steps``) is a :class:`ConfigError`
+    that says why."""
+    why = (f"{key}.dump_dir={role.dump_dir} names a bundle (a .zip file), which a run only reads: the role replays "
+           "from it and records nothing (to record, unpack it into a dump dir: skipweave unpack BUNDLE DUMP_DIR)")
+    if role.action is Action.VERIFY:
+        return role  # (records nothing, by its own rule; replay_only is refused with verify by _checked)
+    if "replay_only" in data and not role.replay_only:
+        raise ConfigError(f"{key}.replay_only", False, f"true or unset: {why}")
+    if role.record_steps is not None:
+        raise ConfigError(f"{key}.record_steps", role.record_steps.to_config(), f"unset: {why}")
+    return dataclasses.replace(role, replay_only=True)
 
 
 def _checked(role: RoleConfig, key: str, *, explicit_targets: bool) -> RoleConfig:

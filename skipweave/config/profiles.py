@@ -268,6 +268,10 @@ def compose_profile(
         for option, ref in options:
             if ref.path is not None and option in reason:  # e.g. a defaults entry of the file is missing
                 raise ConfigError("profile", ref.spec, reason.replace(f"{PROFILE_GROUP}/{option}", ref.path)) from None
+        for _, ref in options:  # an integration's option refused by the plugin's source (profile-file rules)
+            said = f"skipweave: +{PROFILE_GROUP}={ref.spec!r} is not allowed: "
+            if ref.path is None and said in reason:
+                raise ConfigError("profile", ref.spec, reason.split(said, 1)[1]) from None
         bad = _culprit(reason, overrides)
         if bad is None:
             raise ConfigError("overrides", list(overrides), reason) from None

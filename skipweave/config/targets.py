@@ -12,7 +12,10 @@ from skipweave.config.fields import sub_mapping
 from skipweave.config.values import parse_bool, parse_str
 from skipweave.store.fs import NAME_RULE, name_problem
 
-_TARGET_PATH_RE = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$")
+_DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
+_TARGET_PATH_RE = re.compile(rf"^(?:{_DOTTED}:{_DOTTED}|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)\Z")
+"""``module:attr.path`` or a dotted path of two parts or more: no empty part (``Policy.``), and never one name
+alone (``generate``: no module to find it in)."""
 _PROXY_PATH_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
@@ -110,7 +113,8 @@ def parse_targets(key: str, value: Any) -> tuple[TargetSpec, ...]:
             raise ConfigError(
                 f"{tkey}" + (".path" if isinstance(spec, Mapping) else ""),
                 path,
-                "a path like 'pkg.mod:Class.method' or 'pkg.mod.Class.method'",
+                "a path like 'pkg.mod:Class.method' or 'pkg.mod.Class.method': a module and a name inside it, "
+                "without an empty part",
             )
         if stub is not None and proxy is not None:
             raise ConfigError(f"{tkey}.proxy", proxy, "no proxy on a stub target (a stub is never called)")

@@ -13,7 +13,8 @@ For each one :func:`decide` says what loads (see docs/integrations.md):
   a DEBUG line says so);
 - an installed host outside the declared range: nothing loads, with one WARNING naming both versions, unless
   ``SKIPWEAVE_FORCE_INTEGRATIONS`` names it (then everything loads, and the WARNING says so); a process started by one
-  that warned (its environment holds ``SKIPWEAVE_WARNED_INTEGRATIONS``) says it at DEBUG only.
+  that warned (its environment holds ``SKIPWEAVE_WARNED_INTEGRATIONS``) says it at DEBUG only, as it says a broken
+  declaration or part and a switch naming no integration.
 
 :func:`load_integrations` applies that once per process. The entry points that assemble the system call it -- the
 ``skipweave`` command, :func:`skipweave.weave`, the Hydra callback, the ``skipweave run`` bootstrap, a Ray worker's
@@ -246,10 +247,11 @@ def _apply(decision: Decision, env: Mapping[str, str]) -> Decision:
     """Load what ``decision`` says and log it; returns it (:data:`BROKEN` when a part failed to load)."""
     integration = decision.integration
     if decision.status in (OUT_OF_RANGE, FORCED):
-        _warn_version(decision, env)
+        _warn_once(env, f"{decision.name}={decision.host_version}", "skipweave: integration %r: %s", decision.name,
+                   decision.reason)
     elif decision.status == BROKEN:
-        logger.warning("skipweave: integration %r of %s is not loaded: %s", decision.name, decision.origin,
-                       decision.reason)
+        _warn_once(env, f"{decision.name}=broken", "skipweave: integration %r of %s is not loaded: %s", decision.name,
+                   decision.origin, decision.reason)
     elif decision.status == DISABLED:
         logger.info("skipweave: integration %r is off: %s", decision.name, decision.reason)
     else:
@@ -260,8 +262,10 @@ def _apply(decision: Decision, env: Mapping[str, str]) -> Decision:
         try:
             integration.load(decision.parts)
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - one broken integration must not stop the host or the others
-            logger.warning("skipweave: integration %r of %s is not loaded: %s", decision.name, decision.origin, exc)
-            return Decision(decision.name, decision.origin, integration, BROKEN, (), str(exc), decision.host_version)
+            _warn_once(env, f"{decision.name}=broken", "skipweave: integration %r of %s is not loaded: %s",
+                       decision.name, decision.origin, exc)
+            decision = Decision(decision.name, decision.origin, integration, BROKEN, (),
+                                f"a part failed to load: {exc}", decision.host_version)
     if integration.profiles is not None and "profiles" not in decision.parts:
         _note_off_profiles(integration, decision.reason)
     return decision
@@ -279,25 +283,28 @@ def _note_off_profiles(integration: Integration, reason: str) -> None:
     _STATE.off_profiles = (*_STATE.off_profiles, source)
 
 
-def _warn_version(decision: Decision, env: Mapping[str, str]) -> None:
-    """One WARNING per run for a host version outside the range (see :data:`WARNED_INTEGRATIONS_ENV`)."""
-    mark = f"{decision.name}={decision.host_version}"
+def _warn_once(env: Mapping[str, str], mark: str, message: str, *args: Any) -> None:
+    """One WARNING per run for what ``mark`` names (``verl=0.12.0``: a host version outside the range; ``x=broken``; a
+    switch's unknown name): a process whose environment's :data:`WARNED_INTEGRATIONS_ENV` holds ``mark`` (its parent
+    warned: the program of ``skipweave run``, a Ray worker, a sweep's job) says it at DEBUG. Marks are added to
+    ``os.environ`` only, so that the processes this one starts inherit them."""
     warned = [m.strip() for m in env.get(WARNED_INTEGRATIONS_ENV, "").split(",") if m.strip()]
     if mark in warned:
-        logger.debug("skipweave: integration %r: %s", decision.name, decision.reason)
+        logger.debug(message, *args)
         return
-    logger.warning("skipweave: integration %r: %s", decision.name, decision.reason)
-    if env is os.environ:  # the processes this one starts inherit it
+    logger.warning(message, *args)
+    if env is os.environ:
         os.environ[WARNED_INTEGRATIONS_ENV] = ",".join([*warned, mark])
 
 
 def _warn_unknown_names(env: Mapping[str, str], known: list[str]) -> None:
-    """A switch naming no integration of this environment is a typo until proven otherwise: one WARNING."""
+    """A switch naming no integration of this environment is a typo until proven otherwise: one WARNING per run."""
     for variable in (DISABLED_INTEGRATIONS_ENV, FORCE_INTEGRATIONS_ENV):
         unknown = [n for n in names_in(env, variable) if n not in known]
         if unknown:
-            logger.warning("skipweave: %s names %s, which is no integration of this environment (there are: %s)",
-                           variable, ", ".join(repr(n) for n in unknown), ", ".join(known))
+            _warn_once(env, f"{variable}={'+'.join(unknown)}",
+                       "skipweave: %s names %s, which is no integration of this environment (there are: %s)",
+                       variable, ", ".join(repr(n) for n in unknown), ", ".join(known))
 
 
 # ------------------------------------------------------------------------------------------- Hydra's plugin
@@ -306,17 +313,8 @@ def profile_dirs(environ: Mapping[str, str] | None = None) -> list[tuple[str, st
     """``(integration, conf dir)`` of every integration whose profiles load in this process, in load order: what
     Hydra's search-path plugin appends. Imports the declarations, no part and no host; the answer is cached per
     value of the two switches (Hydra asks at each composition)."""
-    env = os.environ if environ is None else environ
-    with _lock:
-        if _STATE.decisions is not None:
-            chosen: list[Decision] | tuple[Decision, ...] = _STATE.decisions
-        else:
-            key = (env.get(DISABLED_INTEGRATIONS_ENV, ""), env.get(FORCE_INTEGRATIONS_ENV, ""))
-            if key not in _DECIDED:
-                _DECIDED[key] = decide(env)
-            chosen = _DECIDED[key]
     out = []
-    for decision in chosen:
+    for decision in _chosen(environ):
         integration = decision.integration
         if integration is not None and integration.profiles is not None and "profiles" in decision.parts:
             folder = profile_conf_dir(integration.profiles)
@@ -325,9 +323,35 @@ def profile_dirs(environ: Mapping[str, str] | None = None) -> list[tuple[str, st
     return out
 
 
+def off_profile_dirs(environ: Mapping[str, str] | None = None) -> list[tuple[str, str, str]]:
+    """``(integration, conf dir, why it is off)`` of every integration that ships profiles this process does not load
+    (switched off, host outside the range or absent, a broken declaration or part), in load order: Hydra's plugin
+    names the reason when one of their names is selected. Decided as :func:`profile_dirs` decides."""
+    out = []
+    for decision in _chosen(environ):
+        integration = decision.integration
+        if integration is not None and integration.profiles is not None and "profiles" not in decision.parts:
+            folder = profile_conf_dir(integration.profiles)
+            if folder is not None:
+                out.append((decision.name, folder, decision.reason))
+    return out
+
+
+def _chosen(environ: Mapping[str, str] | None) -> tuple[Decision, ...] | list[Decision]:
+    """This process's decisions once loaded, else those :func:`decide` makes (cached per value of the switches)."""
+    env = os.environ if environ is None else environ
+    with _lock:
+        if _STATE.decisions is not None:
+            return _STATE.decisions
+        key = (env.get(DISABLED_INTEGRATIONS_ENV, ""), env.get(FORCE_INTEGRATIONS_ENV, ""))
+        if key not in _DECIDED:
+            _DECIDED[key] = decide(env)
+        return _DECIDED[key]
+
+
 _DECIDED: dict[tuple[str, str], list[Decision]] = {}
 
 
 __all__ = ["BROKEN", "DISABLED", "Decision", "FORCED", "GROUP", "NO_HOST", "ON", "OUT_OF_RANGE", "PARTIAL", "SHIPPED",
-           "decide", "decisions", "entry_points", "load_integrations", "names_in", "profile_dirs",
+           "decide", "decisions", "entry_points", "load_integrations", "names_in", "off_profile_dirs", "profile_dirs",
            "unload_integrations"]

@@ -184,38 +184,63 @@ def _absent(name: str) -> Any:
 def restore_in_place(current: Any, value: Any) -> bool:
     """Make ``current`` hold ``value`` without replacing it, when both are mappings or both sequences.
 
-    Returns False (nothing done) otherwise, so the caller assigns. A nested mapping present on both sides is
-    restored in place too, so references the host holds to it (and its type) survive. A key a ``defaultdict``
-    lacks gets a fresh value of its ``default_factory``, filled in place, so it has the type the host's own
-    access would have made (a bounded deque of a ``defaultdict(lambda: deque(maxlen=n))``), not the plain
-    list of the recording. A ``deque`` is emptied and extended, which keeps its ``maxlen`` (it takes no slice
-    assignment).
+    Returns False (nothing done) otherwise, so the caller assigns. Nested containers present on both sides (a mapping's
+    value under the same key, a sequence's item at the same index) are restored in place too, so references the host
+    holds to them (and their types) survive. A key a ``defaultdict`` lacks gets a fresh value of its
+    ``default_factory``, filled in place, so it has the type the host's own access would have made (a bounded deque of
+    a ``defaultdict(lambda: deque(maxlen=n))``), not the plain list of the recording; a factory that raises gives the
+    recorded value as it is (the restore is never left half done). A ``deque`` is emptied and extended, which keeps
+    its ``maxlen`` (it takes no slice assignment). A container met again below itself (a cycle, on either side) is
+    restored once.
     """
+    return _restore(current, value, set())
+
+
+def _restore(current: Any, value: Any, seen: set[tuple[int, int]]) -> bool:
+    pair = (id(current), id(value))
+    if pair in seen:  # a cycle: restored (or being restored) above
+        return True
     if isinstance(current, MutableMapping) and isinstance(value, Mapping):
+        seen.add(pair)
         for key in [k for k in current if k not in value]:
             del current[key]
         factory = current.default_factory if isinstance(current, defaultdict) else None
         for key, item in value.items():
             if key in current:
-                if restore_in_place(current[key], item):
+                if _restore(current[key], item, seen):
                     continue
             elif factory is not None:
-                fresh = factory()
-                if restore_in_place(fresh, item):
+                fresh = _fresh(factory)
+                if fresh is not None and _restore(fresh, item, seen):
                     current[key] = fresh
                     continue
             current[key] = item
         return True
     if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
         return False
+    if not isinstance(current, (deque, MutableSequence)):
+        return False
+    seen.add(pair)
+    items = list(value)
+    for i, item in enumerate(items[:len(current)]):
+        if _restore(current[i], item, seen):
+            items[i] = current[i]  # the host's own container, now holding the recorded value
     if isinstance(current, deque):
         current.clear()
-        current.extend(value)
-        return True
-    if isinstance(current, MutableSequence):
-        current[:] = list(value)
-        return True
-    return False
+        current.extend(items)
+    else:
+        current[:] = items
+    return True
+
+
+def _fresh(factory: Any) -> Any:
+    """A ``defaultdict``'s ``factory()``, or ``None`` when it raises (the recorded value is then taken as it is)."""
+    try:
+        return factory()
+    except Exception as exc:  # noqa: BLE001 - the host's own callable: whatever it raises, the restore goes on
+        logger.debug("skipweave: a defaultdict factory raised %s: %s; the recorded value is restored as it is",
+                     type(exc).__name__, exc)
+        return None
 
 
 def parse_expression(key: str, value: Any, *, assignable: bool = False) -> Expression | None:

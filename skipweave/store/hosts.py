@@ -3,10 +3,11 @@
 The store names no host. A trainer's results are often instances of its framework's containers (verl's
 ``DataProto``, tensordict's ``TensorDict``); an integration describes each such container as a
 :class:`HostType` -- how to recognise an instance, how to encode and decode its node, which classes a replay
-may rebuild as it, how to list its children for ``skipweave show`` and how to hash it for an input
-fingerprint -- and adds it to :data:`HOST_TYPES`. The codec (:mod:`skipweave.store.format.codec`), the class rules
-(:mod:`skipweave.store.classes`), the tree summary (:mod:`skipweave.store.format.tree`) and the input fingerprint
-(:mod:`skipweave.weaving.fingerprint`) read the registry; see docs/architecture.md.
+may rebuild as it, how to list its children for ``skipweave show``, how to hash it for an input
+fingerprint and how ``skipweave export`` splits it into samples -- and adds it to :data:`HOST_TYPES`. The codec
+(:mod:`skipweave.store.format.codec`), the class rules (:mod:`skipweave.store.classes`), the tree summary
+(:mod:`skipweave.store.format.tree`), the input fingerprint (:mod:`skipweave.weaving.fingerprint`) and the exporter
+(:mod:`skipweave.export.samples`) read the registry; see docs/architecture.md.
 
 A host type's ``kind`` is the node tag ``"t"`` written to disk and the class kind of
 :func:`skipweave.store.classes.register`: it is part of the format and never changes once recordings exist.
@@ -62,6 +63,23 @@ class NodeDecoder(Protocol):
         else ``"cpu"`` (with a warning logged once per device); None for None."""
 
 
+class Samples(NamedTuple):
+    """How a recorded host object splits into samples, for ``skipweave export`` (:mod:`skipweave.export`).
+
+    Attributes:
+        size: the number of samples (the host's batch size); every value of ``columns`` has this many items along
+            its first axis.
+        columns: per-sample fields by column name: tensors and numpy arrays of ``size`` rows, lists or tuples of
+            ``size`` items, or mappings of such values (their keys joined to the name with ``.``).
+        per_call: fields of the call as a whole (``meta_info``), by column name; each row repeats them. Mappings
+            are joined with ``.`` as above (``meta_info.temperature``).
+    """
+
+    size: int
+    columns: Mapping[str, Any]
+    per_call: Mapping[str, Any]
+
+
 class FingerprintParts(NamedTuple):
     """How an input fingerprint hashes a host object: ``opening`` tag and ``header`` text, then each named
     part (hashed as a child at that name, so ignore paths address it), then the ``closing`` tag.
@@ -98,6 +116,10 @@ class HostType:
             ``__del__`` is refused unless registered or trusted, as for dataclasses.
         fingerprint: ``obj -> FingerprintParts``, or None to hash the object as what else it is (a dataclass,
             an object with attributes).
+        samples: ``view -> Samples | None``: the sample axis of a recorded object, for ``skipweave export``. It gets
+            the object's read-only view (:class:`skipweave.store.format.codec.view.RecordedObject`: a mapping of the
+            fields ``children`` lists, by name, and ``batch_size``), never the rebuilt object, and returns None when
+            the object has no sample axis (then it is one row per call). None (the attribute): the type has none.
     """
 
     kind: str
@@ -112,6 +134,7 @@ class HostType:
     shape_rule: str = ""
     data_only: bool = False
     fingerprint: Callable[[Any], FingerprintParts] | None = None
+    samples: Callable[[Any], Samples | None] | None = None
 
 
 HOST_TYPES: hooks.Registry[HostType] = hooks.Registry("host type")
@@ -143,5 +166,5 @@ def host_kinds() -> tuple[str, ...]:
     return tuple(host.kind for host in HOST_TYPES.items())
 
 
-__all__ = ["HOST_TYPES", "FingerprintParts", "HostType", "NodeDecoder", "NodeEncoder", "host_for_kind",
+__all__ = ["HOST_TYPES", "FingerprintParts", "HostType", "NodeDecoder", "NodeEncoder", "Samples", "host_for_kind",
            "host_kinds", "host_of"]

@@ -85,24 +85,8 @@ class EntryReader:
     def _decode(self, where: str, manifest: dict[str, Any], tree_bytes: bytes, tensors: dict[str, Any],
                 size: int) -> Loaded:
         """Decode a verified entry's tree and tensors into what :meth:`load` returns."""
-        from skipweave.store.format import codec
-
-        try:
-            tree = jsonio.loads(tree_bytes)
-        except (ValueError, RecursionError) as exc:
-            raise EntryInvalid(f"payload of {where} is unreadable: {exc}") from exc
-        if self.views:
-            payload = codec.decode_view(tree, tensors, allow_pickle=self.allow_pickle)
-        else:
-            payload = codec.decode(tree, tensors, allow_pickle=self.allow_pickle, trusted=self.trusted_classes)
-        if not isinstance(payload, dict) or "result" not in payload:
-            raise EntryInvalid(f"payload of {where} holds no recorded result")
-        rng = payload.get("rng")
-        effects = payload.get("effects")
-        appended = payload.get("appended")
-        return Loaded(manifest, payload["result"], rng if isinstance(rng, dict) else None, size,
-                      effects if isinstance(effects, dict) else None,
-                      appended if isinstance(appended, dict) else None)
+        return decode_entry(where, manifest, tree_bytes, tensors, size, allow_pickle=self.allow_pickle,
+                            trusted_classes=self.trusted_classes, views=self.views)
 
     def _load_grouped(self, key: EntryKey, folder: str, groups: tuple[GroupFile, ...] | None = None) -> Loaded:
         """:meth:`load` of an entry that has no manifest of its own: from the group file holding its call (among
@@ -126,6 +110,43 @@ class EntryReader:
         return self._decode(f"{checked.path} (call {key.call})", manifest, tree_bytes, own, size)
 
 
+def decode_entry(where: str, manifest: dict[str, Any], tree_bytes: bytes, tensors: dict[str, Any], size: int, *,
+                 allow_pickle: bool, trusted_classes: tuple[str, ...], views: bool = False) -> Loaded:
+    """Decode an entry's verified tree and tensors into a :class:`Loaded` (every reader's last step: a dump dir's
+    :class:`EntryReader` and a bundle's store alike).
+
+    Args:
+        where: the entry, for messages.
+        manifest: its judged manifest.
+        tree_bytes: its tree file's bytes.
+        tensors: its tensors by name.
+        size: its payload bytes (reported).
+        allow_pickle, trusted_classes, views: as :class:`EntryReader` takes them.
+
+    Raises:
+        EntryInvalid: the tree is unreadable or holds no recorded result.
+        codec.CodecError: the payload cannot be decoded here.
+    """
+    from skipweave.store.format import codec
+
+    try:
+        tree = jsonio.loads(tree_bytes)
+    except (ValueError, RecursionError) as exc:
+        raise EntryInvalid(f"payload of {where} is unreadable: {exc}") from exc
+    if views:
+        payload = codec.decode_view(tree, tensors, allow_pickle=allow_pickle)
+    else:
+        payload = codec.decode(tree, tensors, allow_pickle=allow_pickle, trusted=trusted_classes)
+    if not isinstance(payload, dict) or "result" not in payload:
+        raise EntryInvalid(f"payload of {where} holds no recorded result")
+    rng = payload.get("rng")
+    effects = payload.get("effects")
+    appended = payload.get("appended")
+    return Loaded(manifest, payload["result"], rng if isinstance(rng, dict) else None, size,
+                  effects if isinstance(effects, dict) else None,
+                  appended if isinstance(appended, dict) else None)
+
+
 def read_verified(path: str, item: dict[str, Any]) -> bytes:
     """Read a small payload file whole and check it against its manifest item (size, checksum).
 
@@ -144,4 +165,4 @@ def read_verified(path: str, item: dict[str, Any]) -> bytes:
     return data
 
 
-__all__ = ["EntryReader", "Loaded", "read_verified"]
+__all__ = ["EntryReader", "Loaded", "decode_entry", "read_verified"]

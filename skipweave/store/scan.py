@@ -246,10 +246,11 @@ class DumpScan:
         for part in self.parts:
             yield from part.entries
 
-    def store(self, namespace: str, role: str) -> StepStore:
-        """Return a :class:`StepStore` of one role of this dump dir (read-only use)."""
+    def store(self, namespace: str, role: str, *, views: bool = False) -> StepStore:
+        """Return a :class:`StepStore` of one role of this dump dir (read-only use); ``views``: its ``load`` gives
+        read-only views of the recorded objects instead of rebuilding their classes (``skipweave export``)."""
         return StepStore(self.dump_dir, namespace, role, calls_per_step=self.calls_per_step,
-                         allow_pickle=self.allow_pickle)
+                         allow_pickle=self.allow_pickle, views=views)
 
 
 # ---------------------------------------------------------------------------------------------- scanning

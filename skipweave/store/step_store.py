@@ -201,6 +201,11 @@ class StepStore:
         """
         return self._folders.mtime(step, target)
 
+    def holdings(self) -> str:
+        """What the store holds of this role, for the message of a replay-only call it cannot serve: empty for a dump
+        dir (the message names the folder to look in); a bundle's store names its steps and targets."""
+        return ""
+
     # ------------------------------------------------------------------ reading
     def part_info(self, step: int, target: str, shard: str) -> PartInfo:
         """Return the committed calls of a part and whether its writer closed it.

@@ -406,17 +406,19 @@ class Replayer:
         proxy.ledger.give_back(d)
         proxy.ledger.unregister(d)
         what = "validation call" if d.validation else "call"
+        holds = store.holdings()  # a bundle names what it holds: no recording run can add to it
+        held = f" ({holds})" if holds else ""
         report.replay_missing(f"role {role.role} target {target.name} step {d.step} {what} {d.call} (shard {d.shard}) "
                               f"in dump dir {store.dump_dir} (namespace {store.namespace})")
         if d.unserved:
             raise ReplayMissing(
                 f"skipweave: replay-only role {role.role} target {target.name} ({target.path}): the "
                 f"recording of step {d.step} {what} {d.call} (shard {d.shard}) in dump dir {store.dump_dir} "
-                f"cannot be served: {d.unserved}")
+                f"cannot be served: {d.unserved}{held}")
         raise ReplayMissing(
             f"skipweave: replay-only role {role.role} target {target.name} ({target.path}): no "
             f"recording serves step {d.step} {what} {d.call} (shard {d.shard}) in dump dir {store.dump_dir} "
-            f"(namespace {store.namespace}); record it first with a recording run over the same steps "
+            f"(namespace {store.namespace}){held}; record it first with a recording run over the same steps "
             f"(e.g. {recording_profile(role.role)}{' with record_validation' if d.validation else ''}), narrow "
             f"skip.{role.role}.steps, or run the role live (skip.{role.role}.enable=false)")
 

@@ -17,6 +17,7 @@ import importlib.machinery
 import importlib.util
 import inspect
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -88,6 +89,9 @@ def split_path(path: str, *, may_import: bool = True) -> ResolvedPath:
     if len(script) > len(module):  # the running script, which no finder may place yet (skipweave run's start-up)
         module = script
     if not module:
+        if len(parts) == 1:  # the config refuses it; a direct caller of this function gets the same words
+            raise TargetNotFound(path, path, "the path names no module; write 'module:function' or "
+                                             "'module:Class.method'")
         raise TargetNotFound(path, parts[0], f"no module named '{parts[0]}'")
     attr = path[len(module) + 1:]
     if not attr:
@@ -189,16 +193,51 @@ def resolve_owner(module_obj: Any, rpath: ResolvedPath) -> tuple[Any, str]:
     walked = rpath.module
     for part in parts[:-1]:
         walked += "." + part
-        nxt = getattr(owner, part, None)
+        if not hasattr(owner, part):
+            raise TargetNotFound(rpath.path, walked, _missing(owner, part))
+        nxt = getattr(owner, part)
         if nxt is None:
-            raise TargetNotFound(rpath.path, walked, f"{_describe(owner)} has no attribute '{part}'"
-                                 f"{_did_you_mean(owner, part)}")
+            raise TargetNotFound(rpath.path, walked, _none(owner, part))
         owner = unwrap_actor_class(_unwrap_class_wrapper(nxt))
     final = parts[-1]
     if not hasattr(owner, final):
-        raise TargetNotFound(rpath.path, f"{walked}.{final}", f"{_describe(owner)} has no attribute '{final}'"
-                             f"{_did_you_mean(owner, final)}")
+        raise TargetNotFound(rpath.path, f"{walked}.{final}", _missing(owner, final))
+    if getattr(owner, final) is None:
+        raise TargetNotFound(rpath.path, f"{walked}.{final}", _none(owner, final))
     return owner, final
+
+
+def _missing(owner: Any, name: str) -> str:
+    """Why ``name`` is not found on ``owner``: ``class 'Policy' has no attribute 'generate'``, and either that its
+    instances set it (``self.generate = ...`` in the class's source: a class attribute cannot be woven for it) or the
+    closest name it has."""
+    said = f"{_describe(owner)} has no attribute '{name}'"
+    if inspect.isclass(owner) and _instances_set(owner, name):
+        return (f"{said}: its instances set it (self.{name} = ... in the class's source), which weaving a class "
+                "cannot reach; name the function or method it is set from")
+    return said + _did_you_mean(owner, name)
+
+
+def _none(owner: Any, name: str) -> str:
+    """Why ``name`` of ``owner`` cannot be woven although it exists: its value is ``None``."""
+    said = f"{_describe(owner)} attribute '{name}' is None, not a function or method"
+    if inspect.isclass(owner) and _instances_set(owner, name):
+        said += f" (its instances set it: self.{name} = ...; name the function or method it is set from)"
+    return said
+
+
+def _instances_set(cls: type, name: str) -> bool:
+    """Whether the source of ``cls`` or a class it derives from assigns ``self.<name>`` (read only when a target
+    does not resolve; a class with no source, built-in or generated, says no)."""
+    pattern = re.compile(rf"\bself\.{re.escape(name)}\s*(?::[^=\n]*)?=(?!=)")
+    for klass in inspect.getmro(cls):
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        if pattern.search(source):
+            return True
+    return False
 
 
 def _describe(owner: Any) -> str:

@@ -29,6 +29,9 @@ from skipweave.config.errors import ConfigError
 from skipweave.config.schema import Action, RoleConfig, ShardKind, SkipConfig, TargetSpec
 from skipweave.policy.bypass import describe_bypass, make_bypass
 from skipweave.store import runs, upkeep
+from skipweave.store.bundle.archive import BundleRefused
+from skipweave.store.bundle.layout import is_bundle_path
+from skipweave.store.bundle.store import open_role_store, shared_archive
 from skipweave.store.fs import dump_dir_problem
 from skipweave.store.identity import end_run, made_here, run_id, run_started
 from skipweave.store.retention import KeepRule
@@ -179,7 +182,11 @@ class Weaver:
             for role in plan.enabled_roles:  # bad callables, proxy classes, RANK, dump dirs fail before any patch
                 if role.shard is not ShardKind.FINGERPRINT:
                     shard_label(role.shard)
-                unusable, read_only = dump_dir_problem(role.dump_dir)
+                if is_bundle_path(role.dump_dir):  # read in place, never written: judged whole before any patch
+                    _judge_bundle(role)
+                    unusable = read_only = None
+                else:
+                    unusable, read_only = dump_dir_problem(role.dump_dir)
                 if unusable:
                     raise ConfigError(f"skip.{role.role}.dump_dir", role.dump_dir,
                                       f"a folder skipweave can create or use ({unusable})")
@@ -209,7 +216,8 @@ class Weaver:
                 raise
             lifecycle.at_exit(lifecycle.FINISH, self.close_parts)
             for store in self._state.stores.values():  # what writers killed earlier left: off the host's calls
-                upkeep.start(store.dump_dir, store.namespace, store.role)
+                if not is_bundle_path(store.dump_dir):  # (a bundle is never written)
+                    upkeep.start(store.dump_dir, store.namespace, store.role)
             run = made_here()
             if run is not None:  # the run's first process owns its marks, and removes them at its end
                 for dump_dir in dict.fromkeys(r.dump_dir for r in plan.enabled_roles):
@@ -274,10 +282,13 @@ class Weaver:
         store = self._state.stores.get(key)
         if store is None:
             keep = role.keep
-            store = StepStore(role.dump_dir, role.namespace, role.role, allow_pickle=role.allow_pickle,
-                              calls_per_step=role.calls_per_step, trusted_classes=role.trusted_classes,
-                              compress=role.compress_level,
-                              keep=KeepRule(keep.last, keep.bytes, keep.pin if keep.pin is not None else ()))
+            if is_bundle_path(role.dump_dir):
+                _judge_bundle(role)
+            # a bundle (``dump_dir`` ends with .zip) is read in place by a store of its own
+            store = open_role_store(role.dump_dir, role.namespace, role.role, allow_pickle=role.allow_pickle,
+                                    calls_per_step=role.calls_per_step, trusted_classes=role.trusted_classes,
+                                    compress=role.compress_level,
+                                    keep=KeepRule(keep.last, keep.bytes, keep.pin if keep.pin is not None else ()))
             self._state.stores[key] = store
         return store
 
@@ -383,6 +394,20 @@ class Weaver:
                 logger.warning("skipweave: could not close recorded steps under %s: %s", store.dump_dir, exc)
         for store in stores:  # after every part is closed: a closed step is no longer held by this process
             store.final_round()
+
+
+def _judge_bundle(role: RoleConfig) -> None:
+    """Open and judge the bundle a role replays from (shared by its roles: :func:`shared_archive`).
+
+    Raises:
+        ConfigError: key ``skip.<role>.dump_dir``: no file there, or not a bundle skipweave reads (naming the member
+            and why).
+    """
+    try:
+        shared_archive(role.dump_dir)
+    except (FileNotFoundError, BundleRefused) as exc:
+        raise ConfigError(f"skip.{role.role}.dump_dir", role.dump_dir,
+                          f"a bundle skipweave can read (a path ending in .zip names a bundle: {exc})") from None
 
 
 def _why_unwoven(rpath: ResolvedPath) -> str:

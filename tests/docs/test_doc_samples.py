@@ -174,7 +174,9 @@ def run_page(page: str, folder: Path) -> subprocess.CompletedProcess[str]:
     spec = folder.parent / f"{folder.name}.blocks.json"
     spec.write_text(json.dumps({"doc": str(DOCS_DIR / page), "blocks": blocks}))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SKIPWEAVE_", "RAY_"))}
-    env.pop("PYTHONPATH", None)
+    # the test's own PYTHONPATH is not the samples' business, but this tree's skipweave is: without it, a checkout other
+    # than the installed one (a git worktree) would run the installed skipweave's samples against this tree's docs
+    env["PYTHONPATH"] = str(ROOT)
     env.update(HOME=str(folder), PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
                PYTHONUNBUFFERED="1", RAY_USAGE_STATS_ENABLED="0")
     return subprocess.run([sys.executable, str(RUNNER), str(spec)], cwd=folder, env=env, capture_output=True,

@@ -8,6 +8,7 @@ test_third_party.py's. Every test that changes what is loaded gives the session 
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Iterator
 from importlib import metadata
@@ -282,6 +283,29 @@ def test_a_process_whose_parent_warned_says_it_at_debug(
         discovery.load_integrations(env)
     said = [(r.levelno, r.getMessage()) for r in caplog.records if "integration 'out'" in r.getMessage()]
     assert said and all(level == logging.DEBUG for level, _ in said), said
+
+
+def test_a_broken_integration_and_a_switchs_typo_warn_once_per_run(
+    fresh_session: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first process warns and marks its environment; a process it starts (a Ray worker, the program of
+    ``skipweave run``) inherits the marks and says the same at DEBUG."""
+    monkeypatch = fresh_session
+    monkeypatch.setattr(discovery, "entry_points", lambda: [(entry("misnamed", f"{HERE}:MISNAMED"), "the tests")])
+    monkeypatch.setenv("SKIPWEAVE_DISABLED_INTEGRATIONS", "vrel")
+    monkeypatch.setenv("SKIPWEAVE_WARNED_INTEGRATIONS", "")  # restored after the test, marks and all
+    for warned in (True, False):
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="skipweave"):
+            discovery.load_integrations()
+        said = {(r.levelno, r.getMessage().split(":")[1].strip()) for r in caplog.records
+                if "misnamed" in r.getMessage() or "'vrel'" in r.getMessage()}
+        level = logging.WARNING if warned else logging.DEBUG
+        assert said == {(level, "integration 'misnamed' of the tests is not loaded"),
+                        (level, "SKIPWEAVE_DISABLED_INTEGRATIONS names 'vrel', which is no integration of this "
+                                "environment (there are")}, said
+        discovery.unload_integrations()
+    assert os.environ["SKIPWEAVE_WARNED_INTEGRATIONS"] == "misnamed=broken,SKIPWEAVE_DISABLED_INTEGRATIONS=vrel"
 
 
 def test_an_off_integrations_profiles_are_named_as_off(fresh_session: pytest.MonkeyPatch, tmp_path: Path) -> None:

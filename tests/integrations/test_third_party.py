@@ -137,7 +137,43 @@ def test_switched_off_its_profile_is_unknown_and_says_why(sites: dict[str, Path]
     (tmp_path / "hydra_app.py").write_text(HYDRA_APP)
     hydra = run([sys.executable, "hydra_app.py", "+skip=thirdparty_cache", f"hydra.run.dir={tmp_path / 'out'}"],
                 cwd=tmp_path, env=env_with(sites["1.0.0"], SKIPWEAVE_DISABLED_INTEGRATIONS="thirdparty"))
-    assert hydra.returncode != 0 and not hydra.task_started and "thirdparty_cache" in hydra.stderr, hydra
+    assert hydra.returncode != 0 and not hydra.task_started and OFF_BY_SWITCH in hydra.stderr, hydra
+
+
+def test_in_a_hydra_app_its_profiles_are_judged_as_ones_own_and_a_broken_part_stops_the_run(
+    sites: dict[str, Path], tmp_path: Path
+) -> None:
+    (tmp_path / "hydra_app.py").write_text(HYDRA_APP)
+
+    def hydra(profile: str, **extra: str) -> Run:
+        return run([sys.executable, "hydra_app.py", f"+skip={profile}", f"skip.thirdparty.dump_dir={tmp_path / 'd'}",
+                    f"hydra.run.dir={tmp_path / 'out'}"], cwd=tmp_path, env=env_with(sites["1.0.0"], **extra))
+
+    extra = hydra("thirdparty_extra")
+    assert extra.returncode != 0 and not extra.task_started, extra
+    assert "+skip='thirdparty_extra' is not allowed" in extra.stderr and "top-level key 'thirdparty'" in extra.stderr
+    assert "(a role goes under skip:, as skip.thirdparty)" in extra.stderr and "Traceback" not in extra.stderr, extra
+    bad = hydra("thirdparty_badyaml")
+    assert bad.returncode != 0 and not bad.task_started and "Traceback" not in bad.stderr, bad
+    assert "+skip='thirdparty_badyaml' is not allowed: a valid YAML file" in bad.stderr, bad
+    assert "thirdparty_badyaml.yaml, line " in bad.stderr, bad
+    # skipweave run's --skip judges them the same, naming its own key
+    (tmp_path / "app.py").write_text(APP)
+    for profile, said in (("thirdparty_extra", "has top-level key 'thirdparty'"),
+                          ("thirdparty_badyaml", "a valid YAML file; ")):
+        refused = run([*SKIPWEAVE, "run", "--skip", profile, "--", sys.executable, "app.py"], cwd=tmp_path,
+                      env=env_with(sites["1.0.0"]))
+        assert refused.returncode == 2 and not refused.task_started, refused
+        assert f"skipweave run: profile='{profile}' is not allowed: " in refused.stderr and said in refused.stderr
+    # Hydra's search path reads the declaration only; the part that fails to load is found by the callback, which
+    # stops the run before the task: its targets would else be woven without the host type they were written for.
+    broken = hydra("thirdparty_cache", THIRDPARTY_BREAK_HOSTS="1")
+    assert broken.returncode != 0 and not broken.task_started, broken
+    assert "+skip='thirdparty_cache' is not allowed" in broken.stderr, broken
+    assert "integration 'thirdparty', which is off in this process: a part failed to load" in broken.stderr, broken
+    assert "THIRDPARTY_BREAK_HOSTS is set" in broken.stderr and "Traceback" not in broken.stderr, broken
+    said = broken.stdout + broken.stderr  # Hydra's log (the WARNING) goes to stdout
+    assert said.count("thirdparty_skip.hosts is broken on purpose") == 2, broken  # the WARNING, the error
 
 
 def test_a_host_outside_its_range_warns_once_and_stays_off_unless_forced(

@@ -187,6 +187,31 @@ def test_unresolvable_path_names_the_failing_part(host_module, tmp_path: Path) -
         skipweave.weave(_cfg(tmp_path / "d", {"g": f"{name}:Gen.generat"}))
 
 
+def test_an_attribute_instances_set_or_a_none_is_named_as_such(host_module, tmp_path: Path) -> None:
+    name, _ = host_module(
+        "class Base:\n"
+        "    def __init__(self):\n"
+        "        self.generate = self._run\n"
+        "    def _run(self, x):\n"
+        "        return x\n"
+        "class Policy(Base):\n"
+        "    hook = None\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.hook: object = print\n"
+    )
+    # set on instances (in a base class's __init__): a class attribute cannot be woven for it
+    with pytest.raises(TargetNotFound, match=r"class 'Policy' has no attribute 'generate': its instances set it "
+                                             r"\(self\.generate = \.\.\. in the class's source\)"):
+        skipweave.weave(_cfg(tmp_path / "d", {"g": f"{name}:Policy.generate"}))
+    # None on the class: woven, it would wrap nothing the program calls
+    with pytest.raises(TargetNotFound, match=r"class 'Policy' attribute 'hook' is None, not a function or method "
+                                             r"\(its instances set it: self\.hook = \.\.\."):
+        skipweave.weave(_cfg(tmp_path / "d", {"g": f"{name}:Policy.hook.run"}))
+    with pytest.raises(TargetNotFound, match=r"attribute 'hook' is None"):
+        skipweave.weave(_cfg(tmp_path / "d", {"g": f"{name}:Policy.hook"}))
+
+
 def test_optional_target_that_does_not_resolve_is_skipped(host_module, tmp_path: Path) -> None:
     name, _ = host_module(HOST_SOURCE)
     patches = skipweave.weave(_cfg(tmp_path / "d", {

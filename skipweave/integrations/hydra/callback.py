@@ -63,6 +63,7 @@ class SkipweaveCallback(Callback):
         load_integrations()  # before the config is read: the integrations' config adapters take part
         plan = None
         try:
+            _refuse_off_integration_profile(config)
             plan = load_skip_config(reports_in_output_dir(job_skip_config(config)))
             self.strict = plan.strict
             weave_plan(plan)
@@ -112,6 +113,28 @@ class SkipweaveCallback(Callback):
 
             self.strict_failed = False
             raise SystemExit(STRICT_EXIT)
+
+
+def _refuse_off_integration_profile(config: Any) -> None:
+    """Hydra composed the profile of an integration that this process did not load after all (a part of it failed to
+    load; Hydra's search path saw only its declaration): its targets would be woven without the host types, adapters
+    and hooks they were written for.
+
+    Raises:
+        ConfigError: key ``+skip``, naming the profile, the integration and why it is off.
+    """
+    from omegaconf import OmegaConf
+
+    from skipweave.config.errors import ConfigError
+    from skipweave.config.profiles import integration_sources, resolve_profile
+
+    choice = OmegaConf.select(config, "hydra.runtime.choices.skip", default=None)
+    if not choice or not any(choice in source.names() for source in integration_sources(off=True)):
+        return
+    try:
+        resolve_profile(choice)  # held elsewhere too (a file of the profile path, a loaded integration): that one
+    except ConfigError as exc:
+        raise ConfigError("+skip", choice, exc.allowed if isinstance(exc, ConfigError) else str(exc)) from None
 
 
 def job_skip_config(config: Any) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from skipweave.store.classes import class_ref
 from skipweave.store.format.tree import CodecError, attr_label, key_label, path_text
-from skipweave.store.hosts import FingerprintParts, HostType, NodeDecoder, NodeEncoder
+from skipweave.store.hosts import FingerprintParts, HostType, NodeDecoder, NodeEncoder, Samples
 
 
 def _in_tensordict(cls: type) -> bool:
@@ -122,6 +122,23 @@ def _tensordict_fingerprint(obj: Any) -> FingerprintParts:
                             ((str(k), obj[k]) for k in sorted(obj.keys(), key=str)), b"x")
 
 
+def tensordict_samples(view: Mapping[str, Any]) -> Samples | None:
+    """The samples of a recorded TensorDict (its view, for ``skipweave export``): one per index of its first batch
+    dimension, every entry a column (a nested TensorDict's entries as ``outer.inner``). A lazy stack's parts are
+    its samples when they are stacked along that dimension (as many parts as its first batch dimension). None
+    for a TensorDict without batch dimensions (``batch_size`` ``[]``)."""
+    size = getattr(view, "batch_size", None)
+    if not isinstance(size, list) or not size:
+        return None
+    parts = view.get("tensordicts")
+    if isinstance(parts, list) and len(view) == 1:  # a lazy stack: its parts are its rows when stacked on dim 0
+        if len(parts) != size[0] or not all(isinstance(p, Mapping) for p in parts):
+            return None
+        keys = list(dict.fromkeys(k for p in parts for k in p))
+        return Samples(int(size[0]), {str(k): [p.get(k) for p in parts] for k in keys}, {})
+    return Samples(int(size[0]), {str(k): v for k, v in view.items()}, {})
+
+
 TENSORDICT = HostType(
     kind="tensordict",
     label="TensorDict",
@@ -141,6 +158,7 @@ TENSORDICT = HostType(
     # the decoder builds only TensorDicts or lazy stacks from such nodes, so tensordict's own subclasses are fine
     class_problem=lambda cls: None if is_tensordict_class(cls) else "is not a tensordict class",
     fingerprint=_tensordict_fingerprint,
+    samples=tensordict_samples,
 )
 """Host type of tensordict's ``TensorDictBase`` instances (node kind ``tensordict``)."""
 
@@ -179,4 +197,5 @@ NON_TENSOR_DATA = HostType(
 )
 """Host type of tensorclass instances: ``NonTensorData`` is stored, other tensorclasses need pickle."""
 
-__all__ = ["NON_TENSOR_DATA", "TENSORDICT", "is_tensorclass", "is_tensordict", "is_tensordict_class"]
+__all__ = ["NON_TENSOR_DATA", "TENSORDICT", "is_tensorclass", "is_tensordict", "is_tensordict_class",
+           "tensordict_samples"]

@@ -26,7 +26,7 @@ from typing import Any
 
 from skipweave.store.classes import acting_problem, class_ref, library_problem
 from skipweave.store.format.tree import CodecError, attr_label, path_text
-from skipweave.store.hosts import FingerprintParts, HostType, NodeDecoder, NodeEncoder
+from skipweave.store.hosts import FingerprintParts, HostType, NodeDecoder, NodeEncoder, Samples
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +125,40 @@ def _class_problem(cls: type) -> str | None:
     return library_problem(cls) or acting_problem(cls, DATAPROTO_ATTRS)
 
 
+def _leading(value: Any) -> int | None:
+    """The length of ``value``'s first axis (a tensor's, an array's, a sequence's), or None when it has none."""
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) else None
+    return len(value) if isinstance(value, (list, tuple)) else None
+
+
+def dataproto_samples(view: Mapping[str, Any]) -> Samples | None:
+    """The samples of a recorded DataProto-like object (its view, for ``skipweave export``): one per row of
+    ``batch`` (its ``batch_size`` when it is a TensorDict, else its tensors' first axis) or, with no batch, of
+    ``non_tensor_batch``; its ``batch`` and ``non_tensor_batch`` fields are the columns (a field of both: the
+    ``non_tensor_batch`` one is ``non_tensor_batch.<name>``), ``meta_info`` and recorded extra attributes the
+    call's. None when neither holds a row (an empty batch)."""
+    batch = view.get("batch")
+    non_tensor = view.get("non_tensor_batch")
+    batch = batch if isinstance(batch, Mapping) else {}
+    non_tensor = non_tensor if isinstance(non_tensor, Mapping) else {}
+    size = getattr(batch, "batch_size", None)
+    count = int(size[0]) if isinstance(size, list) and size else None
+    for value in (*batch.values(), *non_tensor.values()):
+        if count is not None:
+            break
+        count = _leading(value)
+    if count is None:
+        return None
+    columns: dict[str, Any] = {str(k): v for k, v in batch.items()}
+    for k, v in non_tensor.items():
+        columns[f"non_tensor_batch.{k}" if str(k) in columns else str(k)] = v
+    per_call = {"meta_info": view.get("meta_info")}
+    per_call.update({str(k): v for k, v in view.items() if k not in DATAPROTO_ATTRS})
+    return Samples(count, columns, per_call)
+
+
 def _fingerprint(obj: Any) -> FingerprintParts:
     return FingerprintParts(b"P", class_ref(type(obj)), ((a, getattr(obj, a)) for a in DATAPROTO_ATTRS), b"p")
 
@@ -142,7 +176,8 @@ DATAPROTO = HostType(
     shape_rule="DataProto-like classes of your own (already imported, outside the standard library, data only)",
     data_only=True,
     fingerprint=_fingerprint,
+    samples=dataproto_samples,
 )
 """Host type of DataProto-shaped objects (verl's ``DataProto`` and batch classes of the same shape)."""
 
-__all__ = ["DATAPROTO", "DATAPROTO_ATTRS", "is_dataproto_like"]
+__all__ = ["DATAPROTO", "DATAPROTO_ATTRS", "dataproto_samples", "is_dataproto_like"]

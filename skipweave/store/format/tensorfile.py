@@ -445,6 +445,17 @@ def _spans(header_bytes: bytes | bytearray | memoryview, data_size: int, path: s
                                                                       itemsize=_ITEMSIZE)]
 
 
+def header_spans(header_bytes: bytes | bytearray | memoryview, data_size: int, path: str) -> list[Span]:
+    """The tensors' spans a safetensors header gives, judged against a data section of ``data_size`` bytes (what a
+    reader of a file it does not open itself needs: a bundle's member).
+
+    Raises:
+        EntryInvalid: the header is malformed, names a dtype this torch lacks, or its spans do not tile the data
+            section.
+    """
+    return _spans(header_bytes, data_size, path)
+
+
 def _allocate(header_bytes: bytes | bytearray, data_size: int, path: str) -> dict[str, torch.Tensor]:
     """Allocate (uninitialised) the tensors a safetensors header lists, in file order (see :func:`_spans`); the
     file is then read into them in this order."""
@@ -475,13 +486,23 @@ def read_whole(path: str, *, size: int, checksum: str, limit: int) -> tuple[memo
         raise EntryInvalid(f"payload {path} is unreadable: {exc}") from exc
     if bytes_checksum(memoryview(raw)) != checksum:
         raise EntryInvalid(f"payload {path} does not match its checksum {checksum}")
+    return split_whole(raw, path=path, limit=limit)
+
+
+def split_whole(raw: bytearray, *, path: str, limit: int) -> tuple[memoryview, dict[str, Span]]:
+    """:func:`read_whole` of bytes already read and verified (a bundle's member): decompressed when ``path`` names a
+    compressed file, the header judged, the data section and its spans returned.
+
+    Raises:
+        EntryInvalid: not a valid (compressed) safetensors file, or its contents take more than ``limit`` bytes.
+    """
     data = raw
     if path.endswith(COMPRESSED_SUFFIX):
         import io
 
         import zstandard
 
-        limit = min(limit, size * MAX_RATIO + RATIO_SLACK)
+        limit = min(limit, len(raw) * MAX_RATIO + RATIO_SLACK)
         out = bytearray()
         try:
             with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)) as reader:
@@ -512,4 +533,5 @@ def tensor_at(data: memoryview, span: Span) -> torch.Tensor:
 
 
 __all__ = ["CHUNK", "COMPRESSED_SUFFIX", "MAX_RATIO", "PROGRESS_MIN", "Span", "TooCompressible", "bars_enabled",
-           "byte_bar", "file_size", "progress_enabled", "read", "read_whole", "tensor_at", "write"]
+           "byte_bar", "file_size", "header_spans", "progress_enabled", "read", "read_whole", "split_whole",
+           "tensor_at", "write"]
