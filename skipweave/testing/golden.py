@@ -71,7 +71,7 @@ class MarkerSpec:
 
     Attributes:
         profiles: profile names or absolute profile-file paths, composed in order (later ones win).
-        recording: the recording (a dump dir; a bundle's path, read as a dump dir until bundles land).
+        recording: the recording: a dump dir, or a bundle (a ``.zip`` replayed in place, packed anew when blessed).
         kind: ``dump_dir`` or ``bundle``: the argument that named it.
         cfg: the base config (``None``, a mapping, or an absolute path to a YAML file such as the app's config).
         overrides: ``(key under skip, value)`` pairs set after the profiles compose, in the marker's order.
@@ -112,6 +112,11 @@ class MarkerSpec:
                               f"relative to {test_dir}")
         kind = named[0]
         recording = _path(kind, kwargs[kind], test_dir)
+        from skipweave.store.bundle.layout import is_bundle_path
+
+        if (kind == "bundle") != is_bundle_path(str(recording)):
+            raise MarkerError(f"skipweave marker: {kind}={kwargs[kind]!r} is not allowed: bundle= names a bundle (a "
+                              "file ending in .zip, see skipweave pack), dump_dir= a folder")
         cfg = kwargs.get("cfg")
         if cfg is not None and not isinstance(cfg, Mapping):
             cfg = _path("cfg", cfg, test_dir)
@@ -313,10 +318,13 @@ class GoldenRun:
                                   f"skipweave marker) to replay; record it: pytest --skipweave-mode=record "
                                   f"'{self.nodeid}'")
             self.work = Path(tempfile.mkdtemp(prefix="skipweave-golden-"))
-            self.dump_dir = self.work / "recording"
-            # A run leaves marks in its dump dir and may set damaged entries aside: never in the committed recording.
-            shutil.copytree(recording, self.dump_dir, symlinks=True)
             self.report = self.work / "verify.jsonl"
+            if self.spec.kind == "bundle":
+                self.dump_dir = recording  # read in place: a run writes nothing in or beside a bundle
+            else:
+                self.dump_dir = self.work / "recording"
+                # A run leaves marks in its dump dir and may set damaged entries aside: never in the committed one.
+                shutil.copytree(recording, self.dump_dir, symlinks=True)
         else:
             recording.parent.mkdir(parents=True, exist_ok=True)
             # Beside the recording (one file system), so that blessing it is a rename.
@@ -439,7 +447,10 @@ class GoldenRun:
             if not passed:
                 shutil.rmtree(self.dump_dir, ignore_errors=True)
                 return f"skipweave mode record: the test did not pass; {recording} left as it was"
-            bless(self.dump_dir, recording)
+            if self.spec.kind == "bundle":
+                bless_bundle(self.dump_dir, recording)
+            else:
+                bless(self.dump_dir, recording)
             return f"skipweave mode record: blessed {recording}"
         if passed:
             self._drop_work()
@@ -472,6 +483,25 @@ def bless(fresh: Path, recording: Path) -> None:
         else:
             old.unlink()
     logger.info("skipweave: blessed %s", recording)
+
+
+def bless_bundle(fresh: Path, bundle: Path) -> None:
+    """Pack the ``fresh`` recording (a folder beside ``bundle``) into ``bundle``, then remove the folder. The pack is
+    written under a temporary name and renamed over the old bundle once whole
+    (:func:`skipweave.store.bundle.pack.pack`): an interruption leaves the old bundle.
+
+    Raises:
+        GoldenError: the fresh recording holds no complete step to pack (the old bundle is left as it was).
+    """
+    from skipweave.store.bundle.pack import PackError, pack
+
+    try:
+        result = pack(str(fresh), str(bundle))
+    except PackError as exc:
+        raise GoldenError(f"skipweave: {bundle} left as it was: the test's recording in {fresh} could not be packed: "
+                          f"{exc}") from None
+    shutil.rmtree(fresh, ignore_errors=True)
+    logger.info("skipweave: blessed %s (%d entries, %d bytes)", bundle, result.entries, result.bytes)
 
 
 _QUIETED: list[bool] = []

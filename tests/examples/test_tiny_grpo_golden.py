@@ -17,7 +17,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 JOB = REPO_ROOT / "examples" / "tiny_grpo"
-GOLDEN = JOB / "tests" / "golden"
+GOLDEN = JOB / "tests" / "golden.zip"
 ROLES = ("rollout", "reward", "ref", "update")
 PLUGIN = "skipweave.testing.pytest_plugin"
 ADVANTAGE = "adv[rows] = (r - r.mean()) / (std + eps)"
@@ -61,13 +61,14 @@ def test_the_golden_test_fails_on_an_advantage_change_until_it_is_blessed(tmp_pa
     # a failing test keeps its copy for whoever reads the failure; not here (its TMPDIR is left alone: Ray keeps its
     # sockets there, and a long pytest path would break them)
     shutil.rmtree(kept[0])
-    before = sorted(p.name for p in (job / "tests" / "golden").rglob("*"))
+    before = (job / "tests" / "golden.zip").read_bytes()
 
     proc, seconds = golden_test(job, "--skipweave-mode=record")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
-    assert f"skipweave mode record: blessed {job / 'tests' / 'golden'}" in out, out[-4000:]
-    assert sorted(p.name for p in (job / "tests" / "golden").rglob("*")) != before  # new entries (new checksums)
+    assert f"skipweave mode record: blessed {job / 'tests' / 'golden.zip'}" in out, out[-4000:]
+    assert (job / "tests" / "golden.zip").read_bytes() != before  # packed anew from the new recording
+    assert sorted(p.name for p in (job / "tests").iterdir() if p.name.startswith(".golden")) == []  # no staging left
     print(f"golden test, re-recorded: {seconds:.1f} s")
 
     proc, _ = golden_test(job)
@@ -75,11 +76,17 @@ def test_the_golden_test_fails_on_an_advantage_change_until_it_is_blessed(tmp_pa
 
 
 def test_the_committed_recording_is_small_and_complete() -> None:
-    """At most 2 MB, steps 1 and 2 of every role, and nothing of the run that recorded it (its run marks)."""
-    files = [p for p in GOLDEN.rglob("*") if p.is_file()]
-    assert sum(p.stat().st_size for p in files) <= 2 * 1024 * 1024
-    manifests = {(p.parts[-4], p.parts[-3]) for p in files if p.name.endswith(".manifest.json")}
+    """A bundle of at most 2 MB that ``skipweave verify`` finds whole, holding steps 1 and 2 of every role."""
+    import zipfile
+
+    assert GOLDEN.stat().st_size <= 2 * 1024 * 1024
+    with zipfile.ZipFile(GOLDEN) as bundle:
+        names = bundle.namelist()
+    manifests = {tuple(n.split("/")[1:3]) for n in names if n.endswith(".manifest.json")}
     assert manifests == {(role, step) for role in ROLES for step in ("1", "2")}, manifests
-    assert not (GOLDEN / ".runs").exists()
+    assert not [n for n in names if "/.runs/" in n or n.startswith(".runs/")]
+    verify = subprocess.run([sys.executable, "-m", "skipweave.cli", "verify", str(GOLDEN)], capture_output=True,
+                            text=True, timeout=120, check=False)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
     assert not [p for p in GOLDEN.parent.iterdir() if p.name.startswith(f".{GOLDEN.name}.")]  # no staging left
     assert os.path.getsize(GOLDEN.parent / "golden_update.yaml") > 0

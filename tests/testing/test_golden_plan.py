@@ -28,9 +28,9 @@ def test_paths_are_relative_to_the_test_file() -> None:
 
 
 def test_bundle_is_the_recording_too() -> None:
-    """A bundle (a single-file recording) is passed on as the dump dir until bundles are read as such."""
-    s = spec("rollout_cache", bundle="golden.swb")
-    assert (s.recording, s.kind) == (Path("/repo/tests/golden.swb"), "bundle")
+    """A bundle (a single-file recording, ``skipweave pack``) is the recording, read in place when replayed."""
+    s = spec("rollout_cache", bundle="golden.zip")
+    assert (s.recording, s.kind) == (Path("/repo/tests/golden.zip"), "bundle")
 
 
 @pytest.mark.parametrize(("args", "kwargs", "says"), [
@@ -40,6 +40,8 @@ def test_bundle_is_the_recording_too() -> None:
     ((3,), {"dump_dir": "a"}, "profile 3 is not allowed: a profile is a shipped name"),
     ((), {"dump_dir": "a", "cfg": "no_such.yaml"}, "cfg='no_such.yaml': there is no file /repo/tests/no_such.yaml"),
     ((), {"dump_dir": "a", "__": 1}, "override '__' is not allowed: an override names a key under skip"),
+    ((), {"bundle": "golden"}, "bundle='golden' is not allowed: bundle= names a bundle (a file ending in .zip"),
+    ((), {"dump_dir": "golden.zip"}, "dump_dir='golden.zip' is not allowed: bundle= names a bundle"),
 ])
 def test_wrong_arguments_are_named(args: tuple[object, ...], kwargs: dict[str, object], says: str) -> None:
     with pytest.raises(MarkerError) as exc:

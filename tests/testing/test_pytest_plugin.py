@@ -197,6 +197,47 @@ def test_divergence_fails_at_the_first_position_and_record_blesses_it(host: pyte
     run(host).assert_outcomes(passed=2)
 
 
+def test_a_bundle_is_recorded_replayed_in_place_and_blessed_anew(host: pytest.Pytester,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bundle=``: record packs the recording into one file (no folder left beside it); replay, verify included,
+    reads it in place (nothing written in or beside it); record packs a changed host's recording anew."""
+    host.makepyfile(test_golden=ROLE + textwrap.dedent('''
+        import pytest
+        import tinyhost
+
+
+        @pytest.mark.skipweave("rollout_cache", cfg=ROLE, bundle="golden/rollouts.zip")
+        def test_cached(skipweave_summary):
+            tinyhost.train(2)
+            counts = skipweave_summary["rollout"]
+            live = 2 if skipweave_summary.mode == "record" else 0
+            assert (counts.live, tinyhost.CALLS) == (live, [1, 2][:live])
+
+
+        @pytest.mark.skipweave("rollout_verify", cfg=ROLE, bundle="golden/rollouts.zip")
+        def test_verified(skipweave_summary):
+            tinyhost.train(2)
+            assert skipweave_summary["rollout"].identical == 2
+    '''))
+    recorded = run(host, "--skipweave-mode=record", "-k", "cached")
+    recorded.assert_outcomes(passed=1, deselected=1)
+    bundle = host.path / "golden" / "rollouts.zip"
+    assert f"skipweave mode record: blessed {bundle}" in recorded.stdout.str()
+    assert sorted(p.name for p in bundle.parent.iterdir()) == ["rollouts.zip"]  # packed; the fresh folder removed
+    before = (bundle.stat().st_mtime_ns, bundle.read_bytes())
+
+    replayed = run(host)
+    replayed.assert_outcomes(passed=2)
+    replayed.stdout.fnmatch_lines([f"skipweave mode replay, recording {bundle}",
+                                   "  role rollout (cache, replay-only): hits 2, misses 0, live calls 0"])
+    assert (bundle.stat().st_mtime_ns, bundle.read_bytes()) == before
+    assert sorted(p.name for p in bundle.parent.iterdir()) == ["rollouts.zip"]  # nothing written beside it
+
+    monkeypatch.setenv("HOST_CHANGE", "1")
+    run(host, "--skipweave-mode=record", "-k", "cached").assert_outcomes(passed=1, deselected=1)  # bless
+    assert bundle.read_bytes() != before[1] and sorted(p.name for p in bundle.parent.iterdir()) == ["rollouts.zip"]
+
+
 def test_off_runs_unwoven(host: pytest.Pytester) -> None:
     """Mode off weaves nothing, needs no recording, and the summary says so."""
     host.makepyfile(test_golden=ROLE + textwrap.dedent('''

@@ -1,4 +1,4 @@
-"""The golden test of the main job: its first two steps against a committed recording (``golden/``).
+"""The golden test of the main job: its first two steps against a committed recording (the bundle ``golden.zip``).
 
 Rollouts, reference log-probs and rewards are replayed from the recording (replay-only: no Ray worker, no judge), the
 update runs live and is verified: its per-step metrics must match the recorded ones (``golden_update.yaml``). A change
@@ -37,7 +37,7 @@ def torch_state() -> Iterator[None]:
 
 @pytest.mark.timeout(600)  # --skipweave-mode=record starts Ray and generates; a replay takes about 10 s
 @pytest.mark.skipweave("rollout_cache", "ref_cache", "reward_cache", "golden_update.yaml",
-                       cfg="../config.yaml", dump_dir="golden")
+                       cfg="../config.yaml", bundle="golden.zip")
 def test_first_two_steps_match_the_recording(tmp_path: Path, torch_state: None, skipweave_summary) -> None:
     cfg = OmegaConf.load(JOB / "config.yaml")
     cfg.trainer.total_steps = STEPS
