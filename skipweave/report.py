@@ -99,6 +99,14 @@ def replay_missing(where: str) -> None:
     _register_summary()
 
 
+def replay_missing_noted() -> tuple[str | None, int]:
+    """The plan's first replay-only call that found no recording, as :func:`replay_missing` noted it (``None`` when
+    none did), and how many more did; read before the plan ends (:func:`end_plan` clears it). A test harness reads it
+    to fail a test whose host caught :class:`~skipweave.weaving.replay.ReplayMissing` and went on."""
+    with _lock:
+        return (_STOPS[0] if _STOPS else None), _stops_more
+
+
 def _leave_marks(role: str, target: str, kinds: list[str]) -> None:
     expected = _EXPECTED.get((role, target))
     if expected is not None and kinds:

@@ -41,8 +41,9 @@ PACKAGE_DIR = ROOT / PACKAGE
 GENERIC_LAYERS = ("config", "policy", "weaving", "store", "verify", "export")
 """Sub-packages that must import no host and no integration."""
 
-FORBIDDEN = ("skipweave.integrations", "verl", "ray", "tensordict", "trl")
-"""Modules (with their submodules) a generic layer may not bring into ``sys.modules`` at import time."""
+FORBIDDEN = ("skipweave.integrations", "skipweave.testing", "verl", "ray", "tensordict", "trl")
+"""Modules (with their submodules) a generic layer may not bring into ``sys.modules`` at import time (the pytest plugin,
+``skipweave.testing``, is an assembling entry point like the integrations' loaders)."""
 
 PUBLIC_UNDERSCORE = frozenset({"_fields", "_field_defaults", "_replace", "_asdict", "_make"})
 """Underscore names that are public API (namedtuple's)."""

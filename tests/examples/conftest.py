@@ -9,5 +9,6 @@ def pytest_configure(config: pytest.Config) -> None:
     """Register the markers used by the example tests."""
     config.addinivalue_line(
         "markers",
-        "skipweave: needs skipweave installed with its Hydra plugin, so that `+skip=rollout_cache` resolves",
+        # (not `skipweave`: that marker is the pytest plugin's, skipweave.testing.pytest_plugin)
+        "hydra_plugin: needs skipweave installed with its Hydra plugin, so that `+skip=rollout_cache` resolves",
     )

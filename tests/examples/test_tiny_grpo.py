@@ -81,7 +81,7 @@ def train_lines(run_dir: Path) -> list[dict[str, Any]]:
     return [r for r in records if not r.get("val")]
 
 
-@pytest.mark.skipweave
+@pytest.mark.hydra_plugin
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_second_run_replays_every_rollout(tmp_path: Path) -> None:
@@ -190,7 +190,7 @@ def train(tmp_path: Path, name: str, profile: str, dump: Path) -> subprocess.Com
     return subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO_ROOT, check=False)
 
 
-@pytest.mark.skipweave
+@pytest.mark.hydra_plugin
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_values_cache_records_the_critics_values_and_update_only_replays_them(tmp_path: Path) -> None:
