@@ -1,11 +1,12 @@
 """The package's layering (docs/architecture.md): what the generic layers import, import cycles, private names.
 
-- The generic layers (``config``, ``policy``, ``weaving``, ``store``, ``verify``, ``export``, ``view``) name no host: importing
-  any of their modules in a fresh interpreter leaves ``skipweave.integrations``, verl, Ray and tensordict out of
-  ``sys.modules`` (integrations register with them through :mod:`skipweave.hooks` instead).
+- The generic layers (``config``, ``policy``, ``weaving``, ``store``, ``verify``, ``export``, ``view``) name no
+  host: importing any of their modules in a fresh interpreter leaves ``skipweave.integrations``, verl, Ray and
+  tensordict out of ``sys.modules`` (integrations register with them through :mod:`skipweave.hooks` instead).
 - Using a generic layer (reading a registry, loading a config, scanning a store, the codec, weaving and recording a
-  call, comparing two results, exporting a store, writing its page), each in a fresh interpreter, loads no integration and no host
-  either: the registries are passive, and only the assembling entry points load the integrations. A Hydra app that
+  call, comparing two results, exporting a store, writing its page), each in a fresh interpreter, loads no
+  integration and no host either: the registries are passive, and only the assembling entry points load the
+  integrations. A Hydra app that
   looks for a profile no earlier source holds makes skipweave's search-path plugin read the integrations'
   declarations, and nothing more.
 - No import cycle among the package's modules at import time. The graph is built from each module's import-time

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from collections.abc import Iterable
 
 from skipweave.view.summary import StepRow
@@ -75,7 +76,10 @@ def svg(rows: list[StepRow], what: str, title: str, ylabel: str, salt: str) -> s
         finally:
             plt.close(fig)
     text = buffer.getvalue()
-    return text[text.index("<svg"):]
+    text = text[text.index("<svg"):]
+    # inline SVG in HTML needs no namespace declarations and no RDF metadata: the page then names no URL at all
+    text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
+    return re.sub(r'\s+xmlns(:xlink)?="[^"]*"', "", text, count=2)
 
 
 def charts(rows: list[StepRow]) -> list[tuple[str, str | None]]:
