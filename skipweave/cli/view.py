@@ -23,6 +23,7 @@ import argparse
 import os
 import shlex
 import sys
+import time
 from typing import Any
 
 from skipweave.cli.common import EXIT_OK, EXIT_USAGE, add_dump_dir_arguments, emit, misplaced, scan_or_explain
@@ -73,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from skipweave.view.page import Page, write
     from skipweave.view.summary import summarize
 
+    started = time.perf_counter()
     try:
         from skipweave.cli.common import steps_option
 
@@ -129,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     output = os.path.abspath(args.output)
     lines = [f"wrote {output} ({human_bytes(size)}): {plural(len(summary.rows), 'step row')} of "
              f"{plural(summary.entries, 'entry', 'entries')}, up to {args.samples} samples per step, in "
-             f"{summary.seconds:.1f} s"]
+             f"{time.perf_counter() - started:.2f} s"]
     for s in summary.skipped[:20]:
         lines.append(f"SKIPPED  {s.where} call {s.call} ({s.status}): {s.reason}")
     if summary.skipped:

@@ -8,6 +8,7 @@ them, a replay-only run past the recorded steps and a verify run with nothing ch
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -177,6 +178,17 @@ def test_second_run_replays_every_rollout(tmp_path: Path) -> None:
                            str(plot)], capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False)
     assert proc.returncode == 0 and "unreadable" not in proc.stdout, proc.stdout + proc.stderr
     assert "every aligned entry is identical" in proc.stdout and plot.stat().st_size > 10_000, proc.stdout
+
+    # compare.py ends with the `skipweave view` command of its store and run 6's report: it writes the page, whose
+    # diff marks run 6's first diverging token (the browser's view of such a page: tests/view/test_browser.py)
+    line = next(x for x in output.splitlines() if x.startswith("see the store in a browser: "))
+    cmd = shlex.split(line.split(": ", 1)[1])
+    assert cmd[1:3] == ["view", str(dump)] and cmd[3].endswith("run6/skipweave-verify.jsonl"), line
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    page = (tmp_path / "runs" / "view.html").read_text(encoding="utf-8")
+    assert "First divergence:</b> role rollout target tiny_grpo step 2" in page, page[:3000]
+    assert page.count('<mark class="first-diff"') >= 2 and page.count("<svg") == 2
 
 
 CRITIC_RUN = ["trainer.total_steps=2", "trainer.val_every=0", "data.batch_size=4", "reward.judge_latency=0",
