@@ -165,3 +165,45 @@ def test_a_damaged_entry_is_named_and_the_rest_shown(made: st.Stores, tmp_path: 
     assert status == 1
     assert "SKIPPED" in text and "skipweave verify" in text
     assert "entries skipped (foreign or damaged)" in out.read_text(encoding="utf-8")
+
+
+def test_a_chart_series_has_gaps_where_a_step_has_no_value(made: st.Stores) -> None:
+    from skipweave.view.charts import series
+
+    summary = summarize(scan(str(made.a)), limit=0)
+    steps, data = series(list(summary.rows.values()), "rewards")
+    assert steps == [1, 2, 3]
+    means, lows, highs = data["rollout/gen (validation)"]
+    assert np.isnan(means[0]) and np.isnan(means[2]) and means[1] == pytest.approx(2.05)  # validation at step 2 only
+    assert data["rollout/gen"][0] == pytest.approx([1.25, 2.25, 3.25])
+    assert set(series(list(summary.rows.values()), "lengths")[1]) == {"rollout/gen", "rollout/gen (validation)"}
+
+
+def test_a_build_that_fails_while_writing_leaves_the_earlier_page(
+        made: st.Stores, tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import skipweave.view.page as page_module
+
+    out = tmp_path / "page.html"
+    out.write_text("earlier page")
+
+    def broken(text: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    real_open = open
+
+    class Failing:
+        def __init__(self, fh: Any) -> None:
+            self.fh = fh
+
+        def __enter__(self) -> Any:
+            self.fh.write = broken
+            return self.fh
+
+        def __exit__(self, *exc: Any) -> None:
+            self.fh.close()
+
+    monkeypatch.setattr(page_module, "open", lambda *a, **k: Failing(real_open(*a, **k)), raising=False)
+    status, _, err = cli(capsys, "view", str(made.a), "-o", str(out))
+    assert status == 2 and "nothing written" in err and "No space left" in err
+    assert out.read_text() == "earlier page"
+    assert [p.name for p in tmp_path.iterdir()] == ["page.html"]  # the temporary file removed
