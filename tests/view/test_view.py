@@ -207,3 +207,13 @@ def test_a_build_that_fails_while_writing_leaves_the_earlier_page(
     assert status == 2 and "nothing written" in err and "No space left" in err
     assert out.read_text() == "earlier page"
     assert [p.name for p in tmp_path.iterdir()] == ["page.html"]  # the temporary file removed
+
+
+def test_a_progress_bar_counts_the_entries_when_bars_show(
+        made: st.Stores, tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKIPWEAVE_PROGRESS", "1")
+    status, _, err = cli(capsys, "view", str(made.a), str(made.b), "-o", str(tmp_path / "page.html"))
+    assert status == 0 and "skipweave view: reading" in err and "skipweave view: diffing" in err
+    monkeypatch.setenv("SKIPWEAVE_PROGRESS", "0")
+    status, _, err = cli(capsys, "view", str(made.a), "-o", str(tmp_path / "page.html"))
+    assert status == 0 and "skipweave view:" not in err
