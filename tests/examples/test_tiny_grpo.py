@@ -189,6 +189,29 @@ def test_second_run_replays_every_rollout(tmp_path: Path) -> None:
     page = (tmp_path / "runs" / "view.html").read_text(encoding="utf-8")
     assert "First divergence:</b> role rollout target tiny_grpo step 2" in page, page[:3000]
     assert page.count('<mark class="first-diff"') >= 2 and page.count("<svg") == 2
+    check_in_browser(tmp_path / "runs" / "view.html", tmp_path, verify["first_line"])
+
+
+def check_in_browser(path: Path, tmp_path: Path, first: dict[str, Any]) -> None:
+    """The main job's page in headless Chromium (tests/view/browser.py): no console error, no request but the file,
+    the steps table and both charts drawn, the verify run's first diverging token marked on A's side (its recorded
+    id) and B's (the live id); a screenshot kept (``tmp_path/artifacts/view-main-job.png`` and
+    ``tests/artifacts/view-main-job.png``)."""
+    from tests.view.browser import chromium, keep, open_page
+
+    detail = first["first_token"]["detail"]
+    position = detail["first_index"][-1]
+    with chromium() as browser:
+        page, errors, requests = open_page(browser, path)
+        assert page.locator("table.steps tr.train").count() >= 3 and page.locator("table.steps").first.is_visible()
+        charts = page.locator("figure.chart svg")
+        assert charts.count() == 2 and all(charts.nth(i).locator("path").count() > 10 for i in range(2))
+        marks = page.locator(".side-by-side mark.first-diff")
+        assert [marks.nth(i).inner_text() for i in range(marks.count())] == [str(detail["recorded"]),
+                                                                             str(detail["live"])]
+        assert marks.first.is_visible() and marks.first.get_attribute("title") == f"position {position}"
+        keep(page, "view-main-job.png", tmp_path)
+        assert errors == [] and requests == []
 
 
 CRITIC_RUN = ["trainer.total_steps=2", "trainer.val_every=0", "data.batch_size=4", "reward.judge_latency=0",
