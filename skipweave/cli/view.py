@@ -12,9 +12,9 @@ run's report (``skipweave-verify.jsonl``: its lines are the diff, B's side of th
 Everything is inline (no script, no request: the page opens offline and as an attachment); every string read from
 the store is escaped. The file is written under a temporary name and renamed into place.
 
-Exit status: 0 the page is written; 1 it is written but some entry was skipped (damaged or foreign: named on the
-page and here); 2 nothing written: a dump dir or report that cannot be read, bad options, a tokenizer that cannot be
-loaded, an output that cannot be written. See docs/view.md.
+Exit status: 0 the page is written; 1 it is written but some entry was skipped (damaged, foreign, or of a shape the
+page cannot summarize: named on the page and here); 2 nothing written: a dump dir or report that cannot be read, bad
+options, a tokenizer that cannot be loaded, an output that cannot be written. See docs/view.md.
 """
 
 from __future__ import annotations

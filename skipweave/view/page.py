@@ -224,9 +224,9 @@ def render(page: Page) -> str:
     for note in page.notes:
         parts.append(f'<p class="muted">{e(note)}</p>')
     if s.skipped:
-        parts.append(f'<details><summary class="bad">{len(s.skipped)} entries skipped (foreign or damaged)</summary>'
-                     "<ul>" + "".join(f"<li>{e(k.where)} call {k.call}: {e(k.status)}: {e(k.reason)}</li>"
-                                       for k in s.skipped[:200]) + "</ul></details>")
+        items = "".join(f"<li>{e(k.where)} call {k.call}: {e(k.status)}: {e(k.reason)}</li>" for k in s.skipped[:200])
+        parts.append(f'<details><summary class="bad">{len(s.skipped)} entries skipped (foreign, damaged or not '
+                     f"summarized)</summary><ul>{items}</ul></details>")
     if page.diff is not None:
         parts += ['<h2 id="diff">Diff</h2>', diff_html(page.diff)]
     parts += ['<h2 id="steps">Steps</h2>', steps_table(training, "training calls") or

@@ -170,7 +170,12 @@ def summarize(result: Any, *, selection: Selection | None = None, limit: int = 8
             out.entries += 1
             row.calls += 1
             row.bytes += entry.bytes
-            _add_call(out, row, part.shard, entry.key.call, recorded, tokenizer)
+            try:
+                _add_call(out, row, part.shard, entry.key.call, recorded, tokenizer)
+            except Exception as exc:  # noqa: BLE001 - a result of a shape no rule reads: named, the rest shown
+                logger.debug("view: %s call %d not summarized", part.where, entry.key.call, exc_info=True)
+                out.skipped.append(Skipped(part.where, entry.key.call, "unsummarized",
+                                           f"{type(exc).__name__}: {exc}"))
             del recorded
     finally:
         if bar is not None:

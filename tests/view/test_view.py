@@ -164,7 +164,7 @@ def test_a_damaged_entry_is_named_and_the_rest_shown(made: st.Stores, tmp_path: 
     status, text, _ = cli(capsys, "view", str(dump), "-o", str(out))
     assert status == 1
     assert "SKIPPED" in text and "skipweave verify" in text
-    assert "entries skipped (foreign or damaged)" in out.read_text(encoding="utf-8")
+    assert "entries skipped (foreign, damaged or not summarized)" in out.read_text(encoding="utf-8")
 
 
 def test_a_chart_series_has_gaps_where_a_step_has_no_value(made: st.Stores) -> None:
@@ -217,3 +217,22 @@ def test_a_progress_bar_counts_the_entries_when_bars_show(
     monkeypatch.setenv("SKIPWEAVE_PROGRESS", "0")
     status, _, err = cli(capsys, "view", str(made.a), "-o", str(tmp_path / "page.html"))
     assert status == 0 and "skipweave view:" not in err
+
+
+def test_a_result_the_page_cannot_summarize_is_named_and_the_rest_shown(
+        made: st.Stores, tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import skipweave.view.summary as summary_module
+
+    real = summary_module.rewards
+
+    def rewards_failing_at_step_2(columns: Any, count: int) -> Any:  # its training and validation call
+        if int(columns["token_level_scores"][0]) == 2:
+            raise ValueError("a reward of a shape no rule reads")
+        return real(columns, count)
+
+    monkeypatch.setattr(summary_module, "rewards", rewards_failing_at_step_2)
+    out = tmp_path / "page.html"
+    status, text, _ = cli(capsys, "view", str(made.a), "-o", str(out))
+    assert status == 1 and "(unsummarized): ValueError: a reward of a shape no rule reads" in text
+    page = out.read_text(encoding="utf-8")
+    assert "2 entries skipped" in page and page.count('<tr class="train">') == 3
