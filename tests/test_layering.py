@@ -1,11 +1,12 @@
 """The package's layering (docs/architecture.md): what the generic layers import, import cycles, private names.
 
-- The generic layers (``config``, ``policy``, ``weaving``, ``store``, ``verify``, ``export``) name no host: importing
-  any of their modules in a fresh interpreter leaves ``skipweave.integrations``, verl, Ray and tensordict out of
-  ``sys.modules`` (integrations register with them through :mod:`skipweave.hooks` instead).
+- The generic layers (``config``, ``policy``, ``weaving``, ``store``, ``verify``, ``export``, ``view``) name no
+  host: importing any of their modules in a fresh interpreter leaves ``skipweave.integrations``, verl, Ray and
+  tensordict out of ``sys.modules`` (integrations register with them through :mod:`skipweave.hooks` instead).
 - Using a generic layer (reading a registry, loading a config, scanning a store, the codec, weaving and recording a
-  call, comparing two results, exporting a store), each in a fresh interpreter, loads no integration and no host
-  either: the registries are passive, and only the assembling entry points load the integrations. A Hydra app that
+  call, comparing two results, exporting a store, writing its page), each in a fresh interpreter, loads no
+  integration and no host either: the registries are passive, and only the assembling entry points load the
+  integrations. A Hydra app that
   looks for a profile no earlier source holds makes skipweave's search-path plugin read the integrations'
   declarations, and nothing more.
 - No import cycle among the package's modules at import time. The graph is built from each module's import-time
@@ -38,7 +39,7 @@ PACKAGE = "skipweave"
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = ROOT / PACKAGE
 
-GENERIC_LAYERS = ("config", "policy", "weaving", "store", "verify", "export")
+GENERIC_LAYERS = ("config", "policy", "weaving", "store", "verify", "export", "view")
 """Sub-packages that must import no host and no integration."""
 
 FORBIDDEN = ("skipweave.integrations", "skipweave.testing", "verl", "ray", "tensordict", "trl")
@@ -376,6 +377,14 @@ USES: dict[str, str] = {
         "from skipweave.store.scan import scan\n"
         "report = export(scan(FIXTURE), WORK + '/rows.jsonl', 'jsonl')\n"
         "assert report.calls + len(report.skipped) > 0, report\n"
+    ),
+    "view: write the fixture store's page": (
+        "from skipweave.store.scan import scan\n"
+        "from skipweave.view.charts import charts\n"
+        "from skipweave.view.page import Page, write\n"
+        "from skipweave.view.summary import summarize\n"
+        "summary = summarize(scan(FIXTURE), limit=2)\n"
+        "assert write(Page(summary, charts(list(summary.rows.values()))), WORK + '/page.html') > 0\n"
     ),
     "verify: compare a recorded and a live result": (
         "import torch\n"

@@ -291,6 +291,18 @@ RECORD_ALL = "[rollout_cache,ref_cache,reward_cache]"
 NEW_REWARD = "[rollout_cache,ref_cache]"
 
 
+def view_command(cli: Path, dump_dir: Path, out_dir: Path, report: Path | None) -> str:
+    """The line naming the ``skipweave view`` command that turns the store (and the verify run's report, when there is
+    one) into one HTML page: steps, charts, samples, the first divergence side by side."""
+    import shlex
+
+    cmd = [str(cli), "view", str(dump_dir)]
+    if report is not None and report.exists():
+        cmd.append(str(report))
+    cmd += ["-o", str(out_dir / "view.html")]
+    return f"see the store in a browser: {shlex.join(cmd)}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args, overrides = parse_args(argv)
@@ -341,6 +353,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cli = Path(sys.executable).parent / "skipweave"  # the venv's own command: no activation needed
         print(f"store kept in {dump_dir} (look inside: {cli if cli.exists() else 'skipweave'} ls {dump_dir}); "
               f"runs and logs in {out_dir}")
+        print(view_command(cli if cli.exists() else Path("skipweave"), dump_dir, out_dir,
+                           None if args.no_skip else run_dirs[-1] / "skipweave-verify.jsonl"))
     summary["failures"] = failures
     summary["ok"] = not failures
     if args.summary_json is not None:

@@ -27,6 +27,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "skipweave.cli.verify",
     "skipweave.cli.diff",
     "skipweave.cli.export",
+    "skipweave.cli.view",
     "skipweave.cli.gc",
     "skipweave.cli.migrate",
     "skipweave.cli.pack",

@@ -83,9 +83,10 @@ def _ids(value: Any, mask: Any, count: int) -> list[list[int]]:
     return rows
 
 
-def decode_texts(tokenizer: Any, columns: dict[str, Any], count: int) -> dict[str, list[str]]:
-    """``prompt_text`` and ``response_text`` of a call's per-sample ``columns`` (see the module docstring); only the
-    ones whose ids are there. Empty when neither is."""
+def token_fields(columns: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    """Where a call's token ids are: ``{"prompt"|"response": (column name, mask or None)}`` for the ones present in
+    the per-sample ``columns``, the mask chosen as the module docstring says (``None``: every id is text). Also what
+    ``skipweave view`` measures response lengths by."""
     prompt, response = _first(columns, PROMPT_FIELDS), _first(columns, RESPONSE_FIELDS)
     masks: dict[str, Any] = {}
     attention = columns.get("attention_mask")
@@ -101,13 +102,22 @@ def decode_texts(tokenizer: Any, columns: dict[str, Any], count: int) -> dict[st
                     None)
         if mask is not None:
             masks[key] = mask
-    out: dict[str, list[str]] = {}
-    for key, name in (("prompt", prompt), ("response", response)):
-        if name is not None:
-            ids = _ids(columns[name], masks.get(key), count)
-            out[f"{key}_text"] = tokenizer.batch_decode(ids, skip_special_tokens=False)
-    return out
+    return {key: (name, masks.get(key)) for key, name in (("prompt", prompt), ("response", response))
+            if name is not None}
+
+
+def sample_ids(columns: dict[str, Any], count: int) -> dict[str, list[list[int]]]:
+    """``{"prompt"|"response": each sample's ids, padding left out}`` of a call's per-sample ``columns`` (the first
+    ``count`` samples; see :func:`token_fields`)."""
+    return {key: _ids(columns[name], mask, count) for key, (name, mask) in token_fields(columns).items()}
+
+
+def decode_texts(tokenizer: Any, columns: dict[str, Any], count: int) -> dict[str, list[str]]:
+    """``prompt_text`` and ``response_text`` of a call's per-sample ``columns`` (see the module docstring); only the
+    ones whose ids are there. Empty when neither is."""
+    return {f"{key}_text": tokenizer.batch_decode(ids, skip_special_tokens=False)
+            for key, ids in sample_ids(columns, count).items()}
 
 
 __all__ = ["PROMPT_FIELDS", "RESPONSE_FIELDS", "TEXT_COLUMNS", "TokenizerUnavailable", "decode_texts",
-           "load_tokenizer"]
+           "load_tokenizer", "sample_ids", "token_fields"]

@@ -8,6 +8,7 @@ them, a replay-only run past the recorded steps and a verify run with nothing ch
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -177,6 +178,40 @@ def test_second_run_replays_every_rollout(tmp_path: Path) -> None:
                            str(plot)], capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False)
     assert proc.returncode == 0 and "unreadable" not in proc.stdout, proc.stdout + proc.stderr
     assert "every aligned entry is identical" in proc.stdout and plot.stat().st_size > 10_000, proc.stdout
+
+    # compare.py ends with the `skipweave view` command of its store and run 6's report: it writes the page, whose
+    # diff marks run 6's first diverging token (the browser's view of such a page: tests/view/test_browser.py)
+    line = next(x for x in output.splitlines() if x.startswith("see the store in a browser: "))
+    cmd = shlex.split(line.split(": ", 1)[1])
+    assert cmd[1:3] == ["view", str(dump)] and cmd[3].endswith("run6/skipweave-verify.jsonl"), line
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    page = (tmp_path / "runs" / "view.html").read_text(encoding="utf-8")
+    assert "First divergence:</b> role rollout target tiny_grpo step 2" in page, page[:3000]
+    assert page.count('<mark class="first-diff"') >= 2 and page.count("<svg") == 2
+    check_in_browser(tmp_path / "runs" / "view.html", tmp_path, verify["first_line"])
+
+
+def check_in_browser(path: Path, tmp_path: Path, first: dict[str, Any]) -> None:
+    """The main job's page in headless Chromium (tests/view/browser.py): no console error, no request but the file,
+    the steps table and both charts drawn, the verify run's first diverging token marked on A's side (its recorded
+    id) and B's (the live id); a screenshot kept (``tmp_path/artifacts/view-main-job.png`` and
+    ``tests/artifacts/view-main-job.png``)."""
+    from tests.view.browser import chromium, keep, open_page
+
+    detail = first["first_token"]["detail"]
+    position = detail["first_index"][-1]
+    with chromium() as browser:
+        page, errors, requests = open_page(browser, path)
+        assert page.locator("table.steps tr.train").count() >= 3 and page.locator("table.steps").first.is_visible()
+        charts = page.locator("figure.chart svg")
+        assert charts.count() == 2 and all(charts.nth(i).locator("path").count() > 10 for i in range(2))
+        marks = page.locator(".side-by-side mark.first-diff")
+        assert [marks.nth(i).inner_text() for i in range(marks.count())] == [str(detail["recorded"]),
+                                                                             str(detail["live"])]
+        assert marks.first.is_visible() and marks.first.get_attribute("title") == f"position {position}"
+        keep(page, "view-main-job.png", tmp_path)
+        assert errors == [] and requests == []
 
 
 CRITIC_RUN = ["trainer.total_steps=2", "trainer.val_every=0", "data.batch_size=4", "reward.judge_latency=0",
