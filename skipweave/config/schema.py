@@ -261,9 +261,9 @@ class FingerprintConfig(Declared):
         env: dotted paths into the app's whole config whose values belong to each new entry's environment, e.g.
             ``[actor_rollout_ref.model.path, actor_rollout_ref.rollout.temperature]``: read once when the config is read
             (a path the config does not have is an error; at most 256 paths of at most 256 characters), kept as they
-            are or, when long (or an integer beyond 64 bits), as a short hash; a replay
-            compares them, with the versions of torch, transformers, vllm and sglang, the host package's version and
-            the target's source, with the recording's (docs/format.md#environment). Held as ``{path: value}`` once read.
+            are or, when long (or an integer beyond 64 bits), as a short hash; a replay compares them, with the versions
+            of torch, transformers and the engines the loaded integrations name, the host package's version and the
+            target's source, with the recording's (docs/format.md#environment). Held as ``{path: value}`` once read.
         on_env_mismatch: what a replayed entry recorded in another environment does: ``warn`` (serve it; one WARNING
             per changed field), ``regenerate`` (call through, re-record) or ``error``
             (:class:`~skipweave.weaving.replay.EnvironmentMismatch`).

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
+import types
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
@@ -270,6 +272,27 @@ def test_load_integrations_applies_the_decisions_once(
                for w in warnings), warnings
     discovery.unload_integrations()
     assert not IN_RANGE.loaded and not ABSENT.loaded and HOST not in HOST_TYPES
+
+
+def test_the_environment_packages_are_the_loaded_integrations_declarations(fresh_session: pytest.MonkeyPatch) -> None:
+    """weaving/environment.py names no engine: what a recording's environment lists besides torch and transformers is
+    what the loaded integrations declare (``Integration.environment``), in load order, and nothing while none is."""
+    assert list(ENVIRONMENT_PACKAGES) == []
+    decisions = discovery.load_integrations()
+    declared = [p for d in decisions if d.integration is not None and "environment" in d.parts
+                for p in d.integration.environment]
+    assert "vllm" in declared and list(ENVIRONMENT_PACKAGES) == list(dict.fromkeys(declared))
+    # an imported engine is recorded while verl (which declares it) is loaded, and not once verl is off
+    from skipweave.config import load_skip_config
+    from skipweave.weaving.environment import live_environment
+
+    role = load_skip_config({"skip": {"rollout": {"targets": {"gen": "json:dumps"}}}}).roles["rollout"]
+    fresh_session.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__="0.0.test"))
+    assert live_environment(role, role.targets[0], None)["packages"]["vllm"] == "0.0.test"
+    discovery.unload_integrations()
+    discovery.load_integrations({"SKIPWEAVE_DISABLED_INTEGRATIONS": "verl"})
+    assert "vllm" not in ENVIRONMENT_PACKAGES and "sglang" not in ENVIRONMENT_PACKAGES
+    assert "vllm" not in live_environment(role, role.targets[0], None).get("packages", {})
 
 
 def test_a_process_whose_parent_warned_says_it_at_debug(
