@@ -3,10 +3,11 @@
 The store names no host. A trainer's results are often instances of its framework's containers (verl's
 ``DataProto``, tensordict's ``TensorDict``); an integration describes each such container as a
 :class:`HostType` -- how to recognise an instance, how to encode and decode its node, which classes a replay
-may rebuild as it, how to list its children for ``skipweave show`` and how to hash it for an input
-fingerprint -- and adds it to :data:`HOST_TYPES`. The codec (:mod:`skipweave.store.format.codec`), the class rules
-(:mod:`skipweave.store.classes`), the tree summary (:mod:`skipweave.store.format.tree`) and the input fingerprint
-(:mod:`skipweave.weaving.fingerprint`) read the registry; see docs/architecture.md.
+may rebuild as it, how to list its children for ``skipweave show``, how to hash it for an input fingerprint and what
+of it a verify run compares -- and adds it to :data:`HOST_TYPES`. The codec (:mod:`skipweave.store.format.codec`), the
+class rules (:mod:`skipweave.store.classes`), the tree summary (:mod:`skipweave.store.format.tree`), the input
+fingerprint (:mod:`skipweave.weaving.fingerprint`) and the comparison (:mod:`skipweave.verify.compare`) read the
+registry; see docs/architecture.md.
 
 A host type's ``kind`` is the node tag ``"t"`` written to disk and the class kind of
 :func:`skipweave.store.classes.register`: it is part of the format and never changes once recordings exist.
@@ -75,6 +76,20 @@ class FingerprintParts(NamedTuple):
     closing: bytes
 
 
+class Compared(NamedTuple):
+    """What a comparison (:func:`skipweave.verify.compare.compare`) compares of a host object: its ``fields`` by name,
+    walked as a mapping's items (path ``<object>.<name>``), and its ``shape``, compared beside them as a whole.
+
+    Attributes:
+        fields: the object's fields by name (a mapping; read once per comparison).
+        shape: what the object's shape is (a ``TensorDict``'s batch size: a sequence of ints, or an int), or None when
+            it has none; a pair whose shapes differ diverges at the object's own path (kind ``shape``).
+    """
+
+    fields: Mapping[Any, Any]
+    shape: Any = None
+
+
 @dataclass(frozen=True, eq=False)
 class HostType:
     """A host container the codec stores as a node of its own kind.
@@ -98,6 +113,11 @@ class HostType:
             ``__del__`` is refused unless registered or trusted, as for dataclasses.
         fingerprint: ``obj -> FingerprintParts``, or None to hash the object as what else it is (a dataclass,
             an object with attributes).
+        compared: ``obj -> Compared``: what a verify run or ``skipweave diff`` compares of an object of this type. Also
+            given the read-only view of a recorded one (:class:`skipweave.store.format.codec.view.RecordedObject` of
+            this ``kind``: a mapping of the children :attr:`children` lists, with the recorded ``batch_size``), so
+            that a recording compares with another as the live objects would. None: the object is compared as what
+            else it is (a dataclass by its fields, a mapping by its keys, another object by its public attributes).
     """
 
     kind: str
@@ -112,6 +132,7 @@ class HostType:
     shape_rule: str = ""
     data_only: bool = False
     fingerprint: Callable[[Any], FingerprintParts] | None = None
+    compared: Callable[[Any], Compared] | None = None
 
 
 HOST_TYPES: hooks.Registry[HostType] = hooks.Registry("host type")
@@ -143,5 +164,5 @@ def host_kinds() -> tuple[str, ...]:
     return tuple(host.kind for host in HOST_TYPES.items())
 
 
-__all__ = ["HOST_TYPES", "FingerprintParts", "HostType", "NodeDecoder", "NodeEncoder", "host_for_kind",
+__all__ = ["HOST_TYPES", "Compared", "FingerprintParts", "HostType", "NodeDecoder", "NodeEncoder", "host_for_kind",
            "host_kinds", "host_of"]
