@@ -367,6 +367,14 @@ USES: dict[str, str] = {
         "from skipweave.config.profiles import compose_profile\n"
         "from skipweave.config import load_skip_config\n"
         "cfg = compose_profile('rollout_cache', overrides=['skip.rollout.dump_dir=' + WORK + '/d'])\n"
+        "assert cfg.skip.rollout.convention == 'verl'  # known once the verl integration is loaded, not before:\n"
+        "try:\n"
+        "    load_skip_config(cfg)\n"
+        "except Exception as exc:\n"
+        "    assert 'skip.rollout.convention' in str(exc) and 'load_integrations' in str(exc), exc\n"
+        "else:\n"
+        "    raise AssertionError('a convention no loaded integration declares was accepted')\n"
+        "cfg = compose_profile('trl_grpo_cache', overrides=['skip.rollout.dump_dir=' + WORK + '/d'])\n"
         "assert load_skip_config(cfg).roles['rollout'].enable\n"
     ),
     "verify: compare a recorded and a live result": (
