@@ -3,10 +3,12 @@
 - The generic layers (``config``, ``policy``, ``weaving``, ``store``, ``verify``) name no host: importing any of
   their modules in a fresh interpreter leaves ``skipweave.integrations``, verl, Ray and tensordict out of
   ``sys.modules`` (integrations register with them through :mod:`skipweave.hooks` instead).
-- Using a generic layer (reading a registry, loading a config, scanning a store, the codec, weaving and recording a
-  call, comparing two results), each in a fresh interpreter, loads no integration and no host either: the registries
-  are passive, and only the assembling entry points load the integrations. A Hydra app that looks for a profile no
-  earlier source holds makes skipweave's search-path plugin read the integrations' declarations, and nothing more.
+- Using a generic layer (reading a registry, loading a config, compiling a gate and reading steps and bypasses,
+  scanning a store, the codec, weaving, recording and replaying a call, comparing two results and two recordings read
+  as views), each in a fresh interpreter, loads no integration and no host either: the registries are passive, and
+  only the assembling entry points load the integrations. Every generic layer has such a case. A Hydra app that looks
+  for a profile no earlier source holds makes skipweave's search-path plugin read the integrations' declarations, and
+  nothing more.
 - No import cycle among the package's modules at import time. The graph is built from each module's import-time
   statements (module level, class bodies and ``if``/``try``/``with`` blocks; not function bodies, not
   ``if TYPE_CHECKING:`` blocks), read from the source with :mod:`ast`, so one a refactoring would create in a rarely
@@ -348,7 +350,7 @@ USES: dict[str, str] = {
         "back = codec.decode(enc.tree, enc.tensors)\n"
         "assert torch.equal(back['t'], value['t']) and back['l'] == value['l']\n"
     ),
-    "weaving: weave a target, record a call, commit it": (
+    "weaving: weave a target, record a call, commit it, replay it": (
         "import os\n"
         "from skipweave.config import load_skip_config\n"
         "from skipweave.weaving.weaver import WEAVER\n"
@@ -357,11 +359,14 @@ USES: dict[str, str] = {
         "                                  'targets': {'gen': 'usehost:generate'}}}})\n"
         "WEAVER.weave(plan)\n"
         "import usehost\n"
-        "usehost.generate(3)\n"
+        "recorded = usehost.generate(3)\n"
         "flush()\n"
         "WEAVER.unweave()\n"
         "from skipweave.store.scan import scan\n"
         "assert scan(WORK + '/dump').entries, 'one entry recorded'\n"
+        "WEAVER.weave(plan)  # a new weave: the counter starts again, so the call is step 1's\n"
+        "assert usehost.generate(3) == recorded, 'the second call is served from the store'\n"
+        "WEAVER.unweave()\n"
     ),
     "config: compose a shipped profile with Hydra (the search-path plugin runs)": (
         "from skipweave.config.profiles import compose_profile\n"
@@ -377,11 +382,40 @@ USES: dict[str, str] = {
         "cfg = compose_profile('trl_grpo_cache', overrides=['skip.rollout.dump_dir=' + WORK + '/d'])\n"
         "assert load_skip_config(cfg).roles['rollout'].enable\n"
     ),
+    "policy: compile a role's gate and read steps and bypasses": (
+        "from types import SimpleNamespace\n"
+        "from skipweave.config import load_skip_config\n"
+        "from skipweave.policy.bypass import make_bypass\n"
+        "from skipweave.policy.gate import BYPASS, compile_gate\n"
+        "from skipweave.policy.steps import StepSource, set_step\n"
+        "role = load_skip_config({'skip': {'rollout': {'enable': True, 'steps': '2-3', 'targets': {'g': 'm:f'},\n"
+        "                                  'bypass': {'paths': ['flags.eval']}}}}).roles['rollout']\n"
+        "gate = compile_gate(role.bypass, make_bypass(role.bypass, lambda p: None), own=True, expr=None,\n"
+        "                    expr_interpreted=None, source=StepSource(role.step), steps=role.steps, positions=None,\n"
+        "                    defaults={})\n"
+        "assert gate.first(None, (SimpleNamespace(flags={'eval': True}),), {}) is BYPASS\n"
+        "assert 2 in gate.eligible and 1 not in gate.eligible\n"
+        "assert [gate.first(None, (SimpleNamespace(flags={}),), {}) for _ in range(2)] == [1, 2]\n"
+        "set_step(3)\n"
+        "assert gate.first(None, (SimpleNamespace(flags={}),), {}) == 3\n"
+    ),
     "verify: compare a recorded and a live result": (
         "import torch\n"
         "from skipweave.verify.compare import compare\n"
         "got = compare({'ids': torch.tensor([[1, 2, 3]])}, {'ids': torch.tensor([[1, 2, 4]])})\n"
         "assert got.first is not None\n"
+    ),
+    "verify: compare recordings read as views (skipweave diff), host-shaped objects among them": (
+        "import torch\n"
+        "from skipweave.store.format import codec\n"
+        "from skipweave.store.format.codec.view import decode_view\n"
+        "from skipweave.verify.compare import compare\n"
+        "class Batch:\n"
+        "    def __init__(self, x):\n"
+        "        self.batch, self.non_tensor_batch, self.meta_info = {'x': torch.tensor([x])}, {}, {}\n"
+        "views = [decode_view(e.tree, e.tensors) for e in (codec.encode({'a': [1, 2]}), codec.encode({'a': [1, 3]}))]\n"
+        "assert compare(*views).first.path == 'a' and compare(views[0], views[0]).status == 'identical'\n"
+        "assert compare(Batch(1), Batch(2)).first.path == 'batch.x'\n"
     ),
 }
 """What each generic layer is used for (code run in a fresh child; ``WORK`` a private folder on ``sys.path`` holding
@@ -462,6 +496,12 @@ def test_using_a_generic_layer_loads_no_integration_and_no_host() -> None:
     bad = {t: r for t, r in results.items() if r}
     assert not bad, "using a generic layer brings in an integration or a host:\n" + "\n".join(
         f"  {t}: {r}" for t, r in sorted(bad.items()))
+
+
+def test_every_generic_layer_has_a_use_case() -> None:
+    """Each generic layer is used by at least one case of :data:`USES` (a layer added later gets one too)."""
+    used = {title.split(":")[0].split(".")[0] for title in USES}
+    assert set(GENERIC_LAYERS) <= used, f"generic layers no use case covers: {set(GENERIC_LAYERS) - used}"
 
 
 def test_looking_up_an_integrations_profile_reads_the_declarations_only() -> None:
