@@ -236,27 +236,6 @@ def test_a_host_type_says_what_of_its_objects_is_compared() -> None:
         HOST_TYPES.remove(PAIR)
 
 
-def test_a_tensordicts_batch_size_is_compared_through_its_host_type() -> None:
-    """The batch size is the tensordict integration's knowledge: with the integration off, a TensorDict is compared
-    as the Mapping it is (its keys), and its batch size is no field."""
-    from tensordict import TensorDict
-
-    from skipweave.integrations import discovery
-    from skipweave.integrations.tensordict.hosts import TENSORDICT
-
-    rec = TensorDict({"x": torch.zeros(2)}, batch_size=[2])
-    live = TensorDict({"x": torch.zeros(2)}, batch_size=[])
-    assert TENSORDICT.compared is not None and TENSORDICT.compared(rec).shape == torch.Size([2])
-    discovery.unload_integrations()
-    try:
-        discovery.load_integrations({"SKIPWEAVE_DISABLED_INTEGRATIONS": "tensordict"})
-        assert TENSORDICT not in HOST_TYPES and compare(rec, live).status == "identical"
-    finally:
-        discovery.unload_integrations()
-        discovery.load_integrations()
-    assert TENSORDICT in HOST_TYPES and compare(rec, live).first.kind == "shape"  # type: ignore[union-attr]
-
-
 def test_default_ignore_compares_only_the_fields_the_patterns_name() -> None:
     rec = {"batch": {"responses": torch.tensor([[1, 2], [3, 4]]), "log_probs": torch.zeros(2)}, "meta": {"t": 1.0}}
     live = {"batch": {"responses": torch.tensor([[1, 2], [3, 5]]), "log_probs": torch.ones(2)}, "meta": {"t": 2.0}}
@@ -440,25 +419,3 @@ def test_the_first_token_is_named_beside_an_earlier_float_divergence() -> None:
     text = describe(record(role="r", target="t", step=1, call=0, shard="r0", validation=False, comparison=out))
     assert "diverged at a_logp: max |Δ| 1" in text
     assert "tokens first differ at completion_ids [2, 2]: recorded 12, live 13 (token match 0.846)" in text
-
-
-def test_views_of_recorded_tensordicts_compare_as_the_live_ones_do() -> None:
-    """``skipweave diff`` compares views of two recordings: a view's kind names its host type, whose ``compared``
-    gives its entries and its recorded batch size, so a change of batch size is said as the live comparison says it."""
-    from tensordict import TensorDict
-
-    from skipweave.store.format import codec
-    from skipweave.store.format.codec.view import decode_view
-
-    def view(td: Any) -> Any:
-        enc = codec.encode({"batch": td})
-        return decode_view(enc.tree, enc.tensors)
-
-    rec = TensorDict({"x": torch.zeros(2), "ids": torch.tensor([1, 2])}, batch_size=[2])
-    resized = TensorDict({"x": torch.zeros(2), "ids": torch.tensor([1, 2])}, batch_size=[])
-    changed = TensorDict({"x": torch.zeros(2), "ids": torch.tensor([1, 3])}, batch_size=[2])
-    for pair in ((rec, resized), (rec, changed), (rec, rec.clone())):
-        live, recorded = compare({"batch": pair[0]}, {"batch": pair[1]}), compare(view(pair[0]), view(pair[1]))
-        assert [(d.path, d.kind) for d in recorded.divergences] == [(d.path, d.kind) for d in live.divergences]
-        assert recorded.status == live.status
-    assert compare(view(rec), view(resized)).first.kind == "shape"  # type: ignore[union-attr]
