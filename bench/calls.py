@@ -139,20 +139,21 @@ def _loop(fn: Callable[[Any], Any], arg: Any, n: int) -> float:
 
 
 def _plan(host: str, dump: str) -> dict[str, Any]:
+    # DataProto-shaped calls (meta_info.global_steps, meta_info.validate): every role follows verl's convention
     return {
         "skip": {
             # role disabled: nothing is patched, the call is the bare call
             "off": {"enable": False, "dump_dir": dump, "targets": {"t": f"{host}.disabled"}},
             # every step outside `steps`: the proxy runs, finds the step not eligible, calls through
-            "late": {"enable": True, "dump_dir": dump, "steps": [1_000_000],
+            "late": {"enable": True, "convention": "verl", "dump_dir": dump, "steps": [1_000_000],
                      "targets": {"t": f"{host}.not_eligible", "v": f"{host}.validation",
                                  "mt": f"{host}.Rollout.not_eligible", "mv": f"{host}.Rollout.validation"}},
             # one role per step-source/bypass shape, every call a bypass (step not eligible, or evaluation)
-            **{f"shape_{method}": {"enable": True, "dump_dir": dump, "steps": [1_000_000], **extra,
-                                   "targets": {"t": f"{host}.Trainer.{method}"}}
+            **{f"shape_{method}": {"enable": True, "convention": "verl", "dump_dir": dump, "steps": [1_000_000],
+                                   **extra, "targets": {"t": f"{host}.Trainer.{method}"}}
                for method, extra in SHAPES.items()},
             # eligible at every step: reaches the store (record on a miss, replay on a hit)
-            "rollout": {"enable": True, "dump_dir": dump, "targets": {"t": f"{host}.decide"}},
+            "rollout": {"enable": True, "convention": "verl", "dump_dir": dump, "targets": {"t": f"{host}.decide"}},
         }
     }
 
@@ -184,8 +185,8 @@ def _repeat_hits(host: Any, name: str, dump: str, steps: int, calls: int, rounds
     import skipweave
 
     _filled_store(dump, steps)
-    plan = {"skip": {"rollout": {"enable": True, "dump_dir": dump, "action": "repeat", "fingerprint":
-                                 {"on_mismatch": "warn"}, "targets": {"t": f"{name}.decide"}}}}
+    plan = {"skip": {"rollout": {"enable": True, "convention": "verl", "dump_dir": dump, "action": "repeat",
+                                 "fingerprint": {"on_mismatch": "warn"}, "targets": {"t": f"{name}.decide"}}}}
     out = []
     batches = [host.Batch({"global_steps": steps + 1 + i}) for i in range(calls)]
     for _ in range(rounds):

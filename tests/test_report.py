@@ -22,7 +22,8 @@ pytestmark = pytest.mark.slow  # starts processes: left out of the fast tier (RE
 
 
 def _cfg(dump: Path, name: str, **role: Any) -> dict[str, Any]:
-    return {"skip": {"rollout": {"enable": True, "dump_dir": str(dump), "targets": {"g": f"{name}.Gen.generate"},
+    return {"skip": {"rollout": {"enable": True, "convention": "verl",
+                                 "dump_dir": str(dump), "targets": {"g": f"{name}.Gen.generate"},
                                  **role}}}
 
 
@@ -156,7 +157,7 @@ for what in calls:
 
 def _silent_run(tmp_path: Path, folder: Path, name: str, calls: str, env_extra: dict[str, str], **role: Any) -> str:
     run_keys = {"strict": role.pop("strict")} if "strict" in role else {}  # skip.strict: the run's, not the role's
-    cfg = {"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path / "dump"),
+    cfg = {"skip": {"rollout": {"enable": True, "convention": "verl", "dump_dir": str(tmp_path / "dump"),
                                 "targets": {"gen": f"{name}:Gen.generate", "score": f"{name}:Gen.score"}, **role},
                     **run_keys}}
     script = tmp_path / "silent.py"

@@ -142,27 +142,44 @@ def no_such_key(key: str, value: Any, allowed_keys: Iterable[str]) -> ConfigErro
     return ConfigError(key, value, f"no such key; {hint}allowed keys are {allowed}")
 
 
-def mapping_parser(cls: type, *, shorthand: Callable[[Any], Any] | None = None,
-                   check: Callable[[str, Any], None] | None = None) -> Parser:
-    """Return the :data:`Parser` of a nested mapping whose keys ``cls`` declares.
+class MappingParser:
+    """The :data:`Parser` of a nested mapping whose keys a schema dataclass declares (:func:`mapping_parser`).
 
     Args:
         cls: the schema dataclass of the mapping.
         shorthand: turns a value written in short form (``step: counter``) into the mapping; applied first.
         check: ``check(key, parsed)`` refuses combinations of keys (raises :class:`ConfigError`).
     """
-    names = keys_of(cls)
 
-    def parse(key: str, value: Any) -> Any:
-        if shorthand is not None:
-            value = shorthand(value)
-        parsed = cls(**parse_fields(cls, key, given(sub_mapping(key, value, names))))
-        if check is not None:
-            check(key, parsed)
+    def __init__(self, cls: type, shorthand: Callable[[Any], Any] | None,
+                 check: Callable[[str, Any], None] | None) -> None:
+        self.cls = cls
+        self.names = keys_of(cls)
+        self.shorthand = shorthand
+        self.check = check
+
+    def expand(self, value: Any) -> Any:
+        """``value`` with its short form turned into the mapping (a role's convention fills the mapping's keys)."""
+        return self.shorthand(value) if self.shorthand is not None else value
+
+    def __call__(self, key: str, value: Any) -> Any:
+        parsed = self.cls(**parse_fields(self.cls, key, given(sub_mapping(key, self.expand(value), self.names))))
+        if self.check is not None:
+            self.check(key, parsed)
         return parsed
 
-    return parse
+
+def mapping_parser(cls: type, *, shorthand: Callable[[Any], Any] | None = None,
+                   check: Callable[[str, Any], None] | None = None) -> MappingParser:
+    """Return the :data:`Parser` of a nested mapping whose keys ``cls`` declares (see :class:`MappingParser`)."""
+    return MappingParser(cls, shorthand, check)
 
 
-__all__ = ["Declared", "Parser", "config_form", "declared", "given", "key", "keys_of", "mapping_parser",
+def expanders(cls: type) -> dict[str, Callable[[Any], Any]]:
+    """``{key: expand}`` for each key of ``cls`` that holds a nested mapping (:class:`MappingParser`)."""
+    return {f.name: f.metadata["parse"].expand for f in declared(cls) if isinstance(f.metadata["parse"], MappingParser)}
+
+
+__all__ = ["Declared", "MappingParser", "Parser", "config_form", "declared", "expanders", "given", "key", "keys_of",
+           "mapping_parser",
            "no_such_key", "parse_fields", "raw_default", "sub_mapping"]

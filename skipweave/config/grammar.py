@@ -77,7 +77,7 @@ def compile_expression(key: str, text: Any, *, assignable: bool = False,
     body = tree.body
     if assignable and not isinstance(body, (ast.Attribute, ast.Subscript)):
         raise ConfigError(key, text, "an attribute or an item to assign to, e.g. 'self.state.tokens_seen' or "
-                                     "\"result.meta_info['uid']\"")
+                                     "\"result['request_id']\"")
     names = _free_names(stripped, frozenset(params))
     filename = f"<{key}>"
     fn = _compile(body, names, filename)

@@ -14,6 +14,7 @@ from skipweave.config.parse import parse_skip
 from skipweave.config.schema import SkipConfig
 
 NULL_MEANS_DEFAULT = (
+    "convention",
     "enable",
     "action",
     "steps",

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from skipweave.config.containers import MISSING
+from skipweave.config.conventions import convention_named, with_convention
 from skipweave.config.errors import ConfigError
-from skipweave.config.fields import given, no_such_key, parse_fields, sub_mapping
+from skipweave.config.fields import expanders, given, no_such_key, parse_fields, sub_mapping
 from skipweave.config.schema import (
     NESTED_ROLE_KEYS,
     ROLE_KEYS,
@@ -23,19 +24,21 @@ from skipweave.config.schema import (
     Serve,
     SkipConfig,
 )
-from skipweave.config.values import default_report_path, parse_bool
+from skipweave.config.values import default_report_path, parse_bool, parse_convention
 from skipweave.store.bundle.layout import is_bundle_path
 from skipweave.store.fs import name_problem
 
 _ROLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$", re.ASCII)
 _HYDRA_KEY_RE = re.compile(r"^_[a-z]+_$")  # Hydra's instantiate directives (_target_, _convert_ …), not roles
+_EXPANDERS = expanders(RoleConfig)  # the short forms of the nested keys a convention fills (step: counter, ...)
 
 
 def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
     """Validate one ``skip.<role>`` mapping.
 
     A ``???`` value (OmegaConf's "missing": a key a profile declares but leaves unset) reads as absent, in the
-    role and in its ``step``, ``bypass`` and ``fingerprint`` mappings: the key takes its default.
+    role and in its ``step``, ``bypass`` and ``fingerprint`` mappings: the key takes its default. A role that names a
+    ``convention`` takes the convention's values for the keys it leaves unset (before the schema's defaults).
 
     Args:
         role: the role name.
@@ -46,7 +49,8 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
         The :class:`RoleConfig`.
 
     Raises:
-        ConfigError: the first invalid key, naming it, its value and what is allowed.
+        ConfigError: the first invalid key, naming it, its value and what is allowed; a ``convention`` no loaded
+            integration declares.
     """
     key = f"{prefix}.{role}"
     if not _ROLE_NAME_RE.match(role) or name_problem(role) is not None:
@@ -56,6 +60,9 @@ def parse_role(role: str, raw: Any, *, prefix: str = "skip") -> RoleConfig:
     if isinstance(raw, bool):  # `skip.rollout: false` reads as "off"
         raw = {"enable": raw}
     data = given(sub_mapping(key, raw, ROLE_KEYS))
+    if data.get("convention") is not None:
+        name = parse_convention(f"{key}.convention", data["convention"])
+        data = with_convention(data, convention_named(f"{key}.convention", name), _EXPANDERS)
     parsed = RoleConfig(role=role, **parse_fields(RoleConfig, key, data))
     if parsed.enable and is_bundle_path(parsed.dump_dir):
         parsed = _from_bundle(parsed, key, data)

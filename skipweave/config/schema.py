@@ -4,6 +4,10 @@ The shape follows verl's ``skip.<role>`` section (``enable``, ``dump_dir``, ``st
 adds what a zero-change tool needs: ``targets`` (what to hijack), ``step`` (where the step number
 comes from), ``bypass`` (which calls always run live) and the store's safety knobs.
 
+The defaults name no host: where a host's calls carry their step, validation flag and per-run ids is the host's
+*convention*, declared by its integration and named by a role (``convention: verl``, see
+:mod:`skipweave.config.conventions`), whose values fill the keys the role leaves unset.
+
 Each key is declared once, as a field with its default and parser (:func:`skipweave.config.fields.key`); the
 keys, their parsing (:mod:`skipweave.config.parse`) and ``to_config`` derive from the declarations. Every value
 is checked before anything is patched; a bad value raises :class:`~skipweave.config.errors.ConfigError`
@@ -35,6 +39,7 @@ from skipweave.config.values import (
     parse_bytes,
     parse_class_refs,
     parse_compress,
+    parse_convention,
     parse_dump_dir,
     parse_echo,
     parse_effects,
@@ -97,7 +102,17 @@ class OnDiverge(str, enum.Enum):
 
 
 class StepSourceKind(str, enum.Enum):
-    """Where a proxy reads the training step of a call (see :mod:`skipweave.policy.steps`)."""
+    """Where a proxy reads the training step of a call (see :mod:`skipweave.policy.steps`).
+
+    - ``auto``: the step at ``path`` of argument ``arg`` when ``path`` is set and the call has one there, else the step
+      given to :func:`skipweave.set_step`, else the call counter.
+    - ``set_step``: the step given to :func:`skipweave.set_step`.
+    - ``arg``: argument ``arg`` (at ``path`` inside it, when set).
+    - ``attr``: ``path`` of the bound instance.
+    - ``regex``: the group of ``pattern`` in the text of argument ``arg`` (at ``path``).
+    - ``counter``: the call counter (1, 2, ...).
+    - ``expr``: the value of ``expr``.
+    """
 
     AUTO = "auto"
     SET_STEP = "set_step"
@@ -156,13 +171,14 @@ class StepSourceConfig(Declared):
     """Where the step of a call comes from.
 
     Attributes:
-        source: see :class:`StepSourceKind`; ``auto`` is verl's convention
-            (``meta_info["global_steps"]`` of the first argument when present, else the call counter).
-        arg: positional index or keyword name of the argument to read (``arg``, ``regex``).
-        path: dotted attribute/key path inside the argument (``arg``, ``regex``) or inside the
-            bound instance (``attr``), e.g. ``meta_info.global_steps`` or ``state.global_step``.
+        source: see :class:`StepSourceKind`; ``auto`` (default): the step at ``path`` of the argument when ``path`` is
+            set and the call has it, else :func:`skipweave.set_step`'s, else the call counter.
+        arg: positional index or keyword name of the argument to read (``auto``, ``arg``, ``regex``).
+        path: dotted attribute/key path inside the argument (``auto``, ``arg``, ``regex``) or inside the bound
+            instance (``attr``, which needs one), e.g. ``batch.step`` or ``state.global_step``; ``None`` (default):
+            the argument itself (``arg``, ``regex``), no argument read (``auto``). A role's ``convention`` may set it.
         pattern: regular expression with one group that captures the step (``regex``), e.g.
-            ``sample_\\d+_(\\d+)$`` for verl's async sample ids.
+            ``sample_\\d+_(\\d+)$`` for sample ids such as ``sample_3_17``.
         expr: a Python expression giving the step (``expr``; setting it selects that source), over ``self``,
             the target's parameters by name, ``args`` and ``kwargs``, e.g. ``self.state.global_step``
             (a ``transformers.Trainer``'s step, counted from 0). See :mod:`skipweave.policy.expressions`.
@@ -171,7 +187,7 @@ class StepSourceConfig(Declared):
     source: StepSourceKind = key(StepSourceKind.AUTO, parse=enum_parser(StepSourceKind),
                                  raw_default=lambda data: "auto" if data.get("expr") is None else "expr")
     arg: int | str = key(0, parse=parse_arg_ref)
-    path: str = key("meta_info.global_steps", parse=parse_optional_path)
+    path: str | None = key(None, parse=parse_optional_path)
     pattern: str | None = key(None, parse=optional_str)
     expr: str | None = key(None, parse=parse_expr)
 
@@ -200,6 +216,9 @@ def _check_step(key: str, step: StepSourceConfig) -> None:
     if step.pattern is not None and step.source is not StepSourceKind.REGEX:
         raise ConfigError(f"{key}.pattern", step.pattern,
                           f"a pattern only with step.source=regex (step.source is {step.source.value!r})")
+    if step.source is StepSourceKind.ATTR and not step.path:
+        raise ConfigError(f"{key}.path", step.path, "a dotted path into the bound instance when step.source=attr, "
+                          "e.g. 'state.global_step'")
 
 
 @dataclass(frozen=True)
@@ -207,10 +226,10 @@ class BypassConfig(Declared):
     """Which calls always run live (record nothing, advance no counter).
 
     Attributes:
-        when: see :class:`BypassKind`. Default ``arg``: any of ``paths`` truthy on argument ``arg``,
-            which with the defaults is verl's ``meta_info["validate"]`` on the first argument.
+        when: see :class:`BypassKind`. Default ``arg``: any of ``paths`` truthy on argument ``arg`` (with no
+            ``paths``, the default, no call is bypassed; a role's ``convention`` may name some).
         arg: positional index or keyword name of the argument to inspect.
-        paths: dotted paths inside that argument; a call is bypassed when any is truthy.
+        paths: dotted paths inside that argument, e.g. ``batch.is_eval``; a call is bypassed when any is truthy.
         callable: ``pkg.mod:fn`` called as ``fn(args, kwargs) -> bool`` (``when: callable``).
         expr: a Python expression, truthy for a call that runs live (``when: expr``; setting it selects that
             kind), over ``self``, the target's parameters by name, ``args`` and ``kwargs``, e.g.
@@ -220,7 +239,7 @@ class BypassConfig(Declared):
     when: BypassKind = key(BypassKind.ARG, parse=enum_parser(BypassKind),
                            raw_default=lambda data: "arg" if data.get("expr") is None else "expr")
     arg: int | str = key(0, parse=parse_arg_ref)
-    paths: tuple[str, ...] = key(("meta_info.validate",), parse=parse_paths)
+    paths: tuple[str, ...] = key((), parse=parse_paths)
     callable: str | None = key(None, parse=optional_str)
     expr: str | None = key(None, parse=parse_expr)
 
@@ -253,24 +272,25 @@ class FingerprintConfig(Declared):
     Attributes:
         on_mismatch: ``warn`` (serve and log), ``regenerate`` (call through, re-record) or ``error``.
         ignore: dotted paths left out of the fingerprint: first part an argument index, a keyword
-            name or ``*``; e.g. ``*.non_tensor_batch.uid`` (verl's per-run random ids). A parameter is named by
+            name or ``*``; e.g. ``*.request_ids`` (ids a host draws anew in every run). A parameter is named by
             its index (after ``self``) or its name however the call passes it (docs/format.md, ``fingerprint_rule``).
+            Default: none (a role's ``convention`` may name some).
         include: dotted paths (as ``ignore``'s) of the only parts hashed; empty (default): every part. For a phase
             that reads a few fields of a batch the phases before it add to, e.g. reference log-probs, which read
             ``*.batch.input_ids`` and ``*.batch.attention_mask`` but not the rewards unioned into the batch.
         env: dotted paths into the app's whole config whose values belong to each new entry's environment, e.g.
             ``[actor_rollout_ref.model.path, actor_rollout_ref.rollout.temperature]``: read once when the config is read
             (a path the config does not have is an error; at most 256 paths of at most 256 characters), kept as they
-            are or, when long (or an integer beyond 64 bits), as a short hash; a replay
-            compares them, with the versions of torch, transformers, vllm and sglang, the host package's version and
-            the target's source, with the recording's (docs/format.md#environment). Held as ``{path: value}`` once read.
+            are or, when long (or an integer beyond 64 bits), as a short hash; a replay compares them, with the versions
+            of torch, transformers and the engines the loaded integrations name, the host package's version and the
+            target's source, with the recording's (docs/format.md#environment). Held as ``{path: value}`` once read.
         on_env_mismatch: what a replayed entry recorded in another environment does: ``warn`` (serve it; one WARNING
             per changed field), ``regenerate`` (call through, re-record) or ``error``
             (:class:`~skipweave.weaving.replay.EnvironmentMismatch`).
     """
 
     on_mismatch: OnMismatch = key(OnMismatch.WARN, parse=or_default(OnMismatch.WARN.value, enum_parser(OnMismatch)))
-    ignore: tuple[str, ...] = key(("*.non_tensor_batch.uid", "*.meta_info.timing"), parse=parse_paths)
+    ignore: tuple[str, ...] = key((), parse=parse_paths)
     include: tuple[str, ...] = key((), parse=parse_paths)
     env: tuple[tuple[str, Any], ...] = key((), parse=parse_env_keys, form=dict)
     on_env_mismatch: OnMismatch = key(OnMismatch.WARN, parse=enum_parser(OnMismatch))
@@ -305,6 +325,9 @@ class RoleConfig(Declared):
 
     Attributes:
         role: the role name, e.g. ``rollout``.
+        convention: the host convention the role's calls follow (``verl``: a ``DataProto``'s step, validation flag
+            and per-run ids), declared by a loaded integration (:mod:`skipweave.config.conventions`); its values fill
+            the keys the role leaves unset. ``None``: the schema's defaults only. The profiles of a host set it.
         enable: weave this role's targets at all.
         action: see :class:`Action`.
         steps: eligible steps; other steps run live and are not recorded.
@@ -388,6 +411,7 @@ class RoleConfig(Declared):
     """
 
     role: str
+    convention: str | None = key(None, parse=parse_convention)
     enable: bool = key(False, parse=parse_bool)
     action: Action = key(Action.CACHE, parse=enum_parser(Action))
     steps: StepSet = key(parse=parse_steps, default_factory=StepSet)

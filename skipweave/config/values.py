@@ -239,12 +239,27 @@ def parse_note_key(key: str, value: Any) -> str | None:
     return value
 
 
-def parse_optional_path(key: str, value: Any) -> str:
-    """A dotted path inside an argument; ``""`` or ``null`` means the argument itself."""
+def parse_optional_path(key: str, value: Any) -> str | None:
+    """A dotted path inside an argument or the bound instance; ``""`` means the argument itself, ``null`` none given
+    (what that means is the step source's: the argument itself for ``arg``, no argument read for ``auto``)."""
     if value is None:
-        return ""
+        return None
     if not isinstance(value, str):
-        raise ConfigError(key, value, "a dotted path such as 'meta_info.global_steps', or '' for the argument itself")
+        raise ConfigError(key, value, "a dotted path such as 'batch.step', or '' for the argument itself")
+    return value
+
+
+_CONVENTION_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def parse_convention(key: str, value: Any) -> str | None:
+    """``None`` or the name of a convention (a lower-case identifier; whether a loaded integration declares it is
+    checked with the role, :func:`skipweave.config.conventions.convention_named`)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _CONVENTION_RE.match(value):
+        raise ConfigError(key, value, "the name of a convention of a loaded integration (a lower-case identifier), "
+                          "or null for none")
     return value
 
 
@@ -257,7 +272,7 @@ def parse_paths(key: str, value: Any) -> tuple[str, ...]:
     if not isinstance(value, (list, tuple)) or not all(
         isinstance(v, str) and v and all(part for part in v.split(".")) for v in value
     ):
-        raise ConfigError(key, value, "a list of dotted paths such as ['0.meta_info.timing'] (no empty parts)")
+        raise ConfigError(key, value, "a list of dotted paths such as ['0.request_ids'] (no empty parts)")
     return tuple(value)
 
 
@@ -336,7 +351,7 @@ def parse_echo(key: str, value: Any) -> tuple[tuple[str, str], ...]:
         return ()
     if not isinstance(value, Mapping):
         raise ConfigError(key, value, "a mapping {destination: source}, e.g. "
-                                      "{\"result.meta_info['uid']\": \"prompts.meta_info['uid']\"}")
+                                      "{\"result['request_id']\": \"prompts['request_id']\"}")
     out = []
     for dest, source in value.items():
         dest_text = check_expression(f"{key}[{dest!r}]", dest, assignable=True)

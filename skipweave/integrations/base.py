@@ -5,7 +5,8 @@ An :class:`Integration` says, once, everything skipweave knows of one host packa
 - its ``name`` (what ``SKIPWEAVE_DISABLED_INTEGRATIONS`` names), the ``host`` distribution and the ``versions`` of it
   the integration supports (a PEP 440 specifier set, ``packaging``'s ``SpecifierSet``);
 - what it adds to the generic layers: ``host_types`` (the codec's :data:`~skipweave.store.hosts.HOST_TYPES`, with what
-  verify compares), ``config_adapters`` (:data:`~skipweave.config.adapters.CONFIG_ADAPTERS`), ``result_notes``
+  verify compares), ``config_adapters`` (:data:`~skipweave.config.adapters.CONFIG_ADAPTERS`), ``conventions`` (the
+  role defaults a host's calls follow, :data:`~skipweave.config.conventions.CONVENTIONS`), ``result_notes``
   (:data:`~skipweave.weaving.notes.RESULT_NOTES`), ``weave_hooks`` (:data:`~skipweave.weaving.weave_hooks.WEAVE_HOOKS`),
   ``profiles`` (a package holding ``skip/<name>.yaml`` option files,
   :data:`~skipweave.config.profile_files.PROFILE_SOURCES`) and ``environment`` (packages whose versions belong in a
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-PARTS = ("host_types", "config_adapters", "result_notes", "weave_hooks", "profiles", "environment")
+PARTS = ("host_types", "config_adapters", "conventions", "result_notes", "weave_hooks", "profiles", "environment")
 """The parts an integration may add, in the order :meth:`Integration.load` registers them."""
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -73,6 +74,8 @@ class Integration:
         host_types: references (``"pkg.mod:NAME"``) to :class:`~skipweave.store.hosts.HostType` objects; tried in this
             order, after the host types of the integrations loaded before.
         config_adapters: references to :class:`~skipweave.config.adapters.ConfigAdapter` objects.
+        conventions: references to :class:`~skipweave.config.conventions.Convention` objects (what a role naming
+            one in ``skip.<role>.convention`` takes for the keys it leaves unset).
         result_notes: references to :class:`~skipweave.weaving.notes.ResultNote` objects.
         weave_hooks: references to :class:`~skipweave.weaving.weave_hooks.WeaveHook` objects.
         profiles: the importable name of a package whose folder holds ``skip/<name>.yaml`` option files (Hydra's
@@ -90,6 +93,7 @@ class Integration:
     versions: str = ""
     host_types: tuple[str, ...] = ()
     config_adapters: tuple[str, ...] = ()
+    conventions: tuple[str, ...] = ()
     result_notes: tuple[str, ...] = ()
     weave_hooks: tuple[str, ...] = ()
     profiles: str | None = None
@@ -100,12 +104,13 @@ class Integration:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise ValueError(f"Integration name={self.name!r} is not allowed: a lower-case identifier ('verl')")
-        for part in ("host_types", "config_adapters", "result_notes", "weave_hooks", "environment", "without_host"):
+        for part in ("host_types", "config_adapters", "conventions", "result_notes", "weave_hooks", "environment",
+                     "without_host"):
             value = getattr(self, part)
             if isinstance(value, str) or not isinstance(value, Iterable):
                 raise ValueError(f"Integration {self.name!r}: {part}={value!r} is not allowed: a tuple of strings")
             object.__setattr__(self, part, tuple(value))
-        for part in ("host_types", "config_adapters", "result_notes", "weave_hooks"):
+        for part in ("host_types", "config_adapters", "conventions", "result_notes", "weave_hooks"):
             for ref in getattr(self, part):
                 if not isinstance(ref, str) or not _REF.match(ref):
                     raise ValueError(f"Integration {self.name!r}: {part} holds {ref!r}, which is not allowed: a "
@@ -241,6 +246,10 @@ class Integration:
             from skipweave.config.adapters import CONFIG_ADAPTERS
 
             return [(CONFIG_ADAPTERS, self._resolve(part, ref)) for ref in self.config_adapters]
+        if part == "conventions":
+            from skipweave.config.conventions import CONVENTIONS
+
+            return [(CONVENTIONS, self._resolve(part, ref)) for ref in self.conventions]
         if part == "result_notes":
             from skipweave.weaving.notes import RESULT_NOTES
 

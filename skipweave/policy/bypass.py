@@ -40,6 +40,8 @@ def describe_bypass(cfg: BypassConfig, key: str) -> str:
         return f"{key}.callable={cfg.callable}"
     if cfg.when is BypassKind.NEVER:
         return f"{key} (never; a proxy class of the target decides)"
+    if not cfg.paths:
+        return f"{key} (never: no bypass.paths)"
     return f"{key} ({' or '.join(cfg.paths)} of argument {cfg.arg!r})"
 
 
@@ -63,6 +65,8 @@ def make_bypass(
         fn = resolve(cfg.callable)
         return lambda args, kwargs: bool(fn(args, kwargs))
     ref, paths = cfg.arg, cfg.paths
+    if not paths:  # bypass.when=arg with no paths (the default when no convention names one): never
+        return lambda args, kwargs: False
 
     def predicate(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
         arg = get_arg(args, kwargs, ref, positions)

@@ -137,7 +137,7 @@ def compile_bypass(cfg: BypassConfig, predicate: Callable[[tuple[Any, ...], Mapp
     if not (own and compiled):
         base: CallFn | None = lambda instance, args, kwargs: predicate(args, kwargs)  # noqa: E731
     elif cfg.when is BypassKind.ARG:
-        base = _arg_paths(cfg, positions)
+        base = _arg_paths(cfg, positions) if cfg.paths else None  # no paths: no call is bypassed
     elif cfg.when is BypassKind.CALLABLE:
         base = lambda instance, args, kwargs: predicate(args, kwargs)  # noqa: E731
     else:  # never; expr (below)
@@ -181,15 +181,17 @@ def compile_step(source: StepSource, positions: Mapping[str, int] | None, defaul
 
         return by_expr
     if kind is StepSourceKind.ATTR:
-        read_self = compile_reader(cfg.path)
+        read_self = compile_reader(cfg.path or "")  # (the config refuses step.source=attr without a path)
 
         def by_attr(instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int:
             value = read_self(instance)
             return value if type(value) is int else general(instance, args, kwargs)
 
         return by_attr
+    if kind is StepSourceKind.AUTO and cfg.path is None:
+        return general  # no argument read: set_step's step or the call counter
     if kind in (StepSourceKind.ARG, StepSourceKind.AUTO):
-        read = compile_reader(cfg.path)
+        read = compile_reader(cfg.path or "")
         index = _position(cfg.arg, positions)
         by_number = isinstance(cfg.arg, int)  # a name read by position only while no keyword could be it
         if index < 0:
@@ -245,7 +247,7 @@ def compile_gate(cfg: BypassConfig, predicate: Callable[[tuple[Any, ...], Mappin
 
 def _one_argument(cfg: BypassConfig, source: StepSource, positions: Mapping[str, int] | None, bypassed: CallFn,
                   step_of: Callable[[Any, tuple[Any, ...], Mapping[str, Any]], int]) -> Callable[..., Any] | None:
-    """``first`` for flags and a step read from one argument (verl's ``meta_info.validate`` and
+    """``first`` for flags and a step read from one argument (verl's convention: ``meta_info.validate`` and
     ``meta_info.global_steps``): the argument and the paths' shared prefix are read once, a one-part rest of a
     ``dict`` with ``dict.get``. Needed by bench/run.py's ``calls.bypass_step_not_eligible`` rows: in an A/B on
     the loaded machine (bench/calls.py, old and new trees alternating, Dec 2026), reading the flag and the step
@@ -259,7 +261,7 @@ def _one_argument(cfg: BypassConfig, source: StepSource, positions: Mapping[str,
     if type(source) is not StepSource or step.source not in (StepSourceKind.ARG, StepSourceKind.AUTO):
         return None
     index = _position(cfg.arg, positions)
-    if step.arg != cfg.arg or index < 0 or not cfg.paths:
+    if step.arg != cfg.arg or index < 0 or not cfg.paths or step.path is None:
         return None
     parts = [tuple(p.split(".")) for p in (*cfg.paths, step.path)]
     if any(not all(p) or any(x.lstrip("-").isdigit() for x in p) for p in parts):  # get_path's own rules

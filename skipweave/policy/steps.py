@@ -1,9 +1,10 @@
 """Step sources: where the training step of a call comes from.
 
-verl's convention is the default: the step is ``meta_info["global_steps"]`` of the first argument
-when present, else a per-process call counter starting at 1. Other sources cover hosts that keep the
-step elsewhere (``self.state.global_step`` in TRL-style trainers, sample ids such as verl's async
-``sample_<epoch>_<index>``, or an explicit :func:`set_step` call in the host's loop).
+The default, ``auto``, reads the step at ``step.path`` of the first argument when a path is set and the call has it
+there (a role following verl's convention sets ``meta_info.global_steps``), else the step given to :func:`set_step`,
+else a per-process call counter starting at 1. Other sources cover hosts that keep the step elsewhere
+(``self.state.global_step`` in TRL-style trainers, sample ids such as ``sample_<epoch>_<index>``, or an explicit
+:func:`set_step` call in the host's loop).
 """
 
 from __future__ import annotations
@@ -114,18 +115,26 @@ class StepSource:
                 raise StepError(f"{self.key}.expr {cfg.expr!r} gave {_show(value)}, not an integer step")
             return step
         if kind is StepSourceKind.AUTO:
-            step = _as_step(get_path(get_arg(args, kwargs, cfg.arg, self.positions), cfg.path))
-            if step is not None:
-                return step
+            if cfg.path is not None:
+                step = _as_step(get_path(get_arg(args, kwargs, cfg.arg, self.positions), cfg.path))
+                if step is not None:
+                    return step
             if _explicit_step is not None:
                 return _explicit_step
             if not self._warned:
                 self._warned = True
-                logger.warning(
-                    "skipweave: %s: argument %r has no '%s'; counting calls as steps (1, 2, …). If your step "
-                    "lives elsewhere, set step.source (arg, attr, regex or set_step)", self.name or "target",
-                    cfg.arg, cfg.path,
-                )
+                if cfg.path is not None:
+                    logger.warning(
+                        "skipweave: %s: argument %r has no '%s'; counting calls as steps (1, 2, …). If your step "
+                        "lives elsewhere, set step.source (arg, attr, regex, expr or set_step)", self.name or "target",
+                        cfg.arg, cfg.path,
+                    )
+                else:
+                    logger.warning(
+                        "skipweave: %s: no step source set and skipweave.set_step() not called; counting calls as "
+                        "steps (1, 2, …). If your calls carry their step, set %s (source arg, attr, regex or expr, "
+                        "or convention for a host's)", self.name or "target", self.key,
+                    )
             return self.next_count()
         if kind is StepSourceKind.COUNTER:
             return self.next_count()
@@ -134,14 +143,14 @@ class StepSource:
                 raise StepError(f"{self.key}.source=set_step, but skipweave.set_step(n) was never called")
             return _explicit_step
         if kind is StepSourceKind.ATTR:
-            value = get_path(instance, cfg.path)
+            value = get_path(instance, cfg.path or "")
             step = _as_step(value)
             if step is None:
                 raise StepError(f"{self.key}.path '{cfg.path}' (source attr) on {_held(instance)} gave "
                                 f"{_show(value)}")
             return step
         arg = get_arg(args, kwargs, cfg.arg, self.positions)
-        value = get_path(arg, cfg.path)
+        value = get_path(arg, cfg.path or "")
         if kind is StepSourceKind.REGEX:
             assert self._pattern is not None
             text = value if isinstance(value, str) else None
@@ -149,15 +158,15 @@ class StepSource:
             step = _as_step(match.group(1)) if match else None
             if step is None:
                 raise StepError(
-                    f"{self.key}.pattern {self._pattern.pattern!r} on argument {cfg.arg!r} path '{cfg.path}' "
+                    f"{self.key}.pattern {self._pattern.pattern!r} on argument {cfg.arg!r}{_at(cfg.path)} "
                     f"found no step in {_show(value)}"
                 )
             return step
         step = _as_step(value)
         if step is None:
             where = "the call has no such argument" if arg is MISSING else f"argument {cfg.arg!r} is {_held(arg)}"
-            raise StepError(f"{self.key}.path '{cfg.path}' (source arg) gave {_show(value)}, not an integer; "
-                            f"{where}")
+            named = f"{self.key}.path '{cfg.path}'" if cfg.path else f"{self.key}.arg {cfg.arg!r}"
+            raise StepError(f"{named} (source arg) gave {_show(value)}, not an integer; {where}")
         return step
 
 
@@ -169,12 +178,18 @@ class StepSource:
         if cfg.source is StepSourceKind.COUNTER:
             return None
         if cfg.source is StepSourceKind.AUTO:
-            step = _as_step(get_path(get_arg(args, kwargs, cfg.arg, self.positions), cfg.path))
+            step = (None if cfg.path is None
+                    else _as_step(get_path(get_arg(args, kwargs, cfg.arg, self.positions), cfg.path)))
             return step if step is not None else _explicit_step
         try:
             return StepSource.step_for(self, instance, args, kwargs)
         except StepError:
             return None
+
+
+def _at(path: str | None) -> str:
+    """Where in the argument a step is read, for a message: `` path 'x.y'``, or nothing for the argument itself."""
+    return f" path '{path}'" if path else ""
 
 
 def _show(value: Any) -> str:

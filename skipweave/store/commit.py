@@ -42,10 +42,7 @@ from skipweave.store.fs import open_dir, remove_names, same_folder, write_new
 from skipweave.store.identity import this_writer
 from skipweave.store.index import PartIndex
 from skipweave.store.parts import PartStates, part_lock
-from skipweave.store.staging import EntryMeta, Staged
-
-Item = tuple[EntryKey, Staged, EntryMeta]
-"""One entry to commit."""
+from skipweave.store.staging import EntryMeta, Item, Staged
 
 
 @dataclass
@@ -375,4 +372,4 @@ class Committer:
         return sum(f.bytes for f in w.files), leftovers
 
 
-__all__ = ["Committer", "Item"]
+__all__ = ["Committer", "Item"]  # Item: defined in staging, kept here for its importers

@@ -4,9 +4,10 @@ The store names no host. A trainer's results are often instances of its framewor
 ``DataProto``, tensordict's ``TensorDict``); an integration describes each such container as a
 :class:`HostType` -- how to recognise an instance, how to encode and decode its node, which classes a replay
 may rebuild as it, how to list its children for ``skipweave show``, how to hash it for an input
-fingerprint and how ``skipweave export`` splits it into samples -- and adds it to :data:`HOST_TYPES`. The codec
-(:mod:`skipweave.store.format.codec`), the class rules (:mod:`skipweave.store.classes`), the tree summary
-(:mod:`skipweave.store.format.tree`), the input fingerprint (:mod:`skipweave.weaving.fingerprint`) and the exporter
+fingerprint, what of it a verify run compares and how ``skipweave export`` splits it into samples -- and adds it
+to :data:`HOST_TYPES`. The codec (:mod:`skipweave.store.format.codec`), the class rules
+(:mod:`skipweave.store.classes`), the tree summary (:mod:`skipweave.store.format.tree`), the input fingerprint
+(:mod:`skipweave.weaving.fingerprint`), the comparison (:mod:`skipweave.verify.compare`) and the exporter
 (:mod:`skipweave.export.samples`) read the registry; see docs/architecture.md.
 
 A host type's ``kind`` is the node tag ``"t"`` written to disk and the class kind of
@@ -93,6 +94,20 @@ class FingerprintParts(NamedTuple):
     closing: bytes
 
 
+class Compared(NamedTuple):
+    """What a comparison (:func:`skipweave.verify.compare.compare`) compares of a host object: its ``fields`` by name,
+    walked as a mapping's items (path ``<object>.<name>``), and its ``shape``, compared beside them as a whole.
+
+    Attributes:
+        fields: the object's fields by name (a mapping; read once per comparison).
+        shape: what the object's shape is (a ``TensorDict``'s batch size: a sequence of ints, or an int), or None when
+            it has none; a pair whose shapes differ diverges at the object's own path (kind ``shape``).
+    """
+
+    fields: Mapping[Any, Any]
+    shape: Any = None
+
+
 @dataclass(frozen=True, eq=False)
 class HostType:
     """A host container the codec stores as a node of its own kind.
@@ -120,6 +135,11 @@ class HostType:
             the object's read-only view (:class:`skipweave.store.format.codec.view.RecordedObject`: a mapping of the
             fields ``children`` lists, by name, and ``batch_size``), never the rebuilt object, and returns None when
             the object has no sample axis (then it is one row per call). None (the attribute): the type has none.
+        compared: ``obj -> Compared``: what a verify run or ``skipweave diff`` compares of an object of this type. Also
+            given the read-only view of a recorded one (:class:`skipweave.store.format.codec.view.RecordedObject` of
+            this ``kind``: a mapping of the children :attr:`children` lists, with the recorded ``batch_size``), so
+            that a recording compares with another as the live objects would. None: the object is compared as what
+            else it is (a dataclass by its fields, a mapping by its keys, another object by its public attributes).
     """
 
     kind: str
@@ -135,6 +155,7 @@ class HostType:
     data_only: bool = False
     fingerprint: Callable[[Any], FingerprintParts] | None = None
     samples: Callable[[Any], Samples | None] | None = None
+    compared: Callable[[Any], Compared] | None = None
 
 
 HOST_TYPES: hooks.Registry[HostType] = hooks.Registry("host type")
@@ -166,5 +187,6 @@ def host_kinds() -> tuple[str, ...]:
     return tuple(host.kind for host in HOST_TYPES.items())
 
 
-__all__ = ["HOST_TYPES", "FingerprintParts", "HostType", "NodeDecoder", "NodeEncoder", "Samples", "host_for_kind",
+__all__ = ["HOST_TYPES", "Compared", "FingerprintParts", "HostType", "NodeDecoder", "NodeEncoder", "Samples",
+           "host_for_kind",
            "host_kinds", "host_of"]

@@ -42,8 +42,8 @@ from skipweave.store.pending import Part
 from skipweave.store.staging import EntryMeta
 
 if TYPE_CHECKING:
-    from skipweave.store.commit import Item
-    from skipweave.store.step_store import StepStore
+    from skipweave.store.role_access import EntryRewriter
+    from skipweave.store.staging import Item
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ def set_aside_calls(folders: RoleFolders, part: Part, calls: frozenset[int], *,
     return dest
 
 
-def write_apart(store: StepStore, keys: list[EntryKey]) -> bool:
+def write_apart(store: EntryRewriter, keys: list[EntryKey]) -> bool:
     """Write grouped entries of ``store`` again as entries of their own (same result, RNG state, effects,
     fingerprint, environment, ``returned``), so their group file may be set aside without them (a resumed part closing
     with a group that holds an unclaimed entry too); False when any could not be read or written (each failure logged

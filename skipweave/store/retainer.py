@@ -28,7 +28,7 @@ from skipweave.store.fs import is_real_dir, remove_tree
 from skipweave.store.retention import KeepRule, StepRemoval, plan_retention, remove_step, role_lock, trash_folders
 
 if TYPE_CHECKING:
-    from skipweave.store.step_store import StepStore
+    from skipweave.store.role_access import RoleSteps
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class Retainer:
         rule: the role's :class:`KeepRule` (an active one).
     """
 
-    def __init__(self, store: StepStore, rule: KeepRule) -> None:
+    def __init__(self, store: RoleSteps, rule: KeepRule) -> None:
         self.store = store
         self.rule = rule
         self._newest: int | None = None  # the newest step a round ran after

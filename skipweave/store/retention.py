@@ -53,7 +53,7 @@ from skipweave.store.identity import writer_running
 from skipweave.store.parts import part_lock
 
 if TYPE_CHECKING:
-    from skipweave.store.step_store import StepStore
+    from skipweave.store.role_access import RoleSteps
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ class _Step:
     files: int
 
 
-def plan_retention(store: StepStore, rule: KeepRule, *, protect: Collection[int] = (), min_age: float = OPEN_PART_AGE_S,
+def plan_retention(store: RoleSteps, rule: KeepRule, *, protect: Collection[int] = (), min_age: float = OPEN_PART_AGE_S,
                    now: float | None = None) -> RetentionPlan:
     """Select the whole steps of ``store``'s role that ``rule`` removes; nothing is touched.
 
@@ -207,7 +207,7 @@ def plan_retention(store: StepStore, rule: KeepRule, *, protect: Collection[int]
     return plan
 
 
-def _measure(store: StepStore, step: int) -> _Step | None:
+def _measure(store: RoleSteps, step: int) -> _Step | None:
     """Size and file count of a step folder (nothing followed through a symlink); ``None`` when it is gone or is
     no real folder."""
     try:
@@ -235,7 +235,7 @@ def _measure(store: StepStore, step: int) -> _Step | None:
     return _Step(step, folder, size, files)
 
 
-def _blocked(store: StepStore, step: int, rule: KeepRule, protect: Collection[int], min_age: float,
+def _blocked(store: RoleSteps, step: int, rule: KeepRule, protect: Collection[int], min_age: float,
              now: float) -> str | None:
     """Why a step may not be removed now, else ``None``."""
     if step in rule.pin:
@@ -245,14 +245,14 @@ def _blocked(store: StepStore, step: int, rule: KeepRule, protect: Collection[in
     return foreign(store, step) or busy(store, step, min_age=min_age, now=now)
 
 
-def foreign(store: StepStore, step: int) -> str | None:
+def foreign(store: RoleSteps, step: int) -> str | None:
     """Why a step holds entries of a format version this skipweave does not read, else ``None``: such a step is
     never removed, whatever the rule (a newer skipweave wrote it, and only it can judge it)."""
     found = foreign_in_step(os.path.join(role_dir(store.dump_dir, store.namespace, store.role), str(step)))
     return f"holds {describe(found)}, which this skipweave does not read" if found else None
 
 
-def busy(store: StepStore, step: int, *, min_age: float, now: float | None = None) -> str | None:
+def busy(store: RoleSteps, step: int, *, min_age: float, now: float | None = None) -> str | None:
     """Why a writer may still be adding to a step, else ``None``: a part of it that is not closed (its
     ``{shard}.part.json`` does not say ``closed``) whose writer runs on this machine, or, when that cannot be told
     (another machine, an entry naming no writer, no entry yet), that changed less than ``min_age`` seconds ago.
@@ -272,7 +272,7 @@ def busy(store: StepStore, step: int, *, min_age: float, now: float | None = Non
     return None
 
 
-def _parts(store: StepStore, step: int) -> list[tuple[str, str, str]]:
+def _parts(store: RoleSteps, step: int) -> list[tuple[str, str, str]]:
     """``(target, shard, folder)`` of every part of a step that its folder's names show (manifests, groups, part
     files, payloads, temporary files and lock files), sorted (the order locks are taken in)."""
     out: list[tuple[str, str, str]] = []
@@ -326,7 +326,7 @@ def _newest(folder: str, shard: str) -> float:
     return newest
 
 
-def remove_step(store: StepStore, item: StepRemoval, *, lock_timeout: float, min_age: float = OPEN_PART_AGE_S,
+def remove_step(store: RoleSteps, item: StepRemoval, *, lock_timeout: float, min_age: float = OPEN_PART_AGE_S,
                 protect: Collection[int] = (), now: float | None = None) -> None:
     """Remove one selected step crash-safely; set ``item.outcome`` (``removed``, ``skipped`` or ``failed``) and
     ``item.detail``.

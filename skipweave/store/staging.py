@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skipweave.store.format import jsonio
+from skipweave.store.format.layout import EntryKey
 from skipweave.store.format.versions import ARGUMENTS
 
 
@@ -122,4 +123,7 @@ def stage(result: Any, *, rng_state: dict[str, Any] | None, effects: dict[str, A
     return Staged(tree, encoded.tensors, encoded.pickled, len(tree) + tensorfile.file_size(encoded.tensors))
 
 
-__all__ = ["EntryMeta", "Staged", "stage"]
+Item = tuple[EntryKey, Staged, EntryMeta]
+"""One entry to commit: its key, its staged payload and its manifest fields."""
+
+__all__ = ["EntryMeta", "Item", "Staged", "stage"]

@@ -45,7 +45,7 @@ from typing import Any
 
 import safetensors  # noqa: F401 - its version goes into every manifest (library_versions)
 
-from skipweave.store.commit import Committer, Item
+from skipweave.store.commit import Committer
 from skipweave.store.errors import EntryForeign, EntryInvalid, StoreMoved
 from skipweave.store.folders import Mtime, RoleFolders
 from skipweave.store.format.layout import MANIFEST_SUFFIX, EntryKey
@@ -57,7 +57,7 @@ from skipweave.store.read import EntryReader, Loaded
 from skipweave.store.resume import set_aside_calls, write_apart
 from skipweave.store.retainer import FINAL_ROUND_S, Retainer
 from skipweave.store.retention import KeepRule, StepRemoval
-from skipweave.store.staging import EntryMeta, Staged, stage
+from skipweave.store.staging import EntryMeta, Item, Staged, stage
 
 logger = logging.getLogger(__name__)
 

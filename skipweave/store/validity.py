@@ -27,7 +27,7 @@ from skipweave.store.format.layout import (
     parse_payload_name,
 )
 from skipweave.store.format.manifest import EntryInvalid, EntryRefused, check_manifest, read_manifest, verify_payload
-from skipweave.store.step_store import calls_in
+from skipweave.store.index import calls_in
 
 __all__ = ["Validity", "check_entry", "check_group", "group_data_names", "payload_names", "payload_stem"]
 

@@ -1,8 +1,10 @@
 """Compare a live result with its recording, field by field, and say where they first differ and by how much.
 
-A result is walked as a tree: dict keys, list and tuple indices, dataclass fields, the attributes of a host object
-(verl's ``DataProto``: ``batch``, ``non_tensor_batch``, ``meta_info``), the keys of a mapping-like object
-(tensordict's ``TensorDict``), the elements of an object array. Paths are dotted (``batch.responses``,
+A result is walked as a tree: dict keys, list and tuple indices, dataclass fields, the fields of a host object as its
+host type says (:attr:`skipweave.store.hosts.HostType.compared`: its fields and a shape beside them; the registry is
+asked, so this module names no host), the keys of another mapping-like object, the public attributes of an object
+without an ``==`` of its own (a DataProto-shaped batch: ``batch``, ``non_tensor_batch``, ``meta_info``), the elements
+of an object array. Paths are dotted (``batch.responses``,
 ``non_tensor_batch.uid.3``, ``meta_info.timing_s``). What "equal" means is a :class:`CompareSpec`: a rule per path
 glob (``exact``, ``ignore``, or a :class:`Tolerance`), the default for the rest. A rule on a path holds for
 everything below it, unless a longer path has its own. Keys are joined as they are: a key that itself holds a dot
@@ -42,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from skipweave.config.compare import EXACT, IGNORE, CompareSpec, Rule, Tolerance
+from skipweave.store.hosts import Compared, host_for_kind, host_of
 from skipweave.verify.tokens import SampleCount, compare_sequences, is_token_tensor, token_pair
 
 Status = Literal["identical", "close", "diverged"]
@@ -172,6 +175,17 @@ class _Walk:
         self.floats = 0  # float fields compared
         self.open: set[tuple[int, int]] = set()
         self.listed: list[str] | None = [] if listing else None
+        from skipweave.store.format.codec.view import RecordedObject  # torch: as the walk itself, on first use
+
+        self.views = RecordedObject
+
+    def host_fields(self, obj: Any) -> Compared | None:
+        """What ``obj``'s host type compares of it (a live host object, or the view of a recorded one, whose kind
+        names its host type), or None when it is no host object or its host type leaves it to the other rules."""
+        if type(obj) in _PLAIN:
+            return None
+        host = host_for_kind(obj.kind) if isinstance(obj, self.views) else host_of(obj)
+        return host.compared(obj) if host is not None and host.compared is not None else None
 
     def leaf(self, path: str) -> bool:
         """Count a leaf field; True when the walk only lists paths (the caller then compares nothing)."""
@@ -220,8 +234,9 @@ class _Walk:
         elif type(a) is not type(b) and not (_is_number(a) and _is_number(b)):
             self.leaves += 1
             self.add(path, "type", recorded=_type_name(a), live=_type_name(b))
+        elif (fields := self.host_fields(a)) is not None:
+            self._host(path, fields, self.host_fields(b))
         elif isinstance(a, Mapping):
-            self._batch_size(path, a, b)
             self._mapping(path, a, b)
         elif isinstance(a, (list, tuple)):
             nested = token_pair(a, b)
@@ -239,10 +254,9 @@ class _Walk:
                 self.visit(_join(path, f.name), getattr(a, f.name), getattr(b, f.name))
         elif _is_number(a) or isinstance(a, (str, bytes, enum.Enum, BaseException)) or a is None:
             self._scalar(path, a, b, rule)
-        elif hasattr(a, "keys") and hasattr(a, "__getitem__"):  # mapping-like (a TensorDict)
-            self._batch_size(path, a, b)
+        elif hasattr(a, "keys") and hasattr(a, "__getitem__"):  # mapping-like, no Mapping: its keys
             self._mapping(path, {k: a[k] for k in a.keys()}, {k: b[k] for k in b.keys()})
-        elif type(a).__eq__ is object.__eq__:  # a host object (a DataProto): its attributes, never its address
+        elif type(a).__eq__ is object.__eq__:  # no == of its own (a DataProto-shaped batch): attributes, not address
             self._mapping(path, _state(a), _state(b))
         else:
             self._scalar(path, a, b, rule)
@@ -259,18 +273,18 @@ class _Walk:
             self.add(path, "value", first_index=found.first_index, recorded=_plain(found.recorded),
                      live=_plain(found.live), match_ratio=found.match_ratio, tokens=True)
 
-    def _batch_size(self, path: str, a: Any, b: Any) -> None:
-        """A TensorDict's batch size is part of it, beside its keys."""
-        size_a, size_b = getattr(a, "batch_size", None), getattr(b, "batch_size", None)
-        if (size_a is None and size_b is None) or callable(size_a) or callable(size_b):
-            return  # no batch size, or a method of that name (not TensorDict's attribute)
-        shape_a, shape_b = _shape(size_a), _shape(size_b)
-        if shape_a != shape_b:
-            self.leaves += 1
-            self.add(path, "shape", recorded=shape_a, live=shape_b)
+    def _host(self, path: str, a: Compared, b: Compared | None) -> None:
+        """A host object, as its host type says: its shape (when it has one), then its fields as a mapping's."""
+        b = b if b is not None else Compared({})  # (one type, one host type: only a host type that changes its mind)
+        if a.shape is not None or b.shape is not None:
+            shape_a, shape_b = _shape(a.shape), _shape(b.shape)
+            if shape_a != shape_b:
+                self.leaves += 1
+                self.add(path, "shape", recorded=shape_a, live=shape_b)
+        self._mapping(path, a.fields, b.fields)
 
     def _mapping(self, path: str, a: Mapping[Any, Any], b: Mapping[Any, Any]) -> None:
-        # keys(), not iteration: a TensorDict is a Mapping whose iteration walks its batch dimension
+        # keys(), not iteration: a Mapping's iteration may walk something else (a host's batch dimension)
         keys_a, keys_b = list(a.keys()), list(b.keys())
         try:  # sets: a result with 40,000 keys took 21 s with list membership
             in_a: Any = set(keys_a)
@@ -420,6 +434,10 @@ class _Walk:
                  max_rel_diff=_plain(float(rel.max())), at=at, beyond_fraction=float(beyond.double().mean()))
 
 
+_PLAIN = frozenset({dict, list, tuple, str, bytes, int, float, bool, type(None)})
+"""Types no host type claims: the walk asks the registry about no value of these (most of a result's nodes)."""
+
+
 def _is_number(x: Any) -> bool:
     """A Python or numpy number (``numbers.Number``: numpy's ``np.number`` registers), bools and numpy bools not."""
     return isinstance(x, numbers.Number) and not isinstance(x, bool) and type(x).__name__ != "bool_"
@@ -445,7 +463,15 @@ def _is_container(x: Any) -> bool:
 
     return (isinstance(x, (Mapping, list, tuple)) or (dataclasses.is_dataclass(x) and not isinstance(x, type))
             or (isinstance(x, np.ndarray) and x.dtype == object) or (hasattr(x, "keys") and hasattr(x, "__getitem__"))
-            or (type(x).__eq__ is object.__eq__ and not (_is_number(x) or x is None)))
+            or (type(x).__eq__ is object.__eq__ and not (_is_number(x) or x is None)) or _has_host_fields(x))
+
+
+def _has_host_fields(x: Any) -> bool:
+    """Whether ``x`` is an object whose host type says what of it is compared (:attr:`HostType.compared`)."""
+    if type(x) in _PLAIN:
+        return False
+    host = host_of(x)
+    return host is not None and host.compared is not None
 
 
 def _shape(size: Any) -> Any:

@@ -3,8 +3,8 @@
 Recorded in every new entry's manifest and compared with a replayed entry's (:mod:`skipweave.store.format.environment`):
 
 - ``packages``: the versions of :data:`ENGINE_MODULES` and of the packages the loaded integrations name in
-  :data:`ENVIRONMENT_PACKAGES` (verl's rollout engines, vllm and sglang), those *imported* in this process (read from
-  ``sys.modules``: a package is never imported to ask);
+  :data:`ENVIRONMENT_PACKAGES` (what each loaded integration declares in ``Integration.environment``: the engines its
+  host runs on), those *imported* in this process (read from ``sys.modules``: a package is never imported to ask);
 - ``host``: the distribution and version of the target's top-level package (``importlib.metadata``), when one is
   installed;
 - ``source``: ``xxh3_128`` of the source text of the unwrapped original function (``inspect.getsource``), when the
@@ -37,7 +37,8 @@ ENGINE_MODULES = ("torch", "transformers")
 
 ENVIRONMENT_PACKAGES: Registry[str] = Registry("environment package")
 """Further top-level packages whose version, when imported, belongs to an entry's environment: the engines a host
-runs its rollouts on, named by its integration (verl: ``vllm``, ``sglang``)."""
+runs its rollouts on. Filled only by :meth:`skipweave.integrations.base.Integration.load` from the integrations'
+declarations (``Integration.environment``); this module names none."""
 
 
 def live_environment(role: RoleConfig, target: TargetSpec, original: Callable[..., Any] | None) -> dict[str, Any]:
@@ -104,7 +105,7 @@ def source_hash(func: Callable[..., Any]) -> str | None:
 def host_package(top: str) -> tuple[str, str] | None:
     """``(distribution, version)`` of the installed distribution that provides top-level package ``top``, or ``None``
     (no distribution provides it: a script, a folder on ``sys.path``, ``__main__``). Cached per process. The
-    distribution named ``top`` is asked first (torch, verl, vllm: a few ms); only when it does not provide ``top`` and
+    distribution named ``top`` is asked first (torch, most hosts: a few ms); only when it does not provide ``top`` and
     ``top`` was imported from a ``site-packages`` folder (``yaml`` of ``PyYAML``) is every installed distribution's
     metadata read (``packages_distributions``: 0.33 s in a venv with verl, Dec 2026). A package imported from elsewhere
     under another distribution's name (an editable install named otherwise) is then unknown: no version recorded."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
+import types
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Any
 import pytest
 
 from skipweave.config.adapters import CONFIG_ADAPTERS, ConfigAdapter
+from skipweave.config.conventions import CONVENTIONS, Convention
 from skipweave.config.profile_files import PROFILE_SOURCES
 from skipweave.integrations import Integration, IntegrationError, discovery
 from skipweave.integrations.base import PARTS, loaded_integrations
@@ -32,6 +35,7 @@ HERE = __name__  # tests.integrations.test_discovery: the references below point
 HOST = HostType(kind="test_discovery_kind", label="test object", matches=lambda obj: False,
                 encode=lambda enc, obj, path: {}, decode=lambda dec, node, path: None, children=lambda node: ())
 ADAPTER = ConfigAdapter("test adapter", lambda cfg: {}, lambda container: container)
+CONVENTION = Convention("test_discovery_convention", {"step": {"path": "info.step"}})
 NOTE = ResultNote("test_discovery_attribute", "skipweave")
 
 
@@ -50,7 +54,8 @@ HOOK = Hook()
 
 FULL = Integration(
     name="test_full", host="packaging", versions=">=22",
-    host_types=(f"{HERE}:HOST",), config_adapters=(f"{HERE}:ADAPTER",), result_notes=(f"{HERE}:NOTE",),
+    host_types=(f"{HERE}:HOST",), config_adapters=(f"{HERE}:ADAPTER",), conventions=(f"{HERE}:CONVENTION",),
+    result_notes=(f"{HERE}:NOTE",),
     weave_hooks=(f"{HERE}:HOOK",), environment=("test_discovery_engine",),
 )
 
@@ -113,12 +118,13 @@ def test_load_registers_every_part_once_and_unload_removes_exactly_them() -> Non
     try:
         assert FULL.load() is True and FULL.loaded
         assert FULL.load() is False  # idempotent
-        assert HOST in HOST_TYPES and NOTE in RESULT_NOTES and HOOK in WEAVE_HOOKS
+        assert HOST in HOST_TYPES and NOTE in RESULT_NOTES and HOOK in WEAVE_HOOKS and CONVENTION in CONVENTIONS
         assert "test_discovery_engine" in ENVIRONMENT_PACKAGES and ("test_discovery_attribute", "skipweave") in \
             RESULT_NOTES.current()
         assert FULL in loaded_integrations()
         assert FULL.unload() is True and not FULL.loaded and FULL.unload() is False
         assert HOST not in HOST_TYPES and NOTE not in RESULT_NOTES and HOOK not in WEAVE_HOOKS
+        assert CONVENTION not in CONVENTIONS
         assert "test_discovery_engine" not in ENVIRONMENT_PACKAGES
         assert ADAPTER in CONFIG_ADAPTERS  # not its to remove
     finally:
@@ -244,12 +250,12 @@ def hide_verl(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_verl_without_verl_installed_keeps_what_works_on_the_shape(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tiny_grpo example, the fixture store's host and the tests' verl-shaped batches run with no verl installed:
-    verl's DataProto host type, meta_info note, config adapters and engine packages load; the SkipManager hand-over
-    (a weave hook) waits for verl."""
+    verl's DataProto host type, convention, meta_info note, config adapters and engine packages load; the SkipManager
+    hand-over (a weave hook) waits for verl."""
     hide_verl(monkeypatch)
     got = decisions_for(monkeypatch, [entry("verl", discovery.SHIPPED["verl"])])["verl"]
     assert got.status == discovery.PARTIAL
-    assert got.parts == ("host_types", "config_adapters", "result_notes", "environment")
+    assert got.parts == ("host_types", "config_adapters", "conventions", "result_notes", "environment")
 
 
 def test_load_integrations_applies_the_decisions_once(
@@ -271,6 +277,27 @@ def test_load_integrations_applies_the_decisions_once(
                for w in warnings), warnings
     discovery.unload_integrations()
     assert not IN_RANGE.loaded and not ABSENT.loaded and HOST not in HOST_TYPES
+
+
+def test_the_environment_packages_are_the_loaded_integrations_declarations(fresh_session: pytest.MonkeyPatch) -> None:
+    """weaving/environment.py names no engine: what a recording's environment lists besides torch and transformers is
+    what the loaded integrations declare (``Integration.environment``), in load order, and nothing while none is."""
+    assert list(ENVIRONMENT_PACKAGES) == []
+    decisions = discovery.load_integrations()
+    declared = [p for d in decisions if d.integration is not None and "environment" in d.parts
+                for p in d.integration.environment]
+    assert "vllm" in declared and list(ENVIRONMENT_PACKAGES) == list(dict.fromkeys(declared))
+    # an imported engine is recorded while verl (which declares it) is loaded, and not once verl is off
+    from skipweave.config import load_skip_config
+    from skipweave.weaving.environment import live_environment
+
+    role = load_skip_config({"skip": {"rollout": {"targets": {"gen": "json:dumps"}}}}).roles["rollout"]
+    fresh_session.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__="0.0.test"))
+    assert live_environment(role, role.targets[0], None)["packages"]["vllm"] == "0.0.test"
+    discovery.unload_integrations()
+    discovery.load_integrations({"SKIPWEAVE_DISABLED_INTEGRATIONS": "verl"})
+    assert "vllm" not in ENVIRONMENT_PACKAGES and "sglang" not in ENVIRONMENT_PACKAGES
+    assert "vllm" not in live_environment(role, role.targets[0], None).get("packages", {})
 
 
 def test_a_process_whose_parent_warned_says_it_at_debug(

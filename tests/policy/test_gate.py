@@ -14,7 +14,12 @@ from skipweave.policy.access import MISSING, compile_arg, compile_reader, get_ar
 from skipweave.policy.bypass import make_bypass
 from skipweave.policy.expressions import Expression, ExpressionFailed
 from skipweave.policy.gate import MAX_STEP_SET, compile_bypass, compile_step, eligible_steps
-from skipweave.policy.steps import StepError, StepSource
+from skipweave.policy.steps import StepError, StepSource, set_step
+
+VERL_STEP = StepSourceConfig(path="meta_info.global_steps")
+"""The step source of a role following verl's convention (skipweave/integrations/verl/convention.py)."""
+VERL_BYPASS = BypassConfig(paths=("meta_info.validate",))
+"""The bypass of a role following verl's convention."""
 
 
 class Keys(Mapping):  # type: ignore[type-arg]
@@ -168,7 +173,7 @@ def test_the_counter_advances_once_per_call_and_auto_falls_back_to_it_once() -> 
     counter = StepSource(StepSourceConfig(source=StepSourceKind.COUNTER))
     step_of = compile_step(counter, None, {})
     assert [step_of(None, (), {}) for _ in range(3)] == [1, 2, 3]
-    auto = StepSource(StepSourceConfig())
+    auto = StepSource(VERL_STEP)
     step_of = compile_step(auto, None, {})
     plain = SimpleNamespace(meta_info={})
     assert [step_of(None, (plain,), {}) for _ in range(2)] == [1, 2]
@@ -213,11 +218,11 @@ def test_path_shapes_read_from_one_argument_decide_as_the_interpreted_gate() -> 
         except StepError:
             return "StepError"
 
-    shapes = [(BypassConfig(), StepSourceConfig()),
-              (BypassConfig(paths=("meta_info.validate", "meta_info.eval")), StepSourceConfig()),
+    shapes = [(VERL_BYPASS, VERL_STEP), (BypassConfig(), StepSourceConfig()),
+              (BypassConfig(paths=("meta_info.validate", "meta_info.eval")), VERL_STEP),
               (BypassConfig(paths=("flags.validate",)), StepSourceConfig(source=StepSourceKind.ARG, path="info.step")),
-              (BypassConfig(paths=("items.0",)), StepSourceConfig()),
-              (BypassConfig(), StepSourceConfig(source=StepSourceKind.ARG, path=""))]
+              (BypassConfig(paths=("items.0",)), VERL_STEP),
+              (VERL_BYPASS, StepSourceConfig(source=StepSourceKind.ARG, path=""))]
     calls = [(SimpleNamespace(meta_info={"global_steps": 4}),), (SimpleNamespace(meta_info={"validate": True}),),
              (SimpleNamespace(meta_info={"eval": 1, "global_steps": 2}),), ({"meta_info": {"global_steps": 7}},),
              (SimpleNamespace(meta_info=Keys()),), (SimpleNamespace(flags={"validate": False}, info={"step": 3}),),
@@ -229,10 +234,37 @@ def test_path_shapes_read_from_one_argument_decide_as_the_interpreted_gate() -> 
                 assert outcome(bypass, step, args, compiled=True) == reference, (bypass, step, args)
 
 
+def test_the_defaults_read_no_argument_bypass_nothing_and_count_calls() -> None:
+    """Without a convention, the schema's defaults name no host: no argument is read for a step (a plain int first
+    argument is no step), no call is bypassed, and the steps are set_step's or the call counter's."""
+    from skipweave.policy.gate import compile_bypass
+
+    default = BypassConfig()
+    assert compile_bypass(default, make_bypass(default, lambda p: None), own=True, expr=None, expr_interpreted=None,
+                          positions=None, defaults={}) is None
+    assert not make_bypass(default, lambda p: None)((SimpleNamespace(meta_info={"validate": True}),), {})
+    for compiled in (True, False):
+        gate = compile_gate_default(compiled)
+        assert [gate.first(None, (arg,), {}) for arg in (7, SimpleNamespace(meta_info={"global_steps": 9}))] == [1, 2]
+        set_step(40)
+        try:
+            assert gate.first(None, (7,), {}) == 40
+        finally:
+            set_step(None)
+
+
+def compile_gate_default(compiled: bool) -> Any:
+    from skipweave.policy.gate import compile_gate
+
+    bypass, step = BypassConfig(), StepSourceConfig()
+    return compile_gate(bypass, make_bypass(bypass, lambda p: None), own=True, expr=None, expr_interpreted=None,
+                        source=StepSource(step), steps=StepSet(None), positions=None, defaults={}, compiled=compiled)
+
+
 def test_the_gate_settles_plain_shapes_and_hands_over_the_rest() -> None:
     from skipweave.policy.gate import BYPASS
 
-    gate = _gate(BypassConfig(), StepSourceConfig())
+    gate = _gate(VERL_BYPASS, VERL_STEP)
     batch = SimpleNamespace(meta_info={"global_steps": 4})
     for _ in range(2):  # the first call judges the class (general path), the second reads it inline
         assert gate.first(None, (batch,), {}) == 4
@@ -260,7 +292,7 @@ def test_an_argument_named_self_or_a_digit_string_is_an_argument_not_the_instanc
         except StepError:
             return "StepError"
 
-    for bypass, step in ((BypassConfig(arg="self"), StepSourceConfig()),
+    for bypass, step in ((BypassConfig(arg="self"), VERL_STEP),
                          (BypassConfig(when=BypassKind.NEVER),
                           StepSourceConfig(source=StepSourceKind.ARG, arg="self", path="state.global_step")),
                          (BypassConfig(arg="1"), StepSourceConfig(source=StepSourceKind.ARG, arg=1))):

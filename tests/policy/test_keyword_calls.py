@@ -43,7 +43,7 @@ def test_get_arg_finds_a_positional_parameter_passed_by_keyword() -> None:
 def test_keyword_and_positional_calls_are_treated_alike(host_module: Any, tmp_path: Path) -> None:
     name, _ = host_module(HOST)
     m = sys.modules[name]
-    cfg = {"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path),
+    cfg = {"skip": {"rollout": {"enable": True, "convention": "verl", "dump_dir": str(tmp_path),
                                 "targets": {"gen": f"{name}:Manager.generate_sequences"}}}}
     skipweave.weave(cfg)
     mgr = m.Manager()

@@ -13,10 +13,30 @@ from skipweave.policy.steps import StepError, StepSource, set_step
 
 
 def test_auto_reads_verl_global_steps_else_counts() -> None:
-    src = StepSource(StepSourceConfig())
+    src = StepSource(StepSourceConfig(path="meta_info.global_steps"))  # verl's convention
     batch = SimpleNamespace(meta_info={"global_steps": np.int64(5)})
     assert src.step_for(None, (batch,), {}) == 5
     assert [src.step_for(None, ("x",), {}) for _ in range(3)] == [1, 2, 3]
+
+
+def test_auto_without_a_path_reads_no_argument(caplog: pytest.LogCaptureFixture) -> None:
+    """The schema's default names no host: auto is set_step's step, else the call counter, whatever the call
+    carries; the first count says so once, naming the key to set."""
+    src = StepSource(StepSourceConfig(), name="gen", key="skip.rollout.step")
+    batch = SimpleNamespace(meta_info={"global_steps": 5})
+    with caplog.at_level("WARNING", logger="skipweave"):
+        assert [src.step_for(None, (a,), {}) for a in (batch, 9, batch)] == [1, 2, 3]
+    assert [r.getMessage() for r in caplog.records] == [
+        "skipweave: gen: no step source set and skipweave.set_step() not called; counting calls as steps (1, 2, …). "
+        "If your calls carry their step, set skip.rollout.step (source arg, attr, regex or expr, or convention for a "
+        "host's)"]
+    set_step(8)
+    try:
+        assert src.step_for(None, (batch,), {}) == 8 and src.peek(None, (batch,), {}) == 8
+    finally:
+        set_step(None)
+    assert src.peek(None, (batch,), {}) is None
+    assert StepSource(StepSourceConfig(source=StepSourceKind.ARG, arg=1)).step_for(None, ("x", 4), {}) == 4
 
 
 def test_set_step_source_requires_a_step() -> None:

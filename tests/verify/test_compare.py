@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from skipweave.config.errors import ConfigError
+from skipweave.store.hosts import HOST_TYPES, Compared, HostType
 from skipweave.verify.compare import CompareSpec, Tolerance, compare, paths
 
 
@@ -207,6 +208,32 @@ def test_a_tensordict_batch_size_is_compared() -> None:
     rec = TensorDict({"x": torch.zeros(2)}, batch_size=[2])
     out = compare(rec, TensorDict({"x": torch.zeros(2)}, batch_size=[]))
     assert out.status == "diverged" and out.first is not None and out.first.kind == "shape"
+
+
+class Pair:
+    """A host object of a test's own host type: compared by what the host type says, ``left`` and a shape ``n``."""
+
+    def __init__(self, left: Any, right: Any, n: int) -> None:
+        self.left, self.right, self.n = left, right, n
+
+
+PAIR = HostType(kind="test_compare_pair", label="pair", matches=lambda obj: isinstance(obj, Pair),
+                encode=lambda enc, obj, path: {}, decode=lambda dec, node, path: None, children=lambda node: (),
+                compared=lambda obj: Compared({"left": obj.left}, [obj.n]))
+
+
+def test_a_host_type_says_what_of_its_objects_is_compared() -> None:
+    """verify names no host: it asks the registry, and the host type's ``compared`` gives the fields and the shape."""
+    assert compare(Pair(1, 2, 3), Pair(1, 99, 3)).status == "diverged"  # unregistered: every public attribute
+    HOST_TYPES.add(PAIR)
+    try:
+        assert compare(Pair(1, 2, 3), Pair(1, 99, 3)).status == "identical"  # right is not compared
+        out = compare({"p": Pair(1, 2, 3)}, {"p": Pair(5, 2, 4)})
+        assert [(d.path, d.kind) for d in out.divergences] == [("p", "shape"), ("p.left", "value")]
+        assert out.divergences[0].detail == {"recorded": [3], "live": [4]}
+        assert list(paths(Pair(1, 2, 3))) == ["left"]
+    finally:
+        HOST_TYPES.remove(PAIR)
 
 
 def test_default_ignore_compares_only_the_fields_the_patterns_name() -> None:

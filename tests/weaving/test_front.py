@@ -219,7 +219,7 @@ def _play(mod: Any, dump: Path, proxy: str | None, shape: dict[str, Any] | None 
     skipweave.unweave()
     path = f"{mod.__name__}:Trainer.gen" if method else f"{mod.__name__}:gen"
     target: Any = path if proxy is None else {"path": path, "proxy": proxy}
-    role = {"enable": True, "dump_dir": str(dump), "steps": [1, "3-4"], "targets": {"g": target}}
+    role = {"enable": True, "convention": "verl", "dump_dir": str(dump), "steps": [1, "3-4"], "targets": {"g": target}}
     for key, value in (shape or {}).items():
         role[key] = {k: v.format(mod=mod.__name__) if isinstance(v, str) else v for k, v in value.items()}
     skipweave.weave({"skip": {"rollout": role}})
@@ -255,12 +255,12 @@ def mod(host_module: Any) -> Any:
 
 def test_the_front_is_installed_for_plain_defs_and_the_reference_is_the_proxy_itself(mod: Any,
                                                                                       tmp_path: Path) -> None:
-    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "steps": [1],
+    skipweave.weave({"skip": {"rollout": {"enable": True, "convention": "verl", "dump_dir": str(tmp_path), "steps": [1],
                                           "targets": {"g": f"{mod.__name__}:gen"}}}})
     wrapper = mod.gen._self_wrapper
     assert not isinstance(wrapper, SkipProxy) and isinstance(proxy_of(wrapper), SkipProxy)
     skipweave.unweave()
-    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "steps": [1],
+    skipweave.weave({"skip": {"rollout": {"enable": True, "convention": "verl", "dump_dir": str(tmp_path), "steps": [1],
                                           "targets": {"g": {"path": f"{mod.__name__}:gen",
                                                             "proxy": f"{mod.__name__}:General"}}}}})
     assert type(mod.gen._self_wrapper).__name__ == "General"
@@ -306,7 +306,7 @@ def test_every_shape_of_a_method_target_agrees_with_the_interpreted_gate(mod: An
 
 
 def test_an_inactive_front_passes_calls_through_untouched(mod: Any, tmp_path: Path) -> None:
-    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "steps": [1],
+    skipweave.weave({"skip": {"rollout": {"enable": True, "convention": "verl", "dump_dir": str(tmp_path), "steps": [1],
                                           "targets": {"g": f"{mod.__name__}:gen"}}}})
     proxy = proxy_of(mod.gen._self_wrapper)
     assert proxy is not None
@@ -329,7 +329,7 @@ def gen(b):
     return _work(b)
 ''')
     mod = sys.modules[name]
-    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "steps": [1],
+    skipweave.weave({"skip": {"rollout": {"enable": True, "convention": "verl", "dump_dir": str(tmp_path), "steps": [1],
                                           "targets": {"g": f"{name}:gen"}}}})
     out = asyncio.run(mod.gen(mod.Batch({"global_steps": 2})))
     assert out.meta_info["skipweave"] == {"status": "bypass", "step": 2, "served_step": None}
@@ -337,7 +337,7 @@ def gen(b):
 
 def test_bypass_lines_follow_the_log_level_at_weave_time(mod: Any, tmp_path: Path,
                                                          caplog: pytest.LogCaptureFixture) -> None:
-    cfg = {"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "steps": [1],
+    cfg = {"skip": {"rollout": {"enable": True, "convention": "verl", "dump_dir": str(tmp_path), "steps": [1],
                                 "targets": {"g": f"{mod.__name__}:gen"}}}}
     with caplog.at_level(logging.INFO, logger="skipweave"):
         skipweave.weave(cfg)
@@ -381,7 +381,7 @@ def test_subclasses_that_replace_what_the_gate_reads_get_a_gate_around_their_rep
         setattr(mod, cls.__name__, cls)
         skipweave.unweave()
         skipweave.weave({"skip": {"rollout": {
-            "enable": True, "dump_dir": str(tmp_path / cls.__name__), "steps": [1],
+            "enable": True, "convention": "verl", "dump_dir": str(tmp_path / cls.__name__), "steps": [1],
             "targets": {"g": {"path": f"{mod.__name__}:gen", "proxy": f"{mod.__name__}:{cls.__name__}"}}}}})
         assert isinstance(proxy_of(mod.gen._self_wrapper), cls)
         mark = mod.gen(mod.Batch({"global_steps": 2})).meta_info["skipweave"]
@@ -392,7 +392,7 @@ def test_the_front_keeps_no_argument_class_alive(mod: Any, tmp_path: Path) -> No
     import gc
     import weakref
 
-    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "steps": [1],
+    skipweave.weave({"skip": {"rollout": {"enable": True, "convention": "verl", "dump_dir": str(tmp_path), "steps": [1],
                                           "targets": {"g": f"{mod.__name__}:gen"}}}})
     refs = []
     for i in range(300):  # a host making a class per call
@@ -419,7 +419,7 @@ def test_a_class_registered_as_a_mapping_later_is_seen(mod: Any, tmp_path: Path)
         def __contains__(self, key: str) -> bool:
             return key == "meta_info"
 
-    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "steps": [3],
+    skipweave.weave({"skip": {"rollout": {"enable": True, "convention": "verl", "dump_dir": str(tmp_path), "steps": [3],
                                           "targets": {"g": f"{mod.__name__}:gen"}}}})
     assert mod.gen(Late()).meta_info["skipweave"]["status"] == "bypass"  # attribute: step 2, not eligible
     Mapping.register(Late)
@@ -428,7 +428,7 @@ def test_a_class_registered_as_a_mapping_later_is_seen(mod: Any, tmp_path: Path)
 
 def test_a_handle_to_running_work_is_handed_back_untouched_and_not_recorded(
         mod: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "steps": [3],
+    skipweave.weave({"skip": {"rollout": {"enable": True, "convention": "verl", "dump_dir": str(tmp_path), "steps": [3],
                                           "targets": {"g": f"{mod.__name__}:gen"}}}})
     before = skipweave.counters()
     with caplog.at_level(logging.WARNING, logger="skipweave"):
@@ -448,7 +448,8 @@ def test_a_call_whose_arguments_raise_when_read_runs_live_with_one_warning(mod: 
     for proxy in (None, f"{mod.__name__}:General"):
         skipweave.unweave()
         target: Any = f"{mod.__name__}:gen" if proxy is None else {"path": f"{mod.__name__}:gen", "proxy": proxy}
-        skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "targets": {"g": target}}}})
+        skipweave.weave({"skip": {"rollout": {"enable": True, "convention": "verl",
+                                              "dump_dir": str(tmp_path), "targets": {"g": target}}}})
         calls = len(mod.CALLS)
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="skipweave"):

@@ -51,7 +51,8 @@ def batch(who: int, step: int) -> dict[str, Any]:
 
 
 def plan(name: str, dump: Path, **role: Any) -> dict[str, Any]:
-    return {"skip": {"rollout": {"enable": True, "dump_dir": str(dump), "targets": {"gen": f"{name}:gen"},
+    return {"skip": {"rollout": {"enable": True, "convention": "verl",
+                                 "dump_dir": str(dump), "targets": {"gen": f"{name}:gen"},
                                  **role}}}
 
 
@@ -105,7 +106,8 @@ import skipweave
 import {name} as m
 
 dump, who, sync = sys.argv[2], int(sys.argv[3]), sys.argv[4]
-skipweave.weave({{"skip": {{"rollout": {{"enable": True, "dump_dir": dump, "targets": {{"gen": "{name}:gen"}}}}}}}})
+skipweave.weave({{"skip": {{"rollout": {{"enable": True, "convention": "verl", "dump_dir": dump,
+                                         "targets": {{"gen": "{name}:gen"}}}}}}}})
 
 
 def barrier(kind):
@@ -243,7 +245,7 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 import skipweave
 import {name} as m
-role = {{"enable": True, "dump_dir": sys.argv[2], "targets": {{"gen": "{name}:gen"}}}}
+role = {{"enable": True, "convention": "verl", "dump_dir": sys.argv[2], "targets": {{"gen": "{name}:gen"}}}}
 skipweave.weave({{"skip": {{"rollout": role}}}})
 r = m.gen({{"who": 0, "meta_info": {{"global_steps": 1}}}})
 print(json.dumps({{"live": len(m.LIVE), "sample": r["sample"].tolist()}}))
@@ -322,7 +324,7 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 import skipweave
 import {name} as m
-role = {{"enable": True, "dump_dir": sys.argv[2], "targets": {{"gen": "{name}:gen"}}}}
+role = {{"enable": True, "convention": "verl", "dump_dir": sys.argv[2], "targets": {{"gen": "{name}:gen"}}}}
 skipweave.weave({{"skip": {{"rollout": role}}}})
 r = m.gen({{"who": int(sys.argv[3]), "meta_info": {{"global_steps": 1}}}})
 print(json.dumps({{"live": len(m.LIVE), "who": r["who"]}}))

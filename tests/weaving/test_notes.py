@@ -45,7 +45,7 @@ def test_every_registered_note_sees_each_result_and_a_removed_one_none(mod: Any,
                                                                        general: bool) -> None:
     note = ResultNote("extra", "fate")
 
-    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "steps": [1],
+    skipweave.weave({"skip": {"rollout": {"enable": True, "convention": "verl", "dump_dir": str(tmp_path), "steps": [1],
                                           "targets": {"g": f"{mod.__name__}:gen"}}}})
     if general:  # the proxy's own path (async targets, subclasses that replace __call__) instead of the front
         from skipweave.weaving.proxy import proxy_of

@@ -30,7 +30,7 @@ def _run(mod: Any, steps: list[int], cfg: dict[str, Any], validate_at: int | Non
 
 
 def _cfg(dump: Path, name: str, **role: Any) -> dict[str, Any]:
-    return {"skip": {"rollout": {"enable": True, "dump_dir": str(dump),
+    return {"skip": {"rollout": {"enable": True, "convention": "verl", "dump_dir": str(dump),
                                  "targets": {"g": f"{name}.Gen.generate"}, **role}}}
 
 
@@ -199,11 +199,12 @@ def sample(sample_id):
 ''')
     m = sys.modules[name]
     cfg = {"skip": {
-        "a": {"enable": True, "dump_dir": str(tmp_path), "targets": {"t": f"{name}.Trainer.rollout"},
+        "a": {"enable": True, "convention": "verl",
+              "dump_dir": str(tmp_path), "targets": {"t": f"{name}.Trainer.rollout"},
               "step": {"source": "attr", "path": "state.global_step"}},
-        "b": {"enable": True, "dump_dir": str(tmp_path), "targets": {"t": f"{name}.gen"},
+        "b": {"enable": True, "convention": "verl", "dump_dir": str(tmp_path), "targets": {"t": f"{name}.gen"},
               "step": {"source": "arg", "arg": "step", "path": ""}},
-        "c": {"enable": True, "dump_dir": str(tmp_path), "targets": {"t": f"{name}.sample"},
+        "c": {"enable": True, "convention": "verl", "dump_dir": str(tmp_path), "targets": {"t": f"{name}.sample"},
               "step": {"source": "regex", "arg": 0, "path": "", "pattern": r"sample_\d+_(\d+)$"}},
     }}
     skipweave.weave(cfg)
@@ -228,7 +229,8 @@ class Gen:
         return threading.Lock()
 ''')
     m = sys.modules[name]
-    skipweave.weave({"skip": {"r": {"enable": True, "dump_dir": str(tmp_path), "targets": {"g": f"{name}.Gen.generate"},
+    skipweave.weave({"skip": {"r": {"enable": True, "convention": "verl",
+                                    "dump_dir": str(tmp_path), "targets": {"g": f"{name}.Gen.generate"},
                                     "step": "counter"}}})
     with caplog.at_level(logging.WARNING):
         out = m.Gen().generate(None)
@@ -248,7 +250,8 @@ class Gen:
         return fractions.Fraction(1, 3)
 ''')
     m = sys.modules[name]
-    role = {"enable": True, "dump_dir": str(tmp_path), "targets": {"g": f"{name}.Gen.generate"}, "step": "counter"}
+    role = {"enable": True, "convention": "verl",
+            "dump_dir": str(tmp_path), "targets": {"g": f"{name}.Gen.generate"}, "step": "counter"}
     skipweave.weave({"skip": {"r": {**role, "allow_pickle": True}}})
     m.Gen().generate(None)
     skipweave.unweave()

@@ -72,7 +72,8 @@ def _plan(mod: Any, dump: Path, *, replay_only: bool = False, record_validation:
     targets: dict[str, Any] = {"gen": f"{mod.__name__}:Engine.generate", "agen": f"{mod.__name__}:Engine.agenerate"}
     if stub is not None:
         targets["engine"] = {"path": f"{mod.__name__}:Engine", "stub": stub}
-    return {"skip": {"rollout": {"enable": True, "dump_dir": str(dump), "steps": steps, "replay_only": replay_only,
+    return {"skip": {"rollout": {"enable": True, "convention": "verl",
+                                 "dump_dir": str(dump), "steps": steps, "replay_only": replay_only,
                                  "record_validation": record_validation, "targets": targets, **role}}}
 
 
@@ -213,7 +214,8 @@ def test_bad_stubs_are_config_errors_naming_the_key(mod: Any, tmp_path: Path, st
 
 
 def test_a_role_of_stubs_alone_is_refused(mod: Any, tmp_path: Path) -> None:
-    plan = {"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "replay_only": True, "targets": {
+    plan = {"skip": {"rollout": {"enable": True, "convention": "verl",
+                                 "dump_dir": str(tmp_path), "replay_only": True, "targets": {
         "engine": {"path": f"{mod.__name__}:Engine", "stub": {}}}}}}
     with pytest.raises(ConfigError, match="besides its stubs"):
         skipweave.weave(plan)
@@ -267,7 +269,8 @@ def test_a_factory_method_stub_returns_a_stand_in_of_its_class_and_bridges_stay_
     name, _ = host_module(FACTORY_HOST)
     mod = sys.modules[name]
     gen = f"{mod.__name__}:Servers.replicas"
-    plan = {"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "replay_only": True, "targets": {
+    plan = {"skip": {"rollout": {"enable": True, "convention": "verl",
+                                 "dump_dir": str(tmp_path), "replay_only": True, "targets": {
         "gen": gen, "servers": {"path": f"{name}:Servers.create",
                                 "stub": {"stand_in": True, "methods": {"sleep": "no-op"}}}}}}}
     skipweave.weave(plan)
@@ -310,7 +313,8 @@ def test_a_replay_only_call_whose_step_cannot_be_told_stops_instead_of_running_l
 
 def test_a_class_stub_listed_before_a_replayed_method_of_that_class(mod: Any, tmp_path: Path) -> None:
     targets = {"engine": {"path": f"{mod.__name__}:Engine", "stub": {}}, "gen": f"{mod.__name__}:Engine.generate"}
-    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path), "replay_only": True,
+    skipweave.weave({"skip": {"rollout": {"enable": True, "convention": "verl",
+                                          "dump_dir": str(tmp_path), "replay_only": True,
                                           "targets": targets}}})
     with pytest.raises(ReplayMissing, match="target gen"):  # the method is woven on the class itself
         mod.Engine(1).generate(mod.Batch({"global_steps": 1}))
@@ -352,7 +356,7 @@ async def tokens():
 def test_stand_ins_keep_the_class_s_own_code_from_running(host_module: Any, tmp_path: Path) -> None:
     name, _ = host_module(STANDIN_HOST)
     mod = sys.modules[name]
-    role = {"enable": True, "dump_dir": str(tmp_path), "replay_only": True, "targets": {
+    role = {"enable": True, "convention": "verl", "dump_dir": str(tmp_path), "replay_only": True, "targets": {
         "gen": f"{name}:Engine.helper",
         "engine": {"path": f"{name}:Engine", "stub": {"methods": {"build": "built", "stream": ["a", "b"]},
                                                        "attrs": {"ready": True}}},

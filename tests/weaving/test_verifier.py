@@ -84,7 +84,8 @@ def mod(host_module: Any) -> Any:
 
 def _plan(mod: Any, dump: Path, report: Path, action: str = "verify", **role: Any) -> dict[str, Any]:
     targets = {"gen": f"{mod.__name__}:Engine.generate", "agen": f"{mod.__name__}:Engine.agenerate"}
-    settings: dict[str, Any] = {"enable": True, "dump_dir": str(dump), "action": action, "targets": targets,
+    settings: dict[str, Any] = {"enable": True, "convention": "verl",
+                                "dump_dir": str(dump), "action": action, "targets": targets,
                                 "record_validation": True, **role}
     if action == "verify":
         settings.setdefault("report", str(report))
@@ -354,7 +355,8 @@ def test_the_default_report_is_one_absolute_file_per_run_fixed_when_the_config_i
     from skipweave.config.parse import parse_skip
 
     monkeypatch.chdir(tmp_path)
-    skip = {name: {"enable": True, "action": "verify", "targets": {"g": f"{mod.__name__}:Engine.generate"}}
+    skip = {name: {"enable": True, "convention": "verl",
+                   "action": "verify", "targets": {"g": f"{mod.__name__}:Engine.generate"}}
             for name in ("rollout", "ref")}
     config = parse_skip(skip)
     paths = {r.report for r in config.roles.values()}
@@ -362,7 +364,8 @@ def test_the_default_report_is_one_absolute_file_per_run_fixed_when_the_config_i
     assert path is not None and os.path.isabs(path) and Path(path).parent == tmp_path
     assert Path(path).name.startswith("skipweave-verify-") and path.endswith(".jsonl")
     assert parse_skip(config.to_config()["skip"]) == config  # what a Ray worker reads back: the same file
-    assert parse_skip({"rollout": {"enable": True, "targets": {"g": "a.b:C.d"}}}).roles["rollout"].report is None
+    assert parse_skip({"rollout": {"enable": True, "convention": "verl",
+                                   "targets": {"g": "a.b:C.d"}}}).roles["rollout"].report is None
 
 
 def test_a_corrupt_recording_is_left_in_place_and_the_call_is_reported_with_the_reason(
@@ -506,7 +509,8 @@ class Generator:
 
 
 def _trl_plan(name: str, dump: Path, report: Path, action: str) -> dict[str, Any]:
-    return {"skip": {"rollout": {"enable": True, "dump_dir": str(dump), "action": action, "report": str(report),
+    return {"skip": {"rollout": {"enable": True, "convention": "verl",
+                                 "dump_dir": str(dump), "action": action, "report": str(report),
                                  "targets": {"gen": f"{name}:Generator.generate", "score": f"{name}:Generator.score"},
                                  "step": {"expr": "step"}}}}
 

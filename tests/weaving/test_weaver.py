@@ -22,7 +22,8 @@ from tests.conftest import HOST_SOURCE
 
 
 def _cfg(dump: Path, targets: dict[str, object], **role: object) -> dict[str, object]:
-    return {"skip": {"rollout": {"enable": True, "dump_dir": str(dump), "targets": targets, **role}}}
+    return {"skip": {"rollout": {"enable": True, "convention": "verl",
+                                 "dump_dir": str(dump), "targets": targets, **role}}}
 
 
 def test_every_kind_of_target_records_then_replays(host_module, tmp_path: Path) -> None:
@@ -326,7 +327,8 @@ def _heavy_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def _role(tmp_path: Path, **targets: Any) -> dict[str, Any]:
-    return {"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path / "dump"), "step": "counter",
+    return {"skip": {"rollout": {"enable": True, "convention": "verl",
+                                 "dump_dir": str(tmp_path / "dump"), "step": "counter",
                                  "targets": targets}}}
 
 
@@ -365,7 +367,8 @@ def test_a_package_extending_its_path_at_import_is_still_found(tmp_path: Path,
             (tmp_path / part / name / "__init__.py").write_text(body)
         monkeypatch.syspath_prepend(str(tmp_path / part))
     (tmp_path / "b" / name / "gen.py").write_text("def generate(n):\n    return [n]\n")
-    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": str(tmp_path / "dump"), "step": "counter",
+    skipweave.weave({"skip": {"rollout": {"enable": True, "convention": "verl",
+                                          "dump_dir": str(tmp_path / "dump"), "step": "counter",
                                           "targets": {"g": f"{name}.gen.generate"}}}})
     gen = importlib.import_module(f"{name}.gen")
     before = skipweave.counters()["misses"]

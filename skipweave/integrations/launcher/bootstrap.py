@@ -34,6 +34,9 @@ FAILURE_EXIT = 2
 def read_plan(environ: Any = None) -> SkipConfig | None:
     """Return the plan in ``SKIPWEAVE_PLAN``, or ``None`` when the variable is unset or empty.
 
+    The integrations are loaded first when there is a plan: its roles name the conventions the integrations declare
+    (``convention: verl``), as the parent's did when it wrote the plan.
+
     Raises:
         skipweave.ConfigError: the JSON is not a valid plan (names the key).
         ValueError: the variable is not JSON, or has no top-level ``skip``.
@@ -44,6 +47,9 @@ def read_plan(environ: Any = None) -> SkipConfig | None:
     data = json.loads(raw)
     if not isinstance(data, dict) or "skip" not in data:
         raise ValueError(f"{PLAN_ENV} holds no {{'skip': ...}} mapping")
+    from skipweave.integrations.discovery import load_integrations
+
+    load_integrations()
     return parse_skip(data["skip"])
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from skipweave.store.classes import class_ref
 from skipweave.store.format.tree import CodecError, attr_label, key_label, path_text
-from skipweave.store.hosts import FingerprintParts, HostType, NodeDecoder, NodeEncoder, Samples
+from skipweave.store.hosts import Compared, FingerprintParts, HostType, NodeDecoder, NodeEncoder, Samples
 
 
 def _in_tensordict(cls: type) -> bool:
@@ -117,6 +117,13 @@ def _tensordict_children(node: Mapping[str, Any]) -> Iterable[tuple[str, Any]]:
     return ((key_label(k), v) for k, v in node["v"].items())
 
 
+def compared(obj: Any) -> Compared:
+    """What verify compares of a ``TensorDict`` (a lazy stack, a ``NonTensorData``; or the view of a recorded one):
+    its entries by key (``keys()``, not iteration: a ``TensorDict`` is a ``Mapping`` whose iteration walks its batch
+    dimension) and its batch size beside them."""
+    return Compared({k: obj[k] for k in obj.keys()}, getattr(obj, "batch_size", None))
+
+
 def _tensordict_fingerprint(obj: Any) -> FingerprintParts:
     return FingerprintParts(b"X", ",".join(str(int(d)) for d in obj.batch_size),
                             ((str(k), obj[k]) for k in sorted(obj.keys(), key=str)), b"x")
@@ -159,6 +166,7 @@ TENSORDICT = HostType(
     class_problem=lambda cls: None if is_tensordict_class(cls) else "is not a tensordict class",
     fingerprint=_tensordict_fingerprint,
     samples=tensordict_samples,
+    compared=compared,
 )
 """Host type of tensordict's ``TensorDictBase`` instances (node kind ``tensordict``)."""
 
@@ -194,8 +202,9 @@ NON_TENSOR_DATA = HostType(
     decode=_decode_nontensordata,
     children=lambda node: ((attr_label("data"), node["data"]),),
     approved=("tensordict:NonTensorData", "tensordict.tensorclass:NonTensorData"),
+    compared=compared,
 )
 """Host type of tensorclass instances: ``NonTensorData`` is stored, other tensorclasses need pickle."""
 
-__all__ = ["NON_TENSOR_DATA", "TENSORDICT", "is_tensorclass", "is_tensordict", "is_tensordict_class",
+__all__ = ["NON_TENSOR_DATA", "TENSORDICT", "compared", "is_tensorclass", "is_tensordict", "is_tensordict_class",
            "tensordict_samples"]

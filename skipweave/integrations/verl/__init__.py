@@ -2,6 +2,7 @@
 
 Modules (each imports verl only when verl is already running, so importing this package is cheap):
 
+- :mod:`~skipweave.integrations.verl.convention` — where a ``DataProto`` carries its step, validation flag and uid.
 - :mod:`~skipweave.integrations.verl.namespace` — verl's run identity as the default namespace.
 - :mod:`~skipweave.integrations.verl.coexist` — hands each role to exactly one of skipweave and
   verl's ``SkipManager``, and keeps verl's parsing of its ``skip`` section working.
@@ -31,13 +32,15 @@ INTEGRATION = Integration(
         "skipweave.integrations.verl.config:LEGACY_KEYS",
         "skipweave.integrations.verl.config:RUN_NAMESPACE",
     ),
+    conventions=("skipweave.integrations.verl.convention:VERL",),
     result_notes=("skipweave.integrations.verl.meta_info:META_INFO",),
     weave_hooks=("skipweave.integrations.verl.coexist:COEXISTENCE",),
     environment=("vllm", "sglang"),  # the rollout engines verl runs (their versions belong in a recording)
     # DataProto is a shape trainers of their own copy (a batch with batch/non_tensor_batch/meta_info, read by
-    # meta_info["skipweave"]), and verl's config keys are keys: these work with no verl installed (the tiny_grpo
-    # example, the fixture store's host, tests' verl-shaped batches). Only the SkipManager hand-over needs verl.
-    without_host=("host_types", "config_adapters", "result_notes", "environment"),
+    # meta_info["skipweave"], its convention's step, validation flag and uid), and verl's config keys are keys: these
+    # work with no verl installed (the tiny_grpo example, the fixture store's host, tests' verl-shaped batches). Only
+    # the SkipManager hand-over needs verl.
+    without_host=("host_types", "config_adapters", "conventions", "result_notes", "environment"),
 )
 """skipweave's verl integration (entry point ``verl`` of ``skipweave.integrations``)."""
 

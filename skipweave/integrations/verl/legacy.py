@@ -49,6 +49,7 @@ from typing import Any
 
 from skipweave.config.containers import MISSING, is_dictconfig, node_at, plain
 from skipweave.config.errors import ConfigError
+from skipweave.integrations.verl.convention import NAME as CONVENTION
 
 logger = logging.getLogger(__name__)
 
@@ -198,6 +199,8 @@ def _fill(
             used.setdefault(source, []).append(f"skip.{LEGACY_ROLE}.{key}={_show(value)}")
         else:
             shadowed.setdefault(source, []).append(f"skip.{LEGACY_ROLE}.{key}={_show(role[key])}")
+    if _unset(role.get("convention")):  # the role verl's own keys configure follows verl's convention
+        role["convention"] = CONVENTION
     if max_dump_step is not None:
         source = sources["max_dump_step"]
         action = "cache" if _unset(role.get("action")) else role["action"]

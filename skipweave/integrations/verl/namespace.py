@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from skipweave.config.containers import node_at, plain
+from skipweave.integrations.verl.convention import NAME as CONVENTION
 from skipweave.store.fs import NAME_MAX
 
 NAMESPACE_KEYS: tuple[str, ...] = (
@@ -124,7 +125,9 @@ def apply_verl_defaults(container: dict[str, Any]) -> dict[str, Any]:
     - that leaves ``namespace`` unset gets verl's run identity (see the module docstring), unless it ``follows``
       another role of the config (it takes that role's namespace, see :func:`skipweave.config.loader.follow_roles`);
     - whose ``steps`` is verl's shipped default ``[]`` (in verl: no step selected, which a profile's
-      ``steps: ???`` keeps) has it dropped, so that skipweave's default, every step, applies.
+      ``steps: ???`` keeps) has it dropped, so that skipweave's default, every step, applies;
+    - that names no ``convention`` follows verl's (:mod:`skipweave.integrations.verl.convention`): a verl app's
+      calls pass ``DataProto`` batches.
     """
     skip = container.get("skip")
     if not isinstance(skip, Mapping):
@@ -138,5 +141,6 @@ def apply_verl_defaults(container: dict[str, Any]) -> dict[str, Any]:
             role = {k: v for k, v in role.items() if not (k == "steps" and v == [])}
             if not (isinstance(role.get("follows"), str) and isinstance(skip.get(role["follows"]), Mapping)):
                 role.setdefault("namespace", namespace)
+            role.setdefault("convention", CONVENTION)
         roles[name] = role
     return {**container, "skip": roles}

@@ -46,8 +46,7 @@ from skipweave.store.format.codec.tensors import flat_bytes, from_numpy, node_sh
 from skipweave.store.format.tree import CodecError, NodePath, index_label, path_text
 
 if TYPE_CHECKING:
-    from skipweave.store.format.codec.decoder import Decoder
-    from skipweave.store.format.codec.encoder import Encoder
+    from skipweave.store.format.codec.walk import DecodeWalk, EncodeWalk
 
 COMPACT_VERSION = 2
 """The codec version that introduced the ``strs`` / ``json`` object-array forms."""
@@ -133,7 +132,7 @@ def _compact_object_items(arr: np.ndarray) -> tuple[str, list[Any]] | None:
     return None
 
 
-def encode_ndarray(enc: Encoder, arr: np.ndarray, path: NodePath) -> dict[str, Any]:
+def encode_ndarray(enc: EncodeWalk, arr: np.ndarray, path: NodePath) -> dict[str, Any]:
     """The ``ndarray`` node of ``arr`` (a copy of an alias's node); structured/void dtypes go to pickle."""
     cached = enc.by_id.get(id(arr))
     if cached is not None:
@@ -178,7 +177,7 @@ def encode_ndarray(enc: Encoder, arr: np.ndarray, path: NodePath) -> dict[str, A
     return node
 
 
-def decode_ndarray(dec: Decoder, node: Mapping[str, Any], path: NodePath) -> np.ndarray:
+def decode_ndarray(dec: DecodeWalk, node: Mapping[str, Any], path: NodePath) -> np.ndarray:
     """The array of an ``ndarray`` node; numeric arrays share memory with the stored tensor."""
     dt = np_dtype(node, path)
     shape = node_shape(node, path)
@@ -263,7 +262,7 @@ def encode_npscalar(obj: np.generic) -> dict[str, Any]:
     }
 
 
-def decode_npscalar(dec: Decoder, node: Mapping[str, Any], path: NodePath) -> Any:
+def decode_npscalar(dec: DecodeWalk, node: Mapping[str, Any], path: NodePath) -> Any:
     """The numpy scalar of an ``npscalar`` node; dtypes holding objects are refused."""
     dt = np_dtype(node, path)
     if dt.hasobject:

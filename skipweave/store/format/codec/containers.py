@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 from skipweave.store.format.tree import NodePath, index_label, key_label
 
 if TYPE_CHECKING:
-    from skipweave.store.format.codec.decoder import Decoder
-    from skipweave.store.format.codec.encoder import Encoder
+    from skipweave.store.format.codec.walk import DecodeWalk, EncodeWalk
 
 
 def _key_repr_label(k: Any) -> str:
@@ -28,7 +27,7 @@ def _item_repr_label(v: Any) -> str:
     return f"<item {v!r}>"
 
 
-def encode_plain_dict(enc: Encoder, obj: dict[Any, Any], path: NodePath) -> dict[str, Any]:
+def encode_plain_dict(enc: EncodeWalk, obj: dict[Any, Any], path: NodePath) -> dict[str, Any]:
     """The node of an exact ``dict`` (the encoder's fast path: one call less per dict)."""
     oid = enc.push(obj, path)
     try:
@@ -37,7 +36,7 @@ def encode_plain_dict(enc: Encoder, obj: dict[Any, Any], path: NodePath) -> dict
         enc.stack.discard(oid)
 
 
-def encode_plain_seq(enc: Encoder, obj: list[Any] | tuple[Any, ...], path: NodePath) -> dict[str, Any]:
+def encode_plain_seq(enc: EncodeWalk, obj: list[Any] | tuple[Any, ...], path: NodePath) -> dict[str, Any]:
     """The node of an exact ``list`` or ``tuple`` (the encoder's fast path)."""
     oid = enc.push(obj, path)
     try:
@@ -47,7 +46,7 @@ def encode_plain_seq(enc: Encoder, obj: list[Any] | tuple[Any, ...], path: NodeP
         enc.stack.discard(oid)
 
 
-def encode_container(enc: Encoder, obj: Any, path: NodePath) -> dict[str, Any]:
+def encode_container(enc: EncodeWalk, obj: Any, path: NodePath) -> dict[str, Any]:
     """The node of a ``dict``, ``OrderedDict``, ``list``, ``tuple``, ``set`` or ``frozenset`` (exact types)."""
     tp = type(obj)
     if tp is dict or tp is collections.OrderedDict:
@@ -65,7 +64,7 @@ def encode_container(enc: Encoder, obj: Any, path: NodePath) -> dict[str, Any]:
     return {"t": tp.__name__, "v": items}
 
 
-def encode_mapping(enc: Encoder, obj: dict[Any, Any], path: NodePath, node: dict[str, Any]) -> dict[str, Any]:
+def encode_mapping(enc: EncodeWalk, obj: dict[Any, Any], path: NodePath, node: dict[str, Any]) -> dict[str, Any]:
     """Fill a ``dict`` node: ``"v"`` when every key is exactly a ``str``, else ``"kv"`` pairs."""
     encode = enc.encode
     for k in obj:
@@ -78,7 +77,7 @@ def encode_mapping(enc: Encoder, obj: dict[Any, Any], path: NodePath, node: dict
     return node
 
 
-def decode_dict(dec: Decoder, node: Mapping[str, Any], path: NodePath) -> dict[Any, Any]:
+def decode_dict(dec: DecodeWalk, node: Mapping[str, Any], path: NodePath) -> dict[Any, Any]:
     """The dict (or ``OrderedDict``) of a ``dict`` node."""
     out: dict[Any, Any] = collections.OrderedDict() if node.get("ordered") else {}
     decode = dec.decode
@@ -92,7 +91,7 @@ def decode_dict(dec: Decoder, node: Mapping[str, Any], path: NodePath) -> dict[A
     return out
 
 
-def decode_seq(dec: Decoder, node: Mapping[str, Any], path: NodePath) -> Any:
+def decode_seq(dec: DecodeWalk, node: Mapping[str, Any], path: NodePath) -> Any:
     """The list, tuple, set or frozenset of a node of that tag."""
     items = [dec.decode(v, (path, index_label, i)) for i, v in enumerate(node["v"])]
     return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[node["t"]](items)

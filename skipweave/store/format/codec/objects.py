@@ -24,8 +24,7 @@ from skipweave.store.classes import class_ref
 from skipweave.store.format.tree import CodecError, NodePath, attr_label, path_text
 
 if TYPE_CHECKING:
-    from skipweave.store.format.codec.decoder import Decoder
-    from skipweave.store.format.codec.encoder import Encoder
+    from skipweave.store.format.codec.walk import DecodeWalk, EncodeWalk
 
 
 def is_namedtuple(obj: Any) -> bool:
@@ -33,7 +32,7 @@ def is_namedtuple(obj: Any) -> bool:
     return isinstance(obj, tuple) and type(obj) is not tuple and hasattr(type(obj), "_fields")
 
 
-def encode_namedtuple(enc: Encoder, obj: Any, path: NodePath) -> dict[str, Any]:
+def encode_namedtuple(enc: EncodeWalk, obj: Any, path: NodePath) -> dict[str, Any]:
     """The ``namedtuple`` node of ``obj``: its class and each field's node."""
     tp = type(obj)
     ref = enc.class_ref(tp, path, "namedtuple")
@@ -44,7 +43,7 @@ def encode_namedtuple(enc: Encoder, obj: Any, path: NodePath) -> dict[str, Any]:
     }
 
 
-def encode_dataclass(enc: Encoder, obj: Any, path: NodePath) -> dict[str, Any]:
+def encode_dataclass(enc: EncodeWalk, obj: Any, path: NodePath) -> dict[str, Any]:
     """The ``dataclass`` node of ``obj``: its class and each field's node."""
     ref = enc.class_ref(type(obj), path, "dataclass")
     fields = {
@@ -53,7 +52,7 @@ def encode_dataclass(enc: Encoder, obj: Any, path: NodePath) -> dict[str, Any]:
     return {"t": "dataclass", "cls": ref, "v": fields}
 
 
-def encode_enum(enc: Encoder, obj: enum.Enum, path: NodePath) -> dict[str, Any]:
+def encode_enum(enc: EncodeWalk, obj: enum.Enum, path: NodePath) -> dict[str, Any]:
     """The ``enum`` node of a member: by name, or by value for a ``Flag`` combination without one."""
     cls = type(obj)
     ref = enc.class_ref(cls, path, "enum")
@@ -63,7 +62,7 @@ def encode_enum(enc: Encoder, obj: enum.Enum, path: NodePath) -> dict[str, Any]:
     return {"t": "enum", "cls": ref, "value": enc.encode(obj.value, (path, str, ".value"))}
 
 
-def decode_enum(dec: Decoder, node: Mapping[str, Any], path: NodePath) -> Any:
+def decode_enum(dec: DecodeWalk, node: Mapping[str, Any], path: NodePath) -> Any:
     """The member an ``enum`` node names, looked up without calling the class (except a Flag combination)."""
     ref = node.get("cls")
     cls = dec.resolve(ref, "enum", path)
@@ -86,7 +85,7 @@ def decode_enum(dec: Decoder, node: Mapping[str, Any], path: NodePath) -> Any:
     return cls(value)
 
 
-def decode_namedtuple(dec: Decoder, node: Mapping[str, Any], path: NodePath) -> Any:
+def decode_namedtuple(dec: DecodeWalk, node: Mapping[str, Any], path: NodePath) -> Any:
     """The namedtuple of a ``namedtuple`` node, built with ``tuple.__new__``."""
     ref = node.get("cls")
     cls = dec.resolve(ref, "namedtuple", path)
@@ -97,7 +96,7 @@ def decode_namedtuple(dec: Decoder, node: Mapping[str, Any], path: NodePath) -> 
     return tuple.__new__(cls, tuple(values[f] for f in fields))
 
 
-def decode_dataclass(dec: Decoder, node: Mapping[str, Any], path: NodePath) -> Any:
+def decode_dataclass(dec: DecodeWalk, node: Mapping[str, Any], path: NodePath) -> Any:
     """The dataclass instance of a ``dataclass`` node, built without running the class's code."""
     ref = node.get("cls")
     cls = dec.resolve(ref, "dataclass", path)

@@ -18,15 +18,14 @@ from skipweave.store.classes import class_ref
 from skipweave.store.format.tree import CodecError, NodePath, path_text
 
 if TYPE_CHECKING:
-    from skipweave.store.format.codec.decoder import Decoder
-    from skipweave.store.format.codec.encoder import Encoder
+    from skipweave.store.format.codec.walk import DecodeWalk, EncodeWalk
 
 
 class PickleRefused(CodecError):
     """The value needs pickle (to encode or to decode) but ``allow_pickle`` is False."""
 
 
-def encode_pickle(enc: Encoder, obj: Any, path: NodePath, reason: str | None = None) -> dict[str, Any]:
+def encode_pickle(enc: EncodeWalk, obj: Any, path: NodePath, reason: str | None = None) -> dict[str, Any]:
     """The ``pickle`` node of ``obj``.
 
     Raises:
@@ -49,7 +48,7 @@ def encode_pickle(enc: Encoder, obj: Any, path: NodePath, reason: str | None = N
     return {"t": "pickle", "k": key, "type": tname, "nbytes": len(data)}
 
 
-def decode_pickle(dec: Decoder, node: Mapping[str, Any], path: NodePath) -> Any:
+def decode_pickle(dec: DecodeWalk, node: Mapping[str, Any], path: NodePath) -> Any:
     """The object of a ``pickle`` node.
 
     Raises:

@@ -20,8 +20,7 @@ from skipweave.store.format.codec.devices import to_recorded_device
 from skipweave.store.format.tree import CodecError, NodePath, path_text
 
 if TYPE_CHECKING:
-    from skipweave.store.format.codec.decoder import Decoder
-    from skipweave.store.format.codec.encoder import Encoder
+    from skipweave.store.format.codec.walk import DecodeWalk, EncodeWalk
 
 SAFE_TORCH_DTYPES: frozenset[torch.dtype] = frozenset(
     {
@@ -45,7 +44,7 @@ _TORCH_DTYPES: dict[str, torch.dtype] = {
 """``"torch.<name>"`` -> the dtype, as :func:`torch_dtype` finds it in torch's namespace (looked up first)."""
 
 
-def encode_tensor(enc: Encoder, obj: torch.Tensor, path: NodePath) -> dict[str, Any]:
+def encode_tensor(enc: EncodeWalk, obj: torch.Tensor, path: NodePath) -> dict[str, Any]:
     """The ``tensor`` node of ``obj`` (a copy of an alias's node); sparse layouts go to pickle."""
     cached = enc.by_id.get(id(obj))
     if cached is not None:
@@ -78,7 +77,7 @@ def encode_tensor(enc: Encoder, obj: torch.Tensor, path: NodePath) -> dict[str, 
     return node
 
 
-def decode_tensor(dec: Decoder, node: Mapping[str, Any], path: NodePath) -> torch.Tensor:
+def decode_tensor(dec: DecodeWalk, node: Mapping[str, Any], path: NodePath) -> torch.Tensor:
     """The tensor of a ``tensor`` node, on its recorded device when available; aliases decode as one tensor."""
     cache = dec.cache
     ck = ("tensor", str(node.get("k")))
