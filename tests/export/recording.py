@@ -138,7 +138,8 @@ def record(dump: Path, host: Any, targets: dict[str, str], calls: Callable[[Any]
            role: str = "rollout", namespace: str | None = None, **settings: Any) -> None:
     """Weave ``targets`` (name -> attribute path in ``host``) as a recording role and run ``calls(host)`` (a
     generator making the calls), then unweave (which commits every entry)."""
-    spec: dict[str, Any] = {"enable": True, "dump_dir": str(dump),
+    # verl's convention: the DataProto-shaped calls carry their step and validation flag in meta_info
+    spec: dict[str, Any] = {"enable": True, "convention": "verl", "dump_dir": str(dump),
                             "targets": {k: f"{host.__name__}:{v}" for k, v in targets.items()}, **settings}
     if namespace is not None:
         spec["namespace"] = namespace
