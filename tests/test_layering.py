@@ -510,9 +510,6 @@ def every_import_graph() -> dict[str, dict[str, int]]:
 
 
 KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    frozenset(f"{PACKAGE}.weaving.{m}" for m in (
-        "asyncio_bridge", "binding", "calls", "effects", "fingerprint", "proxy", "record", "replay", "verifier")):
-        "the call engine: helpers holding the SkipProxy they serve (issue 43, 'a call engine with a direction')",
     frozenset(f"{PACKAGE}.store.{m}" for m in (
         "commit", "parts", "resume", "retainer", "retention", "step_store", "upkeep", "validity")):
         "the store's engine and upkeep: helpers typed against the StepStore facade that holds them",
@@ -520,8 +517,9 @@ KNOWN_CIRCLES: dict[frozenset[str], str] = {
         "arrays", "containers", "decoder", "encoder", "objects", "pickled", "tensors")):
         "the codec: each kind's module typed against the Encoder/Decoder that dispatch to it (issue 43)",
 }
-"""The import circles left when function-level and ``TYPE_CHECKING`` imports count, each with what it is; all three
-are a helper that points back at its owner. The list only shrinks: a new circle, or one grown, fails the test below,
+"""The import circles left when function-level and ``TYPE_CHECKING`` imports count, each with what it is; both are
+a helper that points back at its owner (the call engine's, helpers holding the ``SkipProxy`` they served, is gone:
+issue 43, 'a call engine with a direction'). The list only shrinks: a new circle, or one grown, fails the test below,
 and so does a circle that is gone (delete it here)."""
 
 

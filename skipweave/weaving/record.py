@@ -29,7 +29,7 @@ from skipweave.weaving.notes import annotate
 from skipweave.weaving.rng import capture_rng_state, rng_changes, rng_marks
 
 if TYPE_CHECKING:
-    from skipweave.weaving.proxy import SkipProxy
+    from skipweave.weaving.context import TargetContext
 
 logger = logging.getLogger(__name__)
 
@@ -38,37 +38,36 @@ Snapshot = tuple[Any, "dict[str, Any] | None"]
 
 
 class Recorder:
-    """Runs the real calls of one proxy (:class:`SkipProxy`) and records their results into its store.
+    """Runs the real calls of one woven target and records their results into its store.
 
     Args:
-        proxy: the proxy whose calls are recorded (its role, target, store, ledger and declared effects are read at
-            each call).
+        ctx: the target's context (its role, target, store, ledger and declared effects).
     """
 
-    def __init__(self, proxy: SkipProxy) -> None:
-        self.proxy = proxy
+    def __init__(self, ctx: TargetContext) -> None:
+        self.ctx = ctx
 
     @contextlib.contextmanager
     def real_call(self, d: Call) -> Iterator[None]:
         """Around the target's real call: nested calls of it run live (recursion guard, and the front leaves every
         call to the proxy's general path while one runs); if it raises, its call index is given back. The host's
         own call is no work of skipweave's: the process's exit does not wait for it (:mod:`skipweave.lifecycle`)."""
-        proxy = self.proxy
-        ledger, effects = proxy.ledger, proxy.effects
-        token = RUNNING_HERE.set(RUNNING_HERE.get() | {id(proxy)})
+        ctx = self.ctx
+        ledger, effects = ctx.ledger, ctx.effects
+        token = RUNNING_HERE.set(RUNNING_HERE.get() | {id(ctx)})
         with ledger.lock:
             ledger.running += 1
             ledger.register(d)  # a call that became a miss only when its entry could not be served
             alone = effects.open_call(d) if effects.effects else False
         if not d.no_store:
-            d.start_number = proxy.store.call_started(d.step, proxy.target.name, d.shard)
+            d.start_number = ctx.store.call_started(d.step, ctx.target.name, d.shard)
             if alone:
                 d.lists_before = effects.lists_before(d)
-            if proxy.role.restore_rng:
+            if ctx.role.restore_rng:
                 try:
                     d.rng_before = rng_marks()  # last: what the call changes is recorded (see snapshot)
                 except Exception as exc:  # (a broken CUDA setup): never fail the call; the whole state is tried after
-                    logger.debug("skipweave: RNG marks before %s failed (%s: %s)", proxy.target.name,
+                    logger.debug("skipweave: RNG marks before %s failed (%s: %s)", ctx.target.name,
                                  type(exc).__name__, exc)
         d.work.leave()  # the host's own call: exit does not wait for it
         try:
@@ -86,28 +85,28 @@ class Recorder:
 
     def call_ended(self, d: Call, failed: bool = False) -> None:
         """``d`` ended (its record committed, failed or not made): it ends in the store's part and the ledger."""
-        proxy = self.proxy
+        ctx = self.ctx
         if d.effects_open:  # failed, or ended without its effects taken
-            proxy.effects.close_call(d)
+            ctx.effects.close_call(d)
         if d.start_number:
             number, d.start_number = d.start_number, 0
             try:
-                proxy.store.call_ended(d.step, proxy.target.name, d.shard, failed=failed, number=number)
+                ctx.store.call_ended(d.step, ctx.target.name, d.shard, failed=failed, number=number)
             finally:
-                proxy.ledger.unregister(d)
+                ctx.ledger.unregister(d)
 
     def snapshot(self, d: Call) -> Snapshot:
         """What a record keeps of the host besides the result, taken right after the real call: the state of the
         generators the call changed (see :func:`~skipweave.weaving.rng.rng_changes`) and the declared effects'
         values."""
-        proxy = self.proxy
-        if not proxy.role.restore_rng:
+        ctx = self.ctx
+        if not ctx.role.restore_rng:
             rng = None
         elif d.rng_before is not None:  # only the generators the call changed (restored alone on replay)
             rng = rng_changes(d.rng_before)
         else:
             rng = capture_rng_state()
-        return rng, (proxy.effects.after_call(d) if proxy.effects.effects else None)
+        return rng, (ctx.effects.after_call(d) if ctx.effects.effects else None)
 
     def after_live(self, result: Any, d: Call, seconds: float, snapshot: Snapshot | None = None,
                    returned: str | None = None) -> Any:
@@ -131,8 +130,8 @@ class Recorder:
         awaitable a plain ``def`` target handed back (the manifest says so; a replay hands back an awaitable). A result
         that is itself awaitable (a Ray ``ObjectRef``; an asyncio future an ``async`` target returned) is a handle to
         work still running: handed back untouched and not recorded, with a WARNING."""
-        proxy = self.proxy
-        role, target, store, ledger = proxy.role, proxy.target, proxy.store, proxy.ledger
+        ctx = self.ctx
+        role, target, store, ledger = ctx.role, ctx.target, ctx.store, ctx.ledger
         if d.slot is None and not d.no_store and store.is_resumed(d.step, target.name, d.shard):
             # a part an interrupted run left short: recorded into a slot none of its entries holds (each of them may
             # still serve a later call of the step), not at the call's position
@@ -163,7 +162,7 @@ class Recorder:
             effects, appended = split_appended(effects)
             staged = store.stage(result, rng_state=rng, effects=effects, appended=appended)
             meta = EntryMeta(target.path, d.fp or "", seconds, d.replace, d.concurrent, displace=True,
-                             background=True, environment=proxy.environment, returned=returned,
+                             background=True, environment=ctx.environment.value(), returned=returned,
                              fingerprint_rule=d.fp_rule)
             budget = role.write_buffer
             if WRITER.behind() and 0 < staged.nbytes <= budget:
@@ -195,17 +194,17 @@ class Recorder:
         store, so its part closes only once its entries are committed). ``outcome``: ``(nbytes, committed
         key)`` or the exception the record raised; ``counted``: bytes already counted as written when the entry
         was handed over (taken back if it failed)."""
-        proxy = self.proxy
+        ctx = self.ctx
         try:
             if isinstance(outcome, BaseException):
-                record_failure(proxy.role.role, proxy.target.name, proxy.store.dump_dir, key, outcome,
+                record_failure(ctx.role.role, ctx.target.name, ctx.store.dump_dir, key, outcome,
                                then=f"the live result {'was' if end else 'is'} returned and nothing partial was left",
                                uncounted=counted)
                 return
             committed = outcome[1]
-            proxy.ledger.claim(d.step, d.shard, committed.call)
+            ctx.ledger.claim(d.step, d.shard, committed.call)
             if committed.call != key.call and self._taken_by_concurrent(key):
-                proxy.ledger.warn_shared(d, f"already held call {key.call} from another writer of this run")
+                ctx.ledger.warn_shared(d, f"already held call {key.call} from another writer of this run")
         finally:
             if end:
                 self.call_ended(d)
@@ -214,7 +213,7 @@ class Recorder:
         """The slot ``key`` names holds an entry a concurrent writer made (so the record moved to another)."""
         me, started = this_writer(), started_unix()
         return any(r.call == key.call and is_concurrent_other(r, me, started)
-                   for r in self.proxy.store.part_calls(key.step, key.target, key.shard))
+                   for r in self.ctx.store.part_calls(key.step, key.target, key.shard))
 
 
 def record_failure(role: str, target: str, dump_dir: str, key: Any, exc: BaseException, *, then: str = "",

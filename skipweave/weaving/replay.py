@@ -32,7 +32,7 @@ from skipweave.weaving.notes import annotate
 from skipweave.weaving.rng import prepare_rng_state
 
 if TYPE_CHECKING:
-    from skipweave.weaving.proxy import SkipProxy
+    from skipweave.weaving.context import TargetContext
 
 logger = logging.getLogger(__name__)
 
@@ -40,10 +40,10 @@ VIEW_TTL_S = 1.0
 """Seconds a part's judged entries (:class:`~skipweave.policy.matching.PartView`) are reused while it is unchanged."""
 
 MAX_VIEWS = 4096
-"""Part views one proxy keeps; past it they are dropped (a long run does not keep every step's view)."""
+"""Part views one target keeps; past it they are dropped (a long run does not keep every step's view)."""
 
 MAX_WARNED = 1024
-"""Environment changes one proxy remembers having warned of; past it, further ones are logged at DEBUG."""
+"""Environment changes one target remembers having warned of; past it, further ones are logged at DEBUG."""
 
 
 class FingerprintMismatch(RuntimeError):
@@ -73,15 +73,15 @@ Read = tuple[Match, Any, Any]
 
 
 class Replayer:
-    """Serves the calls of one proxy (:class:`SkipProxy`) from its store.
+    """Serves the calls of one woven target from its store.
 
     Args:
-        proxy: the proxy whose calls are served (its role, target, store, ledger and declared effects are read at
-            each call; its :meth:`~SkipProxy.on_replay` hook shapes what a hit hands the host).
+        ctx: the target's context (its role, target, store, ledger and declared effects; its ``on_replay`` hook
+            shapes what a hit hands the host).
     """
 
-    def __init__(self, proxy: SkipProxy) -> None:
-        self.proxy = proxy
+    def __init__(self, ctx: TargetContext) -> None:
+        self.ctx = ctx
         self.views: dict[tuple[int, str], tuple[tuple[Any, ...], PartView, float]] = {}
         self.lock = threading.Lock()
         self.warned: frozenset[Any] = frozenset()  # the environment changes warned of (see mismatch)
@@ -98,19 +98,19 @@ class Replayer:
             if d.served is None and not d.no_store and d.step in self._served_from:
                 self._gone(d)
             return None
-        store = self.proxy.store
+        store = self.ctx.store
         matched = self._match(d, args, kwargs)
         match, mtime = matched if matched is not None else (None, None)
         if match is None or match.call is None:
             if match is not None and not match.shared:  # its slot may hold what a newer skipweave recorded
-                found = store.foreign_calls(d.served, self.proxy.target.name, d.shard, mtime=mtime).get(d.call)
+                found = store.foreign_calls(d.served, self.ctx.target.name, d.shard, mtime=mtime).get(d.call)
                 if found is not None:
                     self.foreign(d, found)
                     return None
             d.served = None
             return None
         d.slot = match.call
-        key = store.key(d.served, self.proxy.target.name, d.shard, match.call)
+        key = store.key(d.served, self.ctx.target.name, d.shard, match.call)
         foreign: EntryForeign | None = None
         try:
             return match, key, store.load(key, mtime=mtime)
@@ -141,7 +141,7 @@ class Replayer:
         Raises:
             ForeignRecording: ``on_foreign`` is ``error``.
         """
-        role, target = self.proxy.role, self.proxy.target.name
+        role, target = self.ctx.role, self.ctx.target.name
         where = f"role {role.role} target {target} step {d.step} call {d.call}"
         d.served, d.no_store = None, True
         d.unserved = (f"its recording is of format version {found.version}, which this skipweave does not read "
@@ -157,14 +157,14 @@ class Replayer:
         """``d`` finds no recording, yet an earlier call of its step was served from step ``src``: when ``src`` is
         no longer recorded, another process removed it meanwhile (:meth:`vanished`)."""
         src = self._served_from[d.step]
-        if src not in self.proxy.store.recorded_steps(self.proxy.target.name, d.shard):
+        if src not in self.ctx.store.recorded_steps(self.ctx.target.name, d.shard):
             self.vanished(d, src)
 
     def vanished(self, d: Call, step: int) -> None:
         """Recorded step ``step``, which served (or was about to serve) calls of ``d``'s step, was removed while this
         run served it (retention or ``gc`` in another process): ``d`` and the step's other calls run live (or, in a
         replay-only run, stop with this as the reason). Said once per step, as a WARNING that names the cause."""
-        role = self.proxy.role.role
+        role = self.ctx.role.role
         d.unserved = (f"step {step}, which served this step's calls, was removed while this run served it (by "
                       f"retention or gc in another process? skip.{role}.keep.pin keeps the steps other runs replay)")
         with self.lock:
@@ -173,7 +173,7 @@ class Replayer:
             self._vanished.add(step)
         logger.warning("skipweave: role %s target %s: recorded step %d was removed while this run served it (retention "
                        "or gc in another process?); the calls it would have served run live. Pin the steps other runs "
-                       "replay (skip.%s.keep.pin) or give them a dump dir of their own", role, self.proxy.target.name,
+                       "replay (skip.%s.keep.pin) or give them a dump dir of their own", role, self.ctx.target.name,
                        step, role)
 
     def serve(self, d: Call, read: Read | None, args: tuple[Any, ...], kwargs: Mapping[str, Any],
@@ -186,13 +186,13 @@ class Replayer:
         """
         if read is None:
             return False, None
-        proxy = self.proxy
-        role, target = proxy.role, proxy.target
+        ctx = self.ctx
+        role, target = ctx.role, ctx.target
         match, key, loaded = read
         recorded_fp = loaded.manifest.get("input_fingerprint")  # "" for entries imported without their inputs
         # the live inputs fingerprinted by the rule the entry's was taken with (format 1: as passed)
         if (not match.exact and d.served == d.step and recorded_fp
-                and recorded_fp != (live_fp := proxy.ledger.fingerprint(d, args, kwargs,
+                and recorded_fp != (live_fp := ctx.ledger.fingerprint(d, args, kwargs,
                                                                        fingerprint_rule(loaded.manifest)))):
             if not self.mismatch(
                     d, role.fingerprint.on_mismatch, FingerprintMismatch, "on_mismatch",
@@ -203,17 +203,17 @@ class Replayer:
                 return False, None
         recorded_env = loaded.manifest.get("environment")  # entries written before it have none: served as they were
         # (by value and type: a plain != finds a recorded 0 equal to a live false)
-        if recorded_env is not None and not identical(recorded_env, proxy.environment) and not self.environment_matches(
-                d, recorded_env):
+        if (recorded_env is not None and not identical(recorded_env, ctx.environment.value())
+                and not self.environment_matches(d, recorded_env)):
             return False, None
         try:  # the recorded RNG state is checked now and restored last: a replay that fails changes nothing
             restore_rng = (prepare_rng_state(loaded.rng_state) if role.restore_rng and loaded.rng_state
                            else None)
-            result = proxy.on_replay(loaded.result, args, kwargs)
+            result = ctx.on_replay(loaded.result, args, kwargs)
         except Exception as exc:  # a malformed RNG state, or a result the echo hook cannot use
             self.unusable(d, key, f"it cannot be replayed here ({type(exc).__name__}: {exc})")
             return False, None
-        effects = proxy.effects
+        effects = ctx.effects
         if effects.echo or effects.effects:
             try:
                 effects.restore(d, loaded, result, args, kwargs)
@@ -246,13 +246,13 @@ class Replayer:
             setting: the key of ``policy`` under ``skip.<role>.fingerprint``, for messages.
             error, hint, warn, regenerate: what the message says with each policy (``hint``: how else to settle it).
             once: the changes this mismatch is; a WARNING (``warn``, ``regenerate``) is logged only while one of them is
-                new to this proxy (then at DEBUG: per-sample targets replay thousands of entries). ``None``: each time.
+                new to this target (then at DEBUG: per-sample targets replay thousands of entries). ``None``: each time.
 
         Raises:
             FingerprintMismatch: ``policy`` is ``error`` (an instance of ``raises``).
         """
-        role = self.proxy.role
-        where = f"role {role.role} target {self.proxy.target.name} step {d.step} call {d.call}"
+        role = self.ctx.role
+        where = f"role {role.role} target {self.ctx.target.name} step {d.step} call {d.call}"
         if policy is OnMismatch.ERROR:
             raise raises(f"{where}: {error}; set skip.{role.role}.fingerprint.{setting}=warn or regenerate, or {hint}")
         log = logger.warning if once is None or self._first(once) else logger.debug
@@ -265,7 +265,7 @@ class Replayer:
         return True
 
     def _first(self, changes: frozenset[Any]) -> bool:
-        """Whether one of ``changes`` was not warned of yet by this proxy (they are all remembered now). Bounded: a
+        """Whether one of ``changes`` was not warned of yet for this target (they are all remembered now). Bounded: a
         crafted dump dir with endless distinct values warns at most :data:`MAX_WARNED` times."""
         with self.lock:
             new = changes - self.warned
@@ -290,7 +290,7 @@ class Replayer:
         found = changes_from(recorded, live)
         if not found:
             return True
-        role = self.proxy.role
+        role = self.ctx.role
         text = f"the recording was made in another environment: {describe(found)}"
         return self.mismatch(
             d, role.fingerprint.on_env_mismatch, EnvironmentMismatch, "on_env_mismatch", error=text,
@@ -298,19 +298,19 @@ class Replayer:
             once=frozenset((name, repr(old), repr(new)) for name, old, new in found))
 
     def live_fields(self) -> dict[str, Field] | None:
-        """This process's environment of the target, flattened as a recorded one is (once per proxy); ``None`` when
+        """This process's environment of the target, flattened as a recorded one is (once per target); ``None`` when
         it cannot be (a host package whose name or version is longer than skipweave records): one WARNING then, and
-        replays of this proxy are served without comparing environments, for the host's call must not fail."""
+        replays of this target are served without comparing environments, for the host's call must not fail."""
         if self.live is None and not self.live_unchecked:
             try:
-                live = fields_of(self.proxy.environment)
+                live = fields_of(self.ctx.environment.value())
             except Exception as exc:  # noqa: BLE001 - EnvironmentInvalid, or whatever a host's odd metadata provokes
                 with self.lock:
                     first, self.live_unchecked = not self.live_unchecked, True
                 if first:
                     logger.warning("skipweave: role %s target %s: this process's environment cannot be compared "
-                                   "(%s: %s); replays are served without checking it", self.proxy.role.role,
-                                   self.proxy.target.name, type(exc).__name__, exc)
+                                   "(%s: %s); replays are served without checking it", self.ctx.role.role,
+                                   self.ctx.target.name, type(exc).__name__, exc)
                 return None
             self.live = live
         return self.live
@@ -321,14 +321,14 @@ class Replayer:
         part folder's modification time the part was read with (for :meth:`StepStore.load`); ``None`` when the part
         cannot be read (the call runs live without recording)."""
         assert d.served is not None
-        proxy = self.proxy
-        store, target, ledger = proxy.store, proxy.target.name, proxy.ledger
+        ctx = self.ctx
+        store, target, ledger = ctx.store, ctx.target.name, ctx.ledger
         same = d.served == d.step
         if same and store.is_fresh(d.step, target, d.shard):
             return Match(None, False, False, 0), None  # recorded afresh by this run: nothing in it serves this call
         claimed: Collection[int] = ledger.claimed_at(d.step, d.shard) if same else ()
         try:
-            # an entry this process still writes in the background is read once committed (not this proxy's own
+            # an entry this process still writes in the background is read once committed (not this target's own
             # recordings of the step: never served to it)
             store.wait_pending(d.served, target, d.shard, skip=claimed)
             # one look at the folder, after the wait (what was pending is committed now), for the part and the load
@@ -336,7 +336,7 @@ class Replayer:
             entries = store.part_calls(d.served, target, d.shard, mtime=mtime)
         except Exception as exc:  # a symlinked or unreadable folder: never fail the training call
             logger.warning("skipweave: role %s target %s step %d: the recordings of step %d are unreadable "
-                           "(%s: %s); running live without recording", proxy.role.role, target,
+                           "(%s: %s); running live without recording", ctx.role.role, target,
                            d.step, d.served, type(exc).__name__, exc)
             d.no_store = True
             return None
@@ -352,7 +352,7 @@ class Replayer:
         elif match.call is None and (match.shared or match.others):
             if not same and match.shared:
                 what = (f"holds recordings of several writers, so step {d.served} cannot serve step {d.step} "
-                        f"(action {proxy.role.action.value} serves another step by call order only)")
+                        f"(action {ctx.role.action.value} serves another step by call order only)")
             elif match.shared:
                 what = "holds recordings of several writers"
             else:
@@ -381,13 +381,13 @@ class Replayer:
         """An entry that cannot be served: set it aside (one WARNING from the store) and re-record it live. A verify
         run leaves it where it is (it changes nothing in the store) and runs the call live."""
         d.unserved = reason
-        if self.proxy.verifier is not None:
+        if not self.ctx.action.records:
             logger.warning("skipweave: entry %s cannot be compared with (%s); left in place, the call runs live",
                            key, reason)
             d.served, d.no_store = None, True
             return
         try:
-            self.proxy.store.discard(key, reason=reason)
+            self.ctx.store.discard(key, reason=reason)
             d.replace = True
         except Exception as exc:  # a read-only cache or a symlinked _set_aside: leave it, run live, record nothing
             logger.warning("skipweave: entry %s is not served (%s) and could not be set aside (%s); running "
@@ -401,10 +401,10 @@ class Replayer:
         Raises:
             ReplayMissing: always, naming the role, target, step, call index, shard and dump dir.
         """
-        proxy = self.proxy
-        role, target, store = proxy.role, proxy.target, proxy.store
-        proxy.ledger.give_back(d)
-        proxy.ledger.unregister(d)
+        ctx = self.ctx
+        role, target, store = ctx.role, ctx.target, ctx.store
+        ctx.ledger.give_back(d)
+        ctx.ledger.unregister(d)
         what = "validation call" if d.validation else "call"
         report.replay_missing(f"role {role.role} target {target.name} step {d.step} {what} {d.call} (shard {d.shard}) "
                               f"in dump dir {store.dump_dir} (namespace {store.namespace})")
