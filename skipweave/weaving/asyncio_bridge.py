@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from skipweave import lifecycle, report
 from skipweave.store.format.manifest import RETURNED_AWAITABLE
-from skipweave.weaving.calls import Call
+from skipweave.weaving.calls import LIVE_ONLY, NOT_SERVED, Call, Unserved
 from skipweave.weaving.notes import annotate
 
 if TYPE_CHECKING:
@@ -105,9 +105,11 @@ class AsyncBridge:
         self.ctx = ctx
         self.recorder = recorder
 
-    async def finish_awaitable(self, awaitable: Awaitable[Any], d: Call, t0: float) -> Any:
+    async def finish_awaitable(self, awaitable: Awaitable[Any], d: Call, t0: float,
+                               outcome: Unserved = NOT_SERVED) -> Any:
         """Await the awaitable (:func:`resolvable`) a plain ``def`` target handed back from its real call, then record
-        its result, marked as the value of an awaitable (``returned: "awaitable"``, replayed as one)."""
+        its result, marked as the value of an awaitable (``returned: "awaitable"``, replayed as one); ``outcome``: why
+        no recording served it (see :meth:`~skipweave.weaving.record.Recorder.record_live`)."""
         try:
             result = await awaitable
         except BaseException:
@@ -115,31 +117,34 @@ class AsyncBridge:
             self.recorder.call_ended(d, failed=True)
             raise
         if not d.work.enter():
-            d.no_store = True
+            outcome = LIVE_ONLY  # the process exits meanwhile: the result goes back unrecorded
         try:
-            return await self.after_live_off_loop(result, d, time.perf_counter() - t0, returned=RETURNED_AWAITABLE)
+            return await self.after_live_off_loop(result, d, time.perf_counter() - t0, returned=RETURNED_AWAITABLE,
+                                                  outcome=outcome)
         finally:
             d.work.leave()
 
-    async def after_live_off_loop(self, result: Any, d: Call, seconds: float, returned: str | None = None) -> Any:
+    async def after_live_off_loop(self, result: Any, d: Call, seconds: float, returned: str | None = None,
+                                  outcome: Unserved = NOT_SERVED) -> Any:
         """Record an ``async`` target's result without blocking its event loop: the RNG state and the declared
         effects are taken now, on the loop (what the real call left, before another task moves them); encoding
         and the copy handed to the background writer (or, writing through, the whole write) run in a worker
         thread while the loop serves other tasks. The caller gets the result once it is staged, so nothing it
-        does to it afterwards reaches the recording. ``returned``: the manifest's (see :meth:`finish_awaitable`)."""
+        does to it afterwards reaches the recording. ``returned``: the manifest's (see :meth:`finish_awaitable`);
+        ``outcome``: why no recording served it (see :meth:`~skipweave.weaving.record.Recorder.record_live`)."""
         recorder = self.recorder
-        if d.no_store:  # nothing to stage (and at exit no worker thread to stage it in)
-            return recorder.after_live(result, d, seconds)
+        if d.no_store or not outcome.record:  # nothing to stage (and at exit no worker thread to stage it in)
+            return recorder.after_live(result, d, seconds, outcome=outcome)
         try:
             snapshot: Snapshot | None = recorder.snapshot(d)
         except Exception:  # noqa: BLE001 - taken again in the worker, where the record's failure is reported
             snapshot = None
         d.work.leave()  # (the worker thread is joined before the exit steps run)
         try:
-            return await off_loop(None, recorder.after_live, result, d, seconds, snapshot, returned, work=d.work)
+            return await off_loop(None, recorder.after_live, result, d, seconds, snapshot, returned, outcome,
+                                  work=d.work)
         except ExitBegan:
-            d.no_store = True
-            return recorder.after_live(result, d, seconds)
+            return recorder.after_live(result, d, seconds, outcome=LIVE_ONLY)
 
     async def bridged_bypass(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                              step: int | None) -> Any:

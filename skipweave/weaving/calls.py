@@ -16,6 +16,7 @@ import heapq
 import logging
 import threading
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from skipweave import lifecycle, report
@@ -42,20 +43,54 @@ RUNNING_HERE: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("s
 runs live."""
 
 
-class Call:
-    """One call the gate let through, from its call index to the end of its record.
+@dataclass(frozen=True, slots=True)
+class Unserved:
+    """The outcome of a call that no recording serves, as the replayer returns it (:meth:`~skipweave.weaving.replay.
+    Replayer.read_entry`, :meth:`~skipweave.weaving.replay.Replayer.serve`) and the live path takes it: why, and what
+    its live run does."""
 
-    ``call`` is its position among this process's calls of its step; ``slot`` the call index of the entry it is
-    served or recorded under (see :mod:`skipweave.policy.matching`), ``None`` until chosen. ``fp`` is its input
+    why: str = ""
+    """Why the entry found for it was not served, for people (a replay-only run's message, a verify report's
+    ``reason``); ``""``: none was found."""
+    record: bool = True
+    """Its live result is recorded (``False``: it runs live and records nothing)."""
+    replace: bool = False
+    """Recorded in place of an entry that was set aside or regenerated."""
+    slot: int | None = None
+    """The call index of the entry it was matched to (see :mod:`skipweave.policy.matching`), where its live result
+    is recorded; ``None``: none, its own position."""
+
+
+NOT_SERVED = Unserved()
+"""No recording serves the call: it runs live and is recorded at its own position."""
+
+LIVE_ONLY = Unserved(record=False)
+"""The call runs live and records nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A call a recording served (:meth:`~skipweave.weaving.replay.Replayer.serve`)."""
+
+    value: Any
+    """What the host gets."""
+
+
+class Call:
+    """One call the gate let through, from its call index to the end of its record: its decision (index, shard,
+    fingerprint) and lookup (the serving step), kept by the ledger, and its running real call; its outcome is a value
+    (:class:`Unserved`, :class:`Hit`), not a field.
+
+    ``call`` is its position among this process's calls of its step. ``fp`` is its input
     fingerprint under ``fp_rule``, the rule its entry is recorded with (``signature``, or ``arguments`` when the
     target has no signature or the call does not bind to it), ``None`` until taken; ``fp_arguments`` its fingerprint
     under the ``arguments`` rule, taken only when an entry of that rule (format 1) is compared with it
     (:meth:`CallLedger.fingerprint`).
     """
 
-    __slots__ = ("step", "call", "shard", "served", "fp", "fp_rule", "fp_arguments", "inputs", "replace", "no_store",
-                 "start_number", "slot", "waits_for", "done", "thread", "concurrent", "instance", "waited",
-                 "validation", "unserved", "rng_before", "lists_before", "effects_open", "work")
+    __slots__ = ("step", "call", "shard", "served", "fp", "fp_rule", "fp_arguments", "inputs", "no_store",
+                 "start_number", "waits_for", "done", "thread", "concurrent", "instance", "waited",
+                 "validation", "rng_before", "lists_before", "effects_open", "work")
 
     def __init__(self, step: int, call: int, shard: str, served: int | None) -> None:
         self.step, self.call, self.shard, self.served = step, call, shard, served
@@ -64,11 +99,9 @@ class Call:
         self.fp_arguments: str | None = None
         # (args, kwargs) of a call of a fingerprint shard, until its serving step is chosen: see CallLedger.choose
         self.inputs: tuple[tuple[Any, ...], Mapping[str, Any]] | None = None
-        self.replace = False
-        self.no_store = False
+        self.no_store = False  # the lookup (or the exit, during its real call) decided it records nothing
         # while the store counts it as running in its part: its number among the calls the store saw start, else 0
         self.start_number = 0
-        self.slot: int | None = None
         self.waits_for: Call | None = None  # single flight: the running call whose recording will serve this one
         self.done: concurrent.futures.Future[None] | None = None  # set when this real call and its record end
         self.thread = 0
@@ -76,7 +109,6 @@ class Call:
         self.instance: Any = None  # the bound instance (``self`` of expressions: echo, effects)
         self.waited = False  # single flight waited for another call already (never twice)
         self.validation = False  # a validation call (recorded apart: shard val_<shard>, never served to training)
-        self.unserved = ""  # why the entry found for this call was not served (for a replay-only run's message)
         self.rng_before: RngMarks | None = None  # the generators' marks right before the real call (restore_rng)
         # declared effects that were lists right before the real call: expression -> (the list, its items then)
         self.lists_before: dict[str, tuple[list[Any], list[Any]]] | None = None
@@ -476,4 +508,4 @@ class CallLedger:
         )
 
 
-__all__ = ["Call", "CallLedger", "RUNNING_HERE", "StepChoice"]
+__all__ = ["Call", "CallLedger", "Hit", "LIVE_ONLY", "NOT_SERVED", "RUNNING_HERE", "StepChoice", "Unserved"]

@@ -31,7 +31,7 @@ from skipweave.store.format.manifest import RETURNED_AWAITABLE
 from skipweave.store.format.versions import reader_of
 from skipweave.weaving.actions import CallAction
 from skipweave.weaving.asyncio_bridge import EXIT_BEGAN, AsyncBridge, ExitBegan, chooser, off_loop, resolvable
-from skipweave.weaving.calls import Call
+from skipweave.weaving.calls import NOT_SERVED, Call, Hit, Unserved
 from skipweave.weaving.context import TargetContext
 from skipweave.weaving.notes import annotate
 from skipweave.weaving.record import Recorder
@@ -85,27 +85,29 @@ class CallEngine:
         try:
             d = self.ledger.decide(step, args, kwargs, validation)
             try:
-                self.lookup(d, first=True)
+                unserved = self.lookup(d, first=True)
             except DumpDirNotShared:
                 self.ledger.give_back(d)  # the call never ran: its index serves the next call of the step
                 raise
             d.instance, d.work = instance, work
+            if unserved is not None:
+                return self.live_call(wrapped, args, kwargs, d, unserved)
             return self.sync_call(wrapped, args, kwargs, d)
         finally:
             work.leave()
 
-    def lookup(self, d: Call, first: bool = False) -> None:
+    def lookup(self, d: Call, first: bool = False) -> Unserved | None:
         """Choose the serving step of ``d`` (with ``first``, its first store work too:
-        :meth:`~skipweave.weaving.calls.CallLedger.choose_first`); an entry of a format this skipweave does not read
-        at its own position makes it run live, recording nothing (:meth:`~skipweave.weaving.replay.Replayer.foreign`).
+        :meth:`~skipweave.weaving.calls.CallLedger.choose_first`). Returns ``None``, or, when an entry of a format
+        this skipweave does not read holds its own position, the outcome: it runs live, recording nothing
+        (:meth:`~skipweave.weaving.replay.Replayer.foreign`), whatever the action.
 
         Raises:
             DumpDirNotShared: see :meth:`~skipweave.weaving.calls.CallLedger.choose_first`.
             ForeignRecording: ``skip.<role>.on_foreign`` is ``error`` and such an entry holds its position.
         """
         foreign = self.ledger.choose_first(d) if first else self.ledger.choose(d)
-        if foreign is not None:
-            self.replayer.foreign(d, foreign)
+        return None if foreign is None else self.replayer.foreign(d, foreign)
 
     def sync_call(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], d: Call) -> Any:
         """Settle ``d``, a plain call: wait for the running call that serves it (single flight), then let the action
@@ -122,7 +124,9 @@ class CallEngine:
                 if exiting:
                     return self.stand_aside(wrapped, args, kwargs, d)
                 d.waited = True  # waits once: if that call recorded nothing, this one runs live, not in a queue
-                self.lookup(d)
+                unserved = self.lookup(d)
+                if unserved is not None:
+                    return self.live_call(wrapped, args, kwargs, d, unserved)
         return self.action.sync_call(self, wrapped, args, kwargs, d)
 
     async def eligible_async(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -144,41 +148,66 @@ class CallEngine:
                 # (no hold while awaiting: a task never resumed must not keep the exit waiting; the worker threads
                 # are joined before the exit steps run)
                 work.leave()
-                await off_loop(chooser(), self.lookup, d, True)
-                if d.waits_for is not None:  # single flight (see sync_call); awaiting yields: any call may end
+                unserved = await off_loop(chooser(), self.lookup, d, True)
+                if unserved is None and d.waits_for is not None:  # single flight (see sync_call); awaiting yields
                     other, d.waits_for = d.waits_for, None
                     if other.done is not None:
                         await asyncio.wrap_future(other.done)
                         d.waited = True
-                        await off_loop(chooser(), self.lookup, d)
+                        unserved = await off_loop(chooser(), self.lookup, d)
             except BaseException:  # cancelled while choosing or waiting: its call index goes back, nothing ran
                 ledger.give_back(d)
                 ledger.unregister(d)
                 raise
+            if unserved is not None:
+                if not work.enter():
+                    return await self.stand_aside(wrapped, args, kwargs, d, awaited=True)
+                return await self.live_async(wrapped, args, kwargs, d, unserved, maybe_sync)
             return await self.action.async_call(self, wrapped, args, kwargs, d, maybe_sync)
         finally:
             work.leave()
 
     # ------------------------------------------------------------------ outcomes every action shares
-    def live_call(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], d: Call) -> Any:
-        """Run ``d``, a plain call no recording served, live and record it. Returns its result; when the target
-        handed back an awaitable whose value may be recorded (:func:`~skipweave.weaving.asyncio_bridge.resolvable`: a
-        coroutine), a coroutine that awaits it and records its value, replayed as an awaitable.
+    def live_call(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], d: Call,
+                  outcome: Unserved = NOT_SERVED) -> Any:
+        """Run ``d``, a plain call no recording served (``outcome`` says why and whether it records), live and record
+        it. Returns its result; when the target handed back an awaitable whose value may be recorded
+        (:func:`~skipweave.weaving.asyncio_bridge.resolvable`: a coroutine), a coroutine that awaits it and records
+        its value, replayed as an awaitable.
 
         Raises:
             ReplayMissing: the role is replay-only (nothing serves the call).
         """
         ledger = self.ledger
         if self.ctx.role.replay_only:
-            self.replayer.missing(d)
+            self.replayer.missing(d, outcome)
         ledger.fingerprint(d, args, kwargs)  # before the call: the host may mutate its inputs
         t0 = time.perf_counter()
-        with self.recorder.real_call(d):
+        with self.recorder.real_call(d, outcome):
             result = wrapped(*args, **kwargs)
         if resolvable(result):  # a plain def that hands back its coroutine
             ledger.release_waiters(d)  # it may never be awaited: no later call may wait for it
-            return self.bridge.finish_awaitable(result, d, t0)
-        return self.recorder.after_live(result, d, time.perf_counter() - t0)
+            return self.bridge.finish_awaitable(result, d, t0, outcome)
+        return self.recorder.after_live(result, d, time.perf_counter() - t0, outcome=outcome)
+
+    async def live_async(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], d: Call,
+                         outcome: Unserved, maybe_sync: bool) -> Any:
+        """Run ``d``, an awaited call no recording served (``outcome``: why, and whether it records), from this
+        coroutine's frame and record it (staged off the event loop); ``maybe_sync``: see
+        :meth:`~skipweave.weaving.actions.CallAction.async_call`.
+
+        Raises:
+            ReplayMissing: the role is replay-only (nothing serves the call).
+        """
+        if self.ctx.role.replay_only:
+            self.replayer.missing(d, outcome)
+        self.ledger.fingerprint(d, args, kwargs)
+        t0 = time.perf_counter()
+        with self.recorder.real_call(d, outcome):
+            result = wrapped(*args, **kwargs)  # called from this coroutine's frame
+            if not maybe_sync or inspect.isawaitable(result):
+                result = await result
+        return await self.bridge.after_live_off_loop(result, d, time.perf_counter() - t0, outcome=outcome)
 
     def live_bypass(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                     step: int | None, awaited: bool = False) -> Any:
@@ -217,10 +246,10 @@ class CallEngine:
             result = self.stand_aside(wrapped, args, kwargs, d)
         else:
             try:
-                found, result = self.replayer.serve(d, read, args, kwargs, t0)
-                if found:
-                    return result
-                result = self.live_call(wrapped, args, kwargs, d)
+                served = self.replayer.serve(d, read, args, kwargs, t0)
+                if isinstance(served, Hit):
+                    return served.value
+                result = self.live_call(wrapped, args, kwargs, d, served)
             finally:
                 d.work.leave()  # (awaiting is no work of ours)
         return await result if resolvable(result) else result
@@ -243,13 +272,14 @@ class Replaying(CallAction[CallEngine]):
         replayer = engine.replayer
         t0 = time.perf_counter()
         read = replayer.read_entry(d, args, kwargs)
-        if read is not None and reader_of(read[2].manifest).returned(read[2].manifest) == RETURNED_AWAITABLE:
+        if not isinstance(read, Unserved) and reader_of(read[2].manifest).returned(
+                read[2].manifest) == RETURNED_AWAITABLE:
             # the live call handed back an awaitable: so does its replay, served when the caller awaits it
             return engine.served_when_awaited(wrapped, args, kwargs, d, read, t0)
-        found, value = replayer.serve(d, read, args, kwargs, t0)
-        if found:
-            return value
-        return engine.live_call(wrapped, args, kwargs, d)
+        served = replayer.serve(d, read, args, kwargs, t0)
+        if isinstance(served, Hit):
+            return served.value
+        return engine.live_call(wrapped, args, kwargs, d, served)
 
     async def async_call(self, engine: CallEngine, wrapped: Callable[..., Any], args: tuple[Any, ...],
                          kwargs: dict[str, Any], d: Call, maybe_sync: bool) -> Any:
@@ -260,7 +290,7 @@ class Replaying(CallAction[CallEngine]):
             ReplayMissing: the role is replay-only and no recording serves the call.
             FingerprintMismatch: the entry was made for other inputs and ``on_mismatch`` is ``error``.
         """
-        ledger, replayer, recorder, work = engine.ledger, engine.replayer, engine.recorder, d.work
+        ledger, replayer, work = engine.ledger, engine.replayer, d.work
         t0 = time.perf_counter()
         try:
             read = await off_loop(None, replayer.read_entry, d, args, kwargs, work=work)  # side by side
@@ -272,18 +302,10 @@ class Replaying(CallAction[CallEngine]):
             raise
         if read is EXIT_BEGAN or not work.enter():
             return await engine.stand_aside(wrapped, args, kwargs, d, awaited=True)
-        found, value = replayer.serve(d, read, args, kwargs, t0)
-        if found:
-            return value
-        if engine.ctx.role.replay_only:
-            replayer.missing(d)
-        ledger.fingerprint(d, args, kwargs)
-        t0 = time.perf_counter()
-        with recorder.real_call(d):
-            result = wrapped(*args, **kwargs)  # called from this coroutine's frame
-            if not maybe_sync or inspect.isawaitable(result):
-                result = await result
-        return await engine.bridge.after_live_off_loop(result, d, time.perf_counter() - t0)
+        served = replayer.serve(d, read, args, kwargs, t0)
+        if isinstance(served, Hit):
+            return served.value
+        return await engine.live_async(wrapped, args, kwargs, d, served, maybe_sync)
 
 
 class Cache(Replaying, kind=Action.CACHE):

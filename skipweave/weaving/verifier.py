@@ -42,7 +42,7 @@ from skipweave.verify.report import UNRECORDED, ReportFile, Tally, describe, rec
 from skipweave.verify.rules import field_sample, unmatched_rules
 from skipweave.weaving.actions import CallAction
 from skipweave.weaving.asyncio_bridge import EXIT_BEGAN, ExitBegan, off_loop, resolvable
-from skipweave.weaving.calls import Call
+from skipweave.weaving.calls import LIVE_ONLY, Call, Hit, Unserved
 from skipweave.weaving.engine import CallEngine
 from skipweave.weaving.notes import RESULT_NOTES, annotate
 from skipweave.weaving.replay import Read, recording_profile
@@ -107,6 +107,15 @@ def log_summary() -> None:
         report.logger.log(level, "skipweave verify summary role=%s: %s; report: %s", role, tally.summary(), path)
 
 
+def split(found: Read | Unserved) -> tuple[Read | None, str, int | None]:
+    """What :meth:`~skipweave.weaving.replay.Replayer.read_entry` found, as a verified call reads it: the recording
+    (``None``: none read), why one found was not read (``""``: none), and the call index of the entry it was matched
+    to (claimed: given back when the live call raises)."""
+    if isinstance(found, Unserved):
+        return None, found.why, found.slot
+    return found, "", found[0].call
+
+
 class Verify(CallAction[CallEngine], kind=Action.VERIFY):
     """The ``verify`` action: each eligible call runs live and is compared with the recording of its own step, which
     ``serve`` may hand back in its place; the store is only read (see the module docstring).
@@ -145,18 +154,17 @@ class Verify(CallAction[CallEngine], kind=Action.VERIFY):
                 ``fingerprint.on_mismatch`` is ``error``.
         """
         engine.ledger.fingerprint(d, args, kwargs)  # before the call: the host may mutate its inputs
-        read = engine.replayer.read_entry(d, args, kwargs)
+        read, why, slot = split(engine.replayer.read_entry(d, args, kwargs))
         self._fingerprint_as_recorded(engine, d, read, args, kwargs)
-        d.no_store = True  # a verify run records nothing
         lengths = self._list_lengths(engine, d, read)
         t0 = time.perf_counter()
-        with self._gives_back(engine, d), engine.recorder.real_call(d):
+        with self._gives_back(engine, d, slot), engine.recorder.real_call(d, LIVE_ONLY):  # records nothing
             live = wrapped(*args, **kwargs)
         if resolvable(live):  # a plain def that hands back its coroutine (or an asyncio future): judged once awaited
-            return self._judged_when_awaited(engine, live, d, read, args, kwargs, t0, lengths)
+            return self._judged_when_awaited(engine, live, d, read, why, slot, args, kwargs, t0, lengths)
         expected = self.expected(engine, read, args, kwargs)
-        line = self.compare(engine, d, read, expected, live)
-        return self.finish(engine, d, read, live, line, args, kwargs, t0, lengths)
+        line = self.compare(engine, d, read, why, expected, live)
+        return self.finish(engine, d, read, slot, live, line, args, kwargs, t0, lengths)
 
     def _fingerprint_as_recorded(self, engine: CallEngine, d: Call, read: Read | None, args: tuple[Any, ...],
                                  kwargs: Mapping[str, Any]) -> None:
@@ -180,64 +188,64 @@ class Verify(CallAction[CallEngine], kind=Action.VERIFY):
         engine.ledger.fingerprint(d, args, kwargs)
         d.work.leave()
         try:
-            read = await off_loop(None, engine.replayer.read_entry, d, args, kwargs, work=d.work)
+            found = await off_loop(None, engine.replayer.read_entry, d, args, kwargs, work=d.work)
         except ExitBegan:
-            read = EXIT_BEGAN
+            found = EXIT_BEGAN
         except BaseException:  # cancelled while reading: its call index goes back, nothing ran
             engine.ledger.give_back(d)
             raise
-        if read is EXIT_BEGAN or not d.work.enter():
+        if found is EXIT_BEGAN or not d.work.enter():
             return await engine.stand_aside(wrapped, args, kwargs, d, awaited=True)
+        read, why, slot = split(found)
         self._fingerprint_as_recorded(engine, d, read, args, kwargs)
-        d.no_store = True
         lengths = self._list_lengths(engine, d, read)
         t0 = time.perf_counter()
-        with self._gives_back(engine, d), engine.recorder.real_call(d):
+        with self._gives_back(engine, d, slot), engine.recorder.real_call(d, LIVE_ONLY):
             live = wrapped(*args, **kwargs)  # called from this coroutine's frame
             if not maybe_sync or inspect.isawaitable(live):
                 live = await live
-        return await self._judge_off_loop(engine, d, read, live, args, kwargs, t0, lengths)
+        return await self._judge_off_loop(engine, d, read, why, slot, live, args, kwargs, t0, lengths)
 
     @contextlib.contextmanager
-    def _gives_back(self, engine: CallEngine, d: Call) -> Iterator[None]:
-        """Around the live call: if it raises, the entry it was to be compared with is free again, as its call index
-        is (the retry of the step takes both)."""
+    def _gives_back(self, engine: CallEngine, d: Call, slot: int | None) -> Iterator[None]:
+        """Around the live call: if it raises, the entry it was to be compared with (``slot``) is free again, as its
+        call index is (the retry of the step takes both)."""
         try:
             yield
         except BaseException:
-            if d.slot is not None:
-                engine.ledger.unclaim(d.step, d.shard, d.slot)
+            if slot is not None:
+                engine.ledger.unclaim(d.step, d.shard, slot)
             raise
 
     async def _judged_when_awaited(self, engine: CallEngine, awaitable: Awaitable[Any], d: Call, read: Read | None,
-                                   args: tuple[Any, ...], kwargs: Mapping[str, Any], t0: float,
-                                   lengths: list[tuple[list[Any], int]] | None) -> Any:
+                                   why: str, slot: int | None, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                                   t0: float, lengths: list[tuple[list[Any], int]] | None) -> Any:
         try:
             live = await awaitable
         except BaseException:
             engine.ledger.give_back(d)
-            if d.slot is not None:
-                engine.ledger.unclaim(d.step, d.shard, d.slot)
+            if slot is not None:
+                engine.ledger.unclaim(d.step, d.shard, slot)
             raise
         if not d.work.enter():
             return live
         try:
-            return await self._judge_off_loop(engine, d, read, live, args, kwargs, t0, lengths)
+            return await self._judge_off_loop(engine, d, read, why, slot, live, args, kwargs, t0, lengths)
         finally:
             d.work.leave()
 
-    async def _judge_off_loop(self, engine: CallEngine, d: Call, read: Read | None, live: Any,
-                              args: tuple[Any, ...], kwargs: Mapping[str, Any], t0: float,
+    async def _judge_off_loop(self, engine: CallEngine, d: Call, read: Read | None, why: str, slot: int | None,
+                              live: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], t0: float,
                               lengths: list[tuple[list[Any], int]] | None) -> Any:
         expected = self.expected(engine, read, args, kwargs)
         d.work.leave()
         try:
-            line = await off_loop(None, self.compare, engine, d, read, expected, live, work=d.work)
+            line = await off_loop(None, self.compare, engine, d, read, why, expected, live, work=d.work)
         except ExitBegan:
             return live  # the process exits meanwhile: nothing compared, the live result goes back
         if not d.work.enter():
             return live
-        return self.finish(engine, d, read, live, line, args, kwargs, t0, lengths)
+        return self.finish(engine, d, read, slot, live, line, args, kwargs, t0, lengths)
 
     # ------------------------------------------------------------------ the steps
     def expected(self, engine: CallEngine, read: Read | None, args: tuple[Any, ...],
@@ -252,9 +260,11 @@ class Verify(CallAction[CallEngine], kind=Action.VERIFY):
             logger.debug("skipweave verify: echo of %s failed (%s: %s)", read[1], type(exc).__name__, exc)
             return loaded.result
 
-    def compare(self, engine: CallEngine, d: Call, read: Read | None, expected: Any, live: Any) -> dict[str, Any]:
+    def compare(self, engine: CallEngine, d: Call, read: Read | None, why: str, expected: Any,
+                live: Any) -> dict[str, Any]:
         """The report line of ``d``: ``live`` compared with ``expected`` under the role's ``compare`` (touches no
-        host state: an ``async`` target runs it in a worker thread)."""
+        host state: an ``async`` target runs it in a worker thread); ``why``: why the recording found was not read
+        (the line's ``reason``)."""
         ctx = engine.ctx
         comparison, inputs = None, "unknown"
         changed: tuple[Change, ...] = ()
@@ -268,7 +278,7 @@ class Verify(CallAction[CallEngine], kind=Action.VERIFY):
             changed = self.environment_changes(engine, manifest)
             self.check_rules(engine, d, expected, live)
         return record(role=self.role.role, target=ctx.target.name, step=d.step, call=d.call, shard=d.shard,
-                      validation=d.validation, comparison=comparison, inputs=inputs, reason=d.unserved,
+                      validation=d.validation, comparison=comparison, inputs=inputs, reason=why,
                       environment=changed)
 
     def environment_changes(self, engine: CallEngine, manifest: Mapping[str, Any]) -> tuple[Change, ...]:
@@ -299,11 +309,12 @@ class Verify(CallAction[CallEngine], kind=Action.VERIFY):
                 "result's fields: %s", role.role, engine.ctx.target.name, role.role, pattern, rule_form(rule),
                 d.step, d.call, field_sample(expected, live))
 
-    def finish(self, engine: CallEngine, d: Call, read: Read | None, live: Any, line: dict[str, Any],
-               args: tuple[Any, ...], kwargs: Mapping[str, Any], t0: float,
+    def finish(self, engine: CallEngine, d: Call, read: Read | None, slot: int | None, live: Any,
+               line: dict[str, Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], t0: float,
                lengths: list[tuple[list[Any], int]] | None = None) -> Any:
-        """Report ``line``, then hand back what ``serve`` says (in the host's thread); ``lengths``: the declared
-        lists' lengths before the live call, cut back to before the recording is served.
+        """Report ``line``, then hand back what ``serve`` says (in the host's thread); ``slot``: the recording's call
+        index (given back with ``on_diverge: error``); ``lengths``: the declared lists' lengths before the live call,
+        cut back to before the recording is served.
 
         Raises:
             Diverged: the call diverged and ``on_diverge`` is ``error``.
@@ -326,8 +337,8 @@ class Verify(CallAction[CallEngine], kind=Action.VERIFY):
             if role.on_diverge is OnDiverge.ERROR:
                 # as a call that raised: its index and its recording go to the retry, which is compared again
                 engine.ledger.give_back(d)
-                if d.slot is not None:
-                    engine.ledger.unclaim(d.step, d.shard, d.slot)
+                if slot is not None:
+                    engine.ledger.unclaim(d.step, d.shard, slot)
                 raise Diverged(f"skipweave verify: {text} (skip.{role.role}.on_diverge=error; report: {self.path})",
                                line)
             logger.warning("skipweave verify: %s", text)
@@ -336,9 +347,9 @@ class Verify(CallAction[CallEngine], kind=Action.VERIFY):
         if read is not None and role.serve is Serve.RECORDED:
             if lengths:
                 ctx.effects.drop_appended(lengths)
-            found, value = engine.replayer.serve(d, read, args, kwargs, t0)
-            if found:
-                return value
+            served = engine.replayer.serve(d, read, args, kwargs, t0)
+            if isinstance(served, Hit):
+                return served.value
             logger.warning("skipweave verify: role %s target %s step %d call %d: the recording cannot be served "
                            "here (see above); the live result is handed back", role.role, ctx.target.name, d.step,
                            d.call)
