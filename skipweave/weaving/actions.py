@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 E = TypeVar("E")
 """The call engine an action serves calls through (:class:`~skipweave.weaving.engine.CallEngine`)."""
 
-ACTIONS: dict[Action, Callable[[RoleConfig], CallAction[Any]]] = {}
+ACTIONS: dict[Action, type[CallAction[Any]]] = {}
 """``skip.<role>.action`` -> the class serving it, filled by each class's ``kind=`` (see :func:`action_for`)."""
 
 
@@ -92,8 +92,9 @@ class CallAction(Generic[E]):
         raise NotImplementedError(f"{type(self).__name__}.async_call")
 
 
-def action_for(role: RoleConfig) -> CallAction[Any]:
-    """The action object of one woven target of ``role``.
+def action_class(role: RoleConfig) -> type[CallAction[Any]]:
+    """The class serving ``role``'s action (its class attributes, :attr:`~CallAction.records` and the like, answer
+    without building one).
 
     Raises:
         ValueError: no class serves the role's action (its module was never imported: the proxy imports those of
@@ -103,7 +104,17 @@ def action_for(role: RoleConfig) -> CallAction[Any]:
     if cls is None:
         raise ValueError(f"skip.{role.role}.action: no class serves action {role.action.value!r} (known: "
                          f"{', '.join(sorted(a.value for a in ACTIONS))}); a new action registers with kind=")
-    return cls(role)
+    return cls
 
 
-__all__ = ["ACTIONS", "CallAction", "action_for"]
+def action_for(role: RoleConfig) -> CallAction[Any]:
+    """The action object of one woven target of ``role`` (one per target: an action may keep per-target state, as
+    verify's warnings said once).
+
+    Raises:
+        ValueError: no class serves the role's action (see :func:`action_class`).
+    """
+    return action_class(role)(role)
+
+
+__all__ = ["ACTIONS", "CallAction", "action_class", "action_for"]

@@ -95,10 +95,5 @@ class TargetContext:
         """The role's ``note`` (the key its results are noted under; ``None``: the host's own)."""
         return self.role.note
 
-    def where(self, step: int, call: int | None = None) -> str:
-        """``role R target T step S[ call C]``, for messages."""
-        text = f"role {self.role.role} target {self.target.name} step {step}"
-        return text if call is None else f"{text} call {call}"
-
 
 __all__ = ["LiveEnvironment", "OnReplay", "TargetContext"]

@@ -40,12 +40,12 @@ from skipweave.weaving.binding import Binding
 from skipweave.weaving.calls import RUNNING_HERE, CallLedger
 from skipweave.weaving.context import LiveEnvironment, TargetContext
 from skipweave.weaving.effects import DeclaredEffects
-from skipweave.weaving.engine import CallEngine
+from skipweave.weaving.engine import CallEngine  # (its module registers the replaying actions)
 from skipweave.weaving.notes import RESULT_NOTES, annotate
 from skipweave.weaving.record import Recorder
 from skipweave.weaving.replay import VIEW_TTL_S, EnvironmentMismatch, FingerprintMismatch, Replayer, ReplayMissing
 from skipweave.weaving.shards import RANK_VARIABLES, VALIDATION_SHARD, rank_of_process, shard_label
-from skipweave.weaving.verifier import Diverged, Verify
+from skipweave.weaving.verifier import Diverged, Verify  # (its module registers the verify action)
 
 logger = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from skipweave.store.identity import end_run, made_here, run_id, run_started
 from skipweave.store.retention import KeepRule
 from skipweave.store.step_store import StepStore
 from skipweave.store.write_behind import flush
-from skipweave.weaving.actions import action_for
+from skipweave.weaving.actions import action_class
 from skipweave.weaving.binding import binding_of
 from skipweave.weaving.main_script import MAIN, WATCH, names_main_script
 from skipweave.weaving.notes import RESULT_NOTES
@@ -251,7 +251,7 @@ class Weaver:
             return _why_unwoven(patch.rpath)
 
         return Expected(patch.target.path, report.steps_text(patch.role.steps.to_config()), mark, elsewhere,
-                               unwoven, records=action_for(patch.role).records,
+                               unwoven, records=action_class(patch.role).records,
                                bypass=describe_bypass(patch.role.bypass, f"skip.{patch.role.role}.bypass"))
 
     def _hook(self, patch: Patch, generation: int) -> Any:
