@@ -30,13 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 from skipweave import lifecycle, report
 from skipweave.store.format.manifest import RETURNED_AWAITABLE
-from skipweave.weaving.calls import Call
+from skipweave.weaving.calls import LIVE_ONLY, NOT_SERVED, Call, Unserved
 from skipweave.weaving.notes import annotate
 
 if TYPE_CHECKING:
-    from skipweave.weaving.proxy import SkipProxy
-    from skipweave.weaving.record import Snapshot
-    from skipweave.weaving.replay import Read
+    from skipweave.weaving.context import TargetContext
+    from skipweave.weaving.record import Recorder, Snapshot
 
 CORO_FLAGS = inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
 """Code flags of a frame whose calls are awaited (a coroutine's, an async generator's)."""
@@ -93,138 +92,59 @@ os.register_at_fork(after_in_child=_choosers.clear)  # the parent's thread does 
 
 
 class AsyncBridge:
-    """The awaitable paths of one proxy (:class:`SkipProxy`): ``async`` targets, awaited bridges, and plain defs
-    that hand back their coroutine.
+    """The awaitable helpers of one woven target: recording an awaited result off the event loop, and the bypasses of
+    calls whose result is awaited (the paths that settle an awaited call are the call engine's,
+    :class:`~skipweave.weaving.engine.CallEngine`).
 
     Args:
-        proxy: the proxy whose calls are bridged.
+        ctx: the target's context.
+        recorder: the target's recorder.
     """
 
-    def __init__(self, proxy: SkipProxy) -> None:
-        self.proxy = proxy
+    def __init__(self, ctx: TargetContext, recorder: Recorder) -> None:
+        self.ctx = ctx
+        self.recorder = recorder
 
-    async def eligible(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                       step: int, instance: Any, maybe_sync: bool = False, validation: bool = False) -> Any:
-        """Settle an eligible call when awaited (:meth:`SkipProxy.eligible_call`): its call index and single-flight
-        slot are taken when the coroutine starts, so one never awaited takes none.
-
-        Raises:
-            ReplayMissing: the role is replay-only and no recording serves the call.
-        """
-        work = lifecycle.Work()
-        if not work.enter():  # the process exits: no work of ours may still run in torch
-            return await self.proxy.live_bypass(wrapped, args, kwargs, step, awaited=True)
-        try:
-            return await self._eligible(wrapped, args, kwargs, step, instance, maybe_sync, validation, work)
-        finally:
-            work.leave()
-
-    async def _eligible(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                        step: int, instance: Any, maybe_sync: bool, validation: bool, work: lifecycle.Work) -> Any:
-        proxy = self.proxy
-        ledger, replayer, recorder = proxy.ledger, proxy.replayer, proxy.recorder
-        d = ledger.decide(step, args, kwargs, validation, choose=False)
-        d.instance, d.work = instance, work
-        t0 = time.perf_counter()
-        try:  # the serving step's choice (stats, the part's files) off the loop, in the order the calls came
-            # (no hold while awaiting: a task never resumed must not keep the exit waiting; the worker threads are
-            # joined before the exit steps run)
-            work.leave()
-            await off_loop(chooser(), ledger.choose_first, d)
-            if d.waits_for is not None:  # single flight (see SkipProxy.sync_call); awaiting yields: any call may end
-                other, d.waits_for = d.waits_for, None
-                if other.done is not None:
-                    await asyncio.wrap_future(other.done)
-                    d.waited = True
-                    await off_loop(chooser(), ledger.choose, d)
-            t0 = time.perf_counter()
-            read = None
-            if proxy.verifier is None:
-                try:
-                    read = await off_loop(None, replayer.read_entry, d, args, kwargs, work=work)  # side by side
-                except ExitBegan:
-                    read = EXIT_BEGAN
-        except BaseException:  # cancelled while choosing or waiting: its call index goes back, nothing ran
-            ledger.give_back(d)
-            ledger.unregister(d)
-            raise
-        if proxy.verifier is not None:
-            return await proxy.verifier.async_call(wrapped, args, kwargs, d, maybe_sync)
-        if read is EXIT_BEGAN or not work.enter():
-            return await proxy.stand_aside(wrapped, args, kwargs, d, awaited=True)
-        found, value = replayer.serve(d, read, args, kwargs, t0)
-        if found:
-            return value
-        if proxy.role.replay_only:
-            replayer.missing(d)
-        ledger.fingerprint(d, args, kwargs)
-        t0 = time.perf_counter()
-        with recorder.real_call(d):
-            result = wrapped(*args, **kwargs)  # called from this coroutine's frame
-            if not maybe_sync or inspect.isawaitable(result):
-                result = await result
-        return await self.after_live_off_loop(result, d, time.perf_counter() - t0)
-
-    async def finish_awaitable(self, awaitable: Awaitable[Any], d: Call, t0: float) -> Any:
+    async def finish_awaitable(self, awaitable: Awaitable[Any], d: Call, t0: float,
+                               outcome: Unserved = NOT_SERVED) -> Any:
         """Await the awaitable (:func:`resolvable`) a plain ``def`` target handed back from its real call, then record
-        its result, marked as the value of an awaitable (``returned: "awaitable"``, replayed as one)."""
+        its result, marked as the value of an awaitable (``returned: "awaitable"``, replayed as one); ``outcome``: why
+        no recording served it (see :meth:`~skipweave.weaving.record.Recorder.record_live`)."""
         try:
             result = await awaitable
         except BaseException:
-            self.proxy.ledger.give_back(d)
-            self.proxy.recorder.call_ended(d, failed=True)
+            self.ctx.ledger.give_back(d)
+            self.recorder.call_ended(d, failed=True)
             raise
         if not d.work.enter():
-            d.no_store = True
+            outcome = LIVE_ONLY  # the process exits meanwhile: the result goes back unrecorded
         try:
-            return await self.after_live_off_loop(result, d, time.perf_counter() - t0, returned=RETURNED_AWAITABLE)
+            return await self.after_live_off_loop(result, d, time.perf_counter() - t0, returned=RETURNED_AWAITABLE,
+                                                  outcome=outcome)
         finally:
             d.work.leave()
 
-    async def served_when_awaited(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                                  d: Call, read: Read, t0: float) -> Any:
-        """Serve ``read``, an entry recorded from an awaitable a plain ``def`` target handed back, once the caller
-        awaits (:meth:`SkipProxy.sync_call`): the RNG state and declared effects are restored then, where the live
-        awaitable would have left them (``c = target(); random.random(); await c`` draws as it did live). When the
-        entry is not served after all (other inputs with ``on_mismatch: regenerate``, an unusable RNG state), the call
-        runs live here and is recorded (:meth:`SkipProxy.live_call`).
-
-        Raises:
-            FingerprintMismatch: the entry was made for other inputs or environment and the policy is ``error``.
-            ReplayMissing: the role is replay-only and the entry could not be served.
-        """
-        proxy = self.proxy
-        if not d.work.enter():  # the process exits: no work of ours may still run in torch
-            result = proxy.stand_aside(wrapped, args, kwargs, d)
-        else:
-            try:
-                found, result = proxy.replayer.serve(d, read, args, kwargs, t0)
-                if found:
-                    return result
-                result = proxy.live_call(wrapped, args, kwargs, d)
-            finally:
-                d.work.leave()  # (awaiting is no work of ours)
-        return await result if resolvable(result) else result
-
-    async def after_live_off_loop(self, result: Any, d: Call, seconds: float, returned: str | None = None) -> Any:
+    async def after_live_off_loop(self, result: Any, d: Call, seconds: float, returned: str | None = None,
+                                  outcome: Unserved = NOT_SERVED) -> Any:
         """Record an ``async`` target's result without blocking its event loop: the RNG state and the declared
         effects are taken now, on the loop (what the real call left, before another task moves them); encoding
         and the copy handed to the background writer (or, writing through, the whole write) run in a worker
         thread while the loop serves other tasks. The caller gets the result once it is staged, so nothing it
-        does to it afterwards reaches the recording. ``returned``: the manifest's (see :meth:`finish_awaitable`)."""
-        recorder = self.proxy.recorder
-        if d.no_store:  # nothing to stage (and at exit no worker thread to stage it in)
-            return recorder.after_live(result, d, seconds)
+        does to it afterwards reaches the recording. ``returned``: the manifest's (see :meth:`finish_awaitable`);
+        ``outcome``: why no recording served it (see :meth:`~skipweave.weaving.record.Recorder.record_live`)."""
+        recorder = self.recorder
+        if d.no_store or not outcome.record:  # nothing to stage (and at exit no worker thread to stage it in)
+            return recorder.after_live(result, d, seconds, outcome=outcome)
         try:
             snapshot: Snapshot | None = recorder.snapshot(d)
         except Exception:  # noqa: BLE001 - taken again in the worker, where the record's failure is reported
             snapshot = None
         d.work.leave()  # (the worker thread is joined before the exit steps run)
         try:
-            return await off_loop(None, recorder.after_live, result, d, seconds, snapshot, returned, work=d.work)
+            return await off_loop(None, recorder.after_live, result, d, seconds, snapshot, returned, outcome,
+                                  work=d.work)
         except ExitBegan:
-            d.no_store = True
-            return recorder.after_live(result, d, seconds)
+            return recorder.after_live(result, d, seconds, outcome=LIVE_ONLY)
 
     async def bridged_bypass(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                              step: int | None) -> Any:
@@ -233,13 +153,13 @@ class AsyncBridge:
         result = wrapped(*args, **kwargs)
         if inspect.isawaitable(result):
             result = await result
-        annotate(result, report.BYPASS, step, None, self.proxy.role.note)
+        annotate(result, report.BYPASS, step, None, self.ctx.note)
         return result
 
     async def annotated_awaitable(self, awaitable: Awaitable[Any], step: int | None) -> Any:
         """The result of a bypassed plain ``def`` that handed back its coroutine, noted once awaited."""
         result = await awaitable
-        annotate(result, report.BYPASS, step, None, self.proxy.role.note)
+        annotate(result, report.BYPASS, step, None, self.ctx.note)
         return result
 
 

@@ -180,11 +180,11 @@ def binding_of(original: Any, owner: Any) -> Binding | None:
 def _skipweave_wrapped(func: Any) -> Any:
     """The function inside ``func`` when ``func`` is skipweave's own wrapper (a target another role wove first),
     else ``None``."""
-    from skipweave.weaving.proxy import proxy_of
     from skipweave.weaving.unpatch import wrapper_of
 
     wrapper = wrapper_of(func)
-    return func.__wrapped__ if wrapper is not None and proxy_of(wrapper) is not None else None
+    # a proxy, and the front of one, name it as `skipweave_proxy` (this module sits below the proxy's: no import)
+    return func.__wrapped__ if getattr(wrapper, "skipweave_proxy", None) is not None else None
 
 
 __all__ = ["Binding", "binding_of"]

@@ -1,4 +1,4 @@
-"""The call ledger of one proxy: which call of its step each call is, and which real calls are running.
+"""The call ledger of one woven target: which call of its step each call is, and which real calls are running.
 
 A call the gate found eligible gets its step's next call index in its shard (:meth:`CallLedger.decide`); a call
 whose real call raised gives its index back for the next call of the step (nothing was recorded). The ledger
@@ -15,13 +15,14 @@ import contextvars
 import heapq
 import logging
 import threading
-from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from skipweave import lifecycle, report
 from skipweave.config.errors import ConfigError
-from skipweave.config.schema import Action, ShardKind
-from skipweave.policy.actions import choose_step
+from skipweave.config.schema import RoleConfig, ShardKind, TargetSpec
+from skipweave.store.errors import EntryForeign
 from skipweave.store.format.versions import ARGUMENTS, SIGNATURE
 from skipweave.weaving import shared_dirs
 from skipweave.weaving.fingerprint import fingerprint, signature_fingerprint
@@ -29,7 +30,9 @@ from skipweave.weaving.notes import RESULT_NOTES
 from skipweave.weaving.shards import VALIDATION_SHARD, shard_label, shared_shard_advice
 
 if TYPE_CHECKING:
-    from skipweave.weaving.proxy import SkipProxy
+    from skipweave.report import TargetCounters
+    from skipweave.store.step_store import StepStore
+    from skipweave.weaving.binding import Binding
     from skipweave.weaving.rng import RngMarks
 
 logger = logging.getLogger(__name__)
@@ -40,20 +43,54 @@ RUNNING_HERE: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("s
 runs live."""
 
 
-class Call:
-    """One call the gate let through, from its call index to the end of its record.
+@dataclass(frozen=True, slots=True)
+class Unserved:
+    """The outcome of a call that no recording serves, as the replayer returns it (:meth:`~skipweave.weaving.replay.
+    Replayer.read_entry`, :meth:`~skipweave.weaving.replay.Replayer.serve`) and the live path takes it: why, and what
+    its live run does."""
 
-    ``call`` is its position among this process's calls of its step; ``slot`` the call index of the entry it is
-    served or recorded under (see :mod:`skipweave.policy.matching`), ``None`` until chosen. ``fp`` is its input
+    why: str = ""
+    """Why the entry found for it was not served, for people (a replay-only run's message, a verify report's
+    ``reason``); ``""``: none was found."""
+    record: bool = True
+    """Its live result is recorded (``False``: it runs live and records nothing)."""
+    replace: bool = False
+    """Recorded in place of an entry that was set aside or regenerated."""
+    slot: int | None = None
+    """The call index of the entry it was matched to (see :mod:`skipweave.policy.matching`), where its live result
+    is recorded; ``None``: none, its own position."""
+
+
+NOT_SERVED = Unserved()
+"""No recording serves the call: it runs live and is recorded at its own position."""
+
+LIVE_ONLY = Unserved(record=False)
+"""The call runs live and records nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A call a recording served (:meth:`~skipweave.weaving.replay.Replayer.serve`)."""
+
+    value: Any
+    """What the host gets."""
+
+
+class Call:
+    """One call the gate let through, from its call index to the end of its record: its decision (index, shard,
+    fingerprint) and lookup (the serving step), kept by the ledger, and its running real call; its outcome is a value
+    (:class:`Unserved`, :class:`Hit`), not a field.
+
+    ``call`` is its position among this process's calls of its step. ``fp`` is its input
     fingerprint under ``fp_rule``, the rule its entry is recorded with (``signature``, or ``arguments`` when the
     target has no signature or the call does not bind to it), ``None`` until taken; ``fp_arguments`` its fingerprint
     under the ``arguments`` rule, taken only when an entry of that rule (format 1) is compared with it
     (:meth:`CallLedger.fingerprint`).
     """
 
-    __slots__ = ("step", "call", "shard", "served", "fp", "fp_rule", "fp_arguments", "inputs", "replace", "no_store",
-                 "start_number", "slot", "waits_for", "done", "thread", "concurrent", "instance", "waited",
-                 "validation", "unserved", "rng_before", "lists_before", "effects_open", "work")
+    __slots__ = ("step", "call", "shard", "served", "fp", "fp_rule", "fp_arguments", "inputs", "no_store",
+                 "start_number", "waits_for", "done", "thread", "concurrent", "instance", "waited",
+                 "validation", "rng_before", "lists_before", "effects_open", "work")
 
     def __init__(self, step: int, call: int, shard: str, served: int | None) -> None:
         self.step, self.call, self.shard, self.served = step, call, shard, served
@@ -62,11 +99,9 @@ class Call:
         self.fp_arguments: str | None = None
         # (args, kwargs) of a call of a fingerprint shard, until its serving step is chosen: see CallLedger.choose
         self.inputs: tuple[tuple[Any, ...], Mapping[str, Any]] | None = None
-        self.replace = False
-        self.no_store = False
+        self.no_store = False  # the lookup (or the exit, during its real call) decided it records nothing
         # while the store counts it as running in its part: its number among the calls the store saw start, else 0
         self.start_number = 0
-        self.slot: int | None = None
         self.waits_for: Call | None = None  # single flight: the running call whose recording will serve this one
         self.done: concurrent.futures.Future[None] | None = None  # set when this real call and its record end
         self.thread = 0
@@ -74,7 +109,6 @@ class Call:
         self.instance: Any = None  # the bound instance (``self`` of expressions: echo, effects)
         self.waited = False  # single flight waited for another call already (never twice)
         self.validation = False  # a validation call (recorded apart: shard val_<shard>, never served to training)
-        self.unserved = ""  # why the entry found for this call was not served (for a replay-only run's message)
         self.rng_before: RngMarks | None = None  # the generators' marks right before the real call (restore_rng)
         # declared effects that were lists right before the real call: expression -> (the list, its items then)
         self.lists_before: dict[str, tuple[list[Any], list[Any]]] | None = None
@@ -91,12 +125,30 @@ class Call:
         return self.fp_arguments if rule == ARGUMENTS else ""
 
 
+class StepChoice(Protocol):
+    """What the ledger asks of the role's action (:class:`~skipweave.weaving.actions.CallAction`) when it chooses a
+    call's serving step."""
+
+    @property
+    def records(self) -> bool:
+        """A miss is recorded and the store written (else the store is only read)."""
+
+    def own_step_only(self, validation: bool) -> bool:
+        """Only the call's own step may serve it (no scan of the recorded steps, no single flight)."""
+
+    def serving_step(self, step: int, recorded: Sequence[int], validation: bool = False) -> int | None:
+        """The recorded step that serves a call at ``step``, or ``None``."""
+
+
 class CallLedger:
-    """Call indices, claimed entries and running real calls of one proxy (:class:`SkipProxy`).
+    """Call indices, claimed entries and running real calls of one woven target.
 
     Args:
-        proxy: the proxy whose calls this ledger keeps (its role, target and store are read at each call, so a
-            subclass may replace them).
+        role, target: the config of the (role, target) pair.
+        store: the role's store.
+        counts: the target's counters (:func:`skipweave.report.for_target`).
+        binding: how a call binds to the target's signature (``None``: calls are fingerprinted as passed).
+        action: the role's action (:class:`StepChoice`), which chooses the serving step.
 
     Attributes:
         lock: guards the ledger (and the declared effects' counts, see :class:`~skipweave.weaving.effects.
@@ -106,8 +158,10 @@ class CallLedger:
         indices: (step, shard) -> the next call index to hand out.
     """
 
-    def __init__(self, proxy: SkipProxy) -> None:
-        self.proxy = proxy
+    def __init__(self, role: RoleConfig, target: TargetSpec, store: StepStore, counts: TargetCounters,
+                 binding: Binding | None, action: StepChoice) -> None:
+        self.role, self.target, self.store, self.counts = role, target, store, counts
+        self.binding, self.action = binding, action
         self.lock = threading.Lock()
         self.running = 0
         self.indices: dict[tuple[int, str], int] = {}
@@ -162,11 +216,10 @@ class CallLedger:
 
     # ------------------------------------------------------------------ the decision
     def decide(self, step: int, args: tuple[Any, ...], kwargs: Mapping[str, Any],
-               validation: bool = False, choose: bool = True) -> Call:
-        """Give a call its step's next call index and shard; with ``choose``, also note its first eligible call
-        and choose the serving step (both touch the dump dir: an ``async`` call does them in a thread)."""
-        proxy = self.proxy
-        role = proxy.role
+               validation: bool = False) -> Call:
+        """Give a call its step's next call index and shard (the serving step is chosen next: :meth:`choose_first`,
+        which touches the dump dir, so an ``async`` call does it in a thread)."""
+        role = self.role
         fp, rule = None, ARGUMENTS
         if role.shard is ShardKind.FINGERPRINT:
             fp, rule = self.digest(args, kwargs)
@@ -176,7 +229,7 @@ class CallLedger:
                 shard = shard_label(role.shard)
             except ConfigError as exc:  # RANK changed after the weave checked it: never fail the training call
                 logger.warning("skipweave: role %s target %s step %d: %s; running live without recording",
-                               role.role, proxy.target.name, step, exc)
+                               role.role, self.target.name, step, exc)
                 d = Call(step, 0, "r0", None)
                 d.no_store = True
                 return d
@@ -186,96 +239,82 @@ class CallLedger:
         d.fp, d.fp_rule, d.validation = fp, rule, validation
         if rule == SIGNATURE:  # its format-1 shard is looked for only when its own serves nothing (choose)
             d.inputs = (args, kwargs)
-        if choose:
-            try:
-                self.choose_first(d)
-            except shared_dirs.DumpDirNotShared:
-                self.give_back(d)  # the call never ran: its index serves the next call of the step
-                raise
         return d
 
-    def choose_first(self, d: Call) -> None:
+    def choose_first(self, d: Call) -> EntryForeign | None:
         """A call's first store work: the check that the dump dir is the driver's (once per process and dump dir),
         its first-call mark (now, not at its hit or miss: a call that raises was still called) and the serving step's
-        choice.
+        choice (:meth:`choose`, whose value it returns).
 
         Raises:
             DumpDirNotShared: the role has ``require_shared`` and its dump dir is not the driver's folder
                 (:mod:`skipweave.weaving.shared_dirs`); the target's ``eligible`` counter then stays unset, so every
                 later call asks again and raises too.
         """
-        counts = self.proxy.counts
+        counts = self.counts
         if not counts.eligible:
-            shared_dirs.check(self.proxy.role)
-            report.first_call(self.proxy.role.role, self.proxy.target.name, eligible=True)
+            shared_dirs.check(self.role)
+            report.first_call(self.role.role, self.target.name, eligible=True)
         if not (counts.validation if d.validation else counts.training):  # for the validation-only exit warning
-            report.call_kind(self.proxy.role.role, self.proxy.target.name, validation=d.validation)
-        self.choose(d)
+            report.call_kind(self.role.role, self.target.name, validation=d.validation)
+        return self.choose(d)
 
-    def choose(self, d: Call) -> None:
-        """Choose the step that serves ``d`` (``d.served``), or wait for one being recorded (``d.waits_for``)."""
-        proxy = self.proxy
-        role, target, store = proxy.role, proxy.target.name, proxy.store
+    def choose(self, d: Call) -> EntryForeign | None:
+        """Choose the step that serves ``d`` (``d.served``), or wait for one being recorded (``d.waits_for``).
+
+        Returns:
+            The entry of a format version this skipweave does not read that ``d``'s own position holds, when ``d`` is
+            to run live and be recorded (the caller hands it to :meth:`~skipweave.weaving.replay.Replayer.foreign`:
+            ``d`` then runs live and records nothing, as a call that position would have served does; recorded
+            elsewhere, its entry would serve a later run's call in place of the one the foreign entry holds); else
+            ``None``.
+        """
+        role, target, store, action = self.role, self.target.name, self.store, self.action
         step, shard = d.step, d.shard
-        # a validation call, and a verified one: its own step only
-        action = Action.CACHE if d.validation or role.action is Action.VERIFY else role.action
+        own = action.own_step_only(d.validation)
         try:
-            if role.action is not Action.VERIFY:  # a verify run reads the store and changes nothing in it
+            if action.records:  # an action that only reads the store (verify) changes nothing in it
                 store.prepare_part(step, target, shard, resumable=self.resumable(d))
-            if action is Action.CACHE:  # only this very step can serve: no scan of the store
+            if own:  # only this very step can serve: no scan of the store
                 recorded = [step] if store.is_complete(step, target, shard) else []
             else:
                 recorded = store.recorded_steps(target, shard)
-            served = choose_step(action, step, recorded, role.record_steps)
+            served = action.serving_step(step, recorded, d.validation)
             inputs, d.inputs = d.inputs, None
             if served is None and inputs is not None:
-                served = self._format1_shard(d, action, *inputs)
+                served = self._format1_shard(d, *inputs)
                 shard = d.shard
         except Exception as exc:  # an unreadable dump dir never fails the training call
             logger.warning("skipweave: role %s target %s step %d: the store under %s is unusable (%s: %s); "
                            "running live without recording", role.role, target, step, store.dump_dir,
                            type(exc).__name__, exc)
             d.no_store = True
-            return
+            return None
         d.served = served
-        if role.action is Action.VERIFY:  # compared with the recording, if any; never recorded, never in flight
-            return
+        if not action.records:  # served or compared with the recording, if any; never recorded, never in flight
+            return None
         if d.validation and not role.replay_only:  # recorded for a replay-only run, never served here
             mine = (step, shard) in self.claimed or (step, shard) in self.in_flight  # this run is recording it
             if served is not None and not mine:
                 d.served, d.no_store = None, True  # recorded by an earlier run: live, not again
-                return
+                return None
             d.served = None
         elif served is not None:
-            return
-        if self._position_foreign(d):
-            return
+            return None
+        try:
+            foreign = store.foreign_calls(d.step, target, d.shard).get(d.call)
+        except OSError:  # read again, and judged, when the entry is committed
+            foreign = None
+        if foreign is not None:
+            return foreign
         with self.lock:  # one lock for the look and the registration: two calls never both decide to generate
-            if action is not Action.CACHE and role.single_flight and not d.waited:
+            if not own and role.single_flight and not d.waited:
                 d.waits_for = self._recording_that_serves(d, recorded)
             if d.waits_for is None:
                 self.register(d)
+        return None
 
-    def _position_foreign(self, d: Call) -> bool:
-        """``d`` is to run live and be recorded, and its own position holds an entry of a format version this skipweave
-        does not read: it runs live and records nothing (:meth:`~skipweave.weaving.replay.Replayer.foreign`), as a call
-        that position would have served does. Recorded elsewhere, the entry would serve a later run's call in place
-        of the one the foreign entry holds.
-
-        Raises:
-            ForeignRecording: ``skip.<role>.on_foreign`` is ``error``.
-        """
-        proxy = self.proxy
-        try:
-            found = proxy.store.foreign_calls(d.step, proxy.target.name, d.shard).get(d.call)
-        except OSError:  # read again, and judged, when the entry is committed
-            return False
-        if found is None:
-            return False
-        proxy.replayer.foreign(d, found)
-        return True
-
-    def _format1_shard(self, d: Call, action: Action, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int | None:
+    def _format1_shard(self, d: Call, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int | None:
         """For a call of a fingerprint shard (``shard: fingerprint``) that nothing serves under its signature digest:
         the shard named by its as-passed digest, where format 1 recorded the same input, when a step there serves it.
         ``d`` then moves to that shard (its call index taken there); its entries are compared by their own rule.
@@ -288,14 +327,14 @@ class CallLedger:
         if not fp:
             return None
         legacy = (VALIDATION_SHARD if d.validation else "") + "f" + fp[:16]
-        role, target, store = self.proxy.role, self.proxy.target.name, self.proxy.store
-        if role.action is not Action.VERIFY:
+        target, store, action = self.target.name, self.store, self.action
+        if action.records:
             store.prepare_part(d.step, target, legacy, resumable=False)
-        if action is Action.CACHE:
+        if action.own_step_only(d.validation):
             recorded = [d.step] if store.is_complete(d.step, target, legacy) else []
         else:
             recorded = store.recorded_steps(target, legacy)
-        served = choose_step(action, d.step, recorded, role.record_steps)
+        served = action.serving_step(d.step, recorded, d.validation)
         if served is not None:
             self.give_back(d)  # its index in the shard it leaves serves the next call there
             d.shard, d.call = legacy, self.take_index(d.step, legacy)
@@ -307,7 +346,7 @@ class CallLedger:
         its inputs (no ``fingerprint.include``: a phase hashing only the fields it reads gives one digest to calls that
         differ elsewhere) and the shard is not itself the fingerprint (every call of such a part has the same one).
         Validation calls are recorded apart and never resumed."""
-        role = self.proxy.role
+        role = self.role
         return not d.validation and not role.fingerprint.include and role.shard is not ShardKind.FINGERPRINT
 
     def free_slot(self, step: int, shard: str, taken: Collection[int]) -> int:
@@ -333,8 +372,7 @@ class CallLedger:
         }
         if not pending:
             return None
-        role = self.proxy.role
-        choice = choose_step(role.action, d.step, sorted(set(recorded) | set(pending)), role.record_steps)
+        choice = self.action.serving_step(d.step, sorted(set(recorded) | set(pending)))
         return pending.get(choice) if choice is not None and choice not in recorded else None
 
     # ------------------------------------------------------------------ running real calls
@@ -400,21 +438,21 @@ class CallLedger:
     def _unfingerprinted(self, exc: Exception) -> None:
         """The inputs could not be fingerprinted (``exc``): a WARNING, and the call goes on without a fingerprint."""
         logger.warning("skipweave: role %s target %s: inputs cannot be fingerprinted (%s: %s); "
-                       "the entry is recorded without a fingerprint", self.proxy.role.role,
-                       self.proxy.target.name, type(exc).__name__, exc)
+                       "the entry is recorded without a fingerprint", self.role.role,
+                       self.target.name, type(exc).__name__, exc)
 
     def digest(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str, str]:
         """The input fingerprint of a call under its own rule, and that rule: ``signature`` (its arguments bound to
         the target's signature, :func:`~skipweave.weaving.fingerprint.signature_fingerprint`) when the weaver gave
-        the proxy a :attr:`~skipweave.weaving.proxy.SkipProxy.binding` and the call binds to it, else ``arguments``
-        (:meth:`arguments_digest`).
+        the target a :attr:`~skipweave.weaving.context.TargetContext.binding` and the call binds to it, else
+        ``arguments`` (:meth:`arguments_digest`).
 
         Raises:
             ValueError, RecursionError: the inputs cannot be fingerprinted.
         """
-        binding = self.proxy.binding
+        binding = self.binding
         if binding is not None:
-            include = self.proxy.role.fingerprint.include or None
+            include = self.role.fingerprint.include or None
             fp = signature_fingerprint(binding, args, kwargs, ignore=self._ignored(), include=include,
                                        on_unmatched=None if include is None or self.include_warned
                                        else self.warn_unmatched)
@@ -429,7 +467,7 @@ class CallLedger:
         Raises:
             ValueError, RecursionError: the inputs cannot be fingerprinted.
         """
-        include = self.proxy.role.fingerprint.include or None
+        include = self.role.fingerprint.include or None
         return fingerprint(args, kwargs, ignore=self._ignored(), include=include,
                            on_unmatched=None if include is None or self.include_warned else self.warn_unmatched)
 
@@ -440,34 +478,34 @@ class CallLedger:
         only the note would tell them apart. Built at the first call, then kept."""
         ignore = self._fp_ignore
         if ignore is None:
-            keys = tuple(dict.fromkeys(k for k in (*RESULT_NOTES.role_keys, self.proxy.role.note) if k))
+            keys = tuple(dict.fromkeys(k for k in (*RESULT_NOTES.role_keys, self.role.note) if k))
             notes = tuple(p for attribute, key in RESULT_NOTES.current()
                           for p in (f"*.{attribute}.{key}*", *(f"*.{attribute}.{k}" for k in keys)))
-            ignore = self._fp_ignore = tuple(dict.fromkeys((*self.proxy.role.fingerprint.ignore, *notes)))
+            ignore = self._fp_ignore = tuple(dict.fromkeys((*self.role.fingerprint.ignore, *notes)))
         return ignore
 
     def warn_unmatched(self) -> None:
-        """Once per proxy: ``fingerprint.include`` named no part of a call's inputs, so all of them were hashed."""
+        """Once per target: ``fingerprint.include`` named no part of a call's inputs, so all of them were hashed."""
         self.include_warned = True
-        role = self.proxy.role
+        role = self.role
         logger.warning("skipweave: role %s target %s: skip.%s.fingerprint.include %s names no part of the call's "
                        "inputs; the whole inputs are fingerprinted instead (name the fields the call reads, e.g. "
                        "'*.batch.input_ids' of a batch passed first or by keyword)", role.role,
-                       self.proxy.target.name, role.role, list(role.fingerprint.include))
+                       self.target.name, role.role, list(role.fingerprint.include))
 
     def warn_shared(self, d: Call, what: str) -> None:
-        """Once per proxy: several writers share this shard, so calls are matched by their inputs only."""
+        """Once per target: several writers share this shard, so calls are matched by their inputs only."""
         if self.shared_warned:
             return
         self.shared_warned = True
-        role = self.proxy.role
+        role = self.role
         who, fix = shared_shard_advice(role)
         logger.warning(
             "skipweave: role %s target %s step %d: shard %s %s; %s. A call is served only a recording made for "
             "the same inputs and recorded afresh otherwise, never another writer's result; %s "
             "(docs/ray.md#several-writers-of-one-target)",
-            role.role, self.proxy.target.name, d.step, d.shard, what, who, fix,
+            role.role, self.target.name, d.step, d.shard, what, who, fix,
         )
 
 
-__all__ = ["Call", "CallLedger", "RUNNING_HERE"]
+__all__ = ["Call", "CallLedger", "Hit", "LIVE_ONLY", "NOT_SERVED", "RUNNING_HERE", "StepChoice", "Unserved"]

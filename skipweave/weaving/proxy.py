@@ -13,45 +13,39 @@ a front function that runs the gate and settles bypasses inline (one Python call
 and hands eligible calls to the proxy; for ``async`` and bridged targets, and subclasses that replace
 ``__call__``, the proxy itself. Both paths give the same decision, counters and result notes.
 
-The proxy is a facade: this module holds the entry points and the dispatch; the parts it delegates to are the
-call ledger (:mod:`~skipweave.weaving.calls`), replay (:mod:`~skipweave.weaving.replay`), record
-(:mod:`~skipweave.weaving.record`), the async paths (:mod:`~skipweave.weaving.asyncio_bridge`) and the declared
-effects (:mod:`~skipweave.weaving.effects`). docs/architecture.md follows one call through them.
+The proxy assembles its target's call engine and holds the entry points: at weave time it builds the frozen
+:class:`~skipweave.weaving.context.TargetContext` (role, target, store, call ledger, action, declared effects,
+environment, binding, echo hook) and the :class:`~skipweave.weaving.engine.CallEngine` that settles eligible calls
+with it (the role's action, :mod:`~skipweave.weaving.actions`, serves them: replay or record, or verify). The engine's
+parts receive the context, never the proxy, and import nothing of this module. docs/architecture.md follows one call
+through them.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
 import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from skipweave import failures, lifecycle, report
-from skipweave.config.schema import Action, BypassKind, RoleConfig, StepSourceKind, TargetSpec
+from skipweave import failures, report
+from skipweave.config.schema import BypassKind, RoleConfig, StepSourceKind, TargetSpec
 from skipweave.policy.expressions import Expression, ExpressionFailed
 from skipweave.policy.gate import BYPASS, Gate, compile_gate
 from skipweave.policy.steps import StepError, StepSource
-from skipweave.store.format.manifest import RETURNED_AWAITABLE
-from skipweave.store.format.versions import reader_of
 from skipweave.store.step_store import StepStore
-from skipweave.weaving.asyncio_bridge import (
-    CORO_FLAGS,
-    AsyncBridge,
-    awaited_by_caller,
-    resolvable,
-    wraps_coroutine_function,
-)
+from skipweave.weaving.actions import CallAction, action_for
+from skipweave.weaving.asyncio_bridge import CORO_FLAGS, AsyncBridge, awaited_by_caller, wraps_coroutine_function
 from skipweave.weaving.binding import Binding
-from skipweave.weaving.calls import RUNNING_HERE, Call, CallLedger
+from skipweave.weaving.calls import RUNNING_HERE, CallLedger
+from skipweave.weaving.context import LiveEnvironment, TargetContext
 from skipweave.weaving.effects import DeclaredEffects
-from skipweave.weaving.environment import live_environment
+from skipweave.weaving.engine import CallEngine  # (its module registers the replaying actions)
 from skipweave.weaving.notes import RESULT_NOTES, annotate
 from skipweave.weaving.record import Recorder
 from skipweave.weaving.replay import VIEW_TTL_S, EnvironmentMismatch, FingerprintMismatch, Replayer, ReplayMissing
 from skipweave.weaving.shards import RANK_VARIABLES, VALIDATION_SHARD, rank_of_process, shard_label
-from skipweave.weaving.verifier import Diverged, Verifier
+from skipweave.weaving.verifier import Diverged, Verify  # (its module registers the verify action)
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +67,16 @@ class SkipProxy:
         bridge: the target is a sync-or-await helper around a coroutine function (see
             :mod:`~skipweave.weaving.asyncio_bridge`).
         positions: parameter name -> position in the call's ``args`` (``self``/``cls`` removed).
+        original: the function the weaver patched (``None`` for a proxy built otherwise): whose source and package
+            belong to the target's environment.
+        binding: how a call's arguments bind to the target's signature (:func:`~skipweave.weaving.binding.binding_of`):
+            its calls are fingerprinted by the ``signature`` rule; ``None`` (a target without a signature, a proxy
+            built otherwise): by the ``arguments`` rule.
+
+    The proxy assembles the target's call engine: the frozen :class:`~skipweave.weaving.context.TargetContext` (role,
+    target, store, ledger, action, effects, environment, binding, the :meth:`on_replay` hook), built here once, and
+    the :class:`~skipweave.weaving.engine.CallEngine` that settles eligible calls with it. The proxy itself runs the
+    gate (bypass, step, eligibility) and hands eligible calls to the engine; no part of the engine reads the proxy.
 
     A proxy set inactive (``active = False``) passes every call straight through; unweave does that
     when another tool's non-wrapt wrapper sits above ours and the patch cannot be spliced out.
@@ -83,16 +87,10 @@ class SkipProxy:
 
     Attributes:
         active: False once unweave has turned this proxy into a pass-through (the front reads it on every call).
-        ledger: its calls' indices and running real calls (:class:`~skipweave.weaving.calls.CallLedger`).
-        effects: the role's declared effects and echoes (:class:`~skipweave.weaving.effects.DeclaredEffects`).
-        replayer, recorder, async_bridge: the parts that replay, record, and run the awaitable paths.
-        verifier: the part that verifies calls (:class:`~skipweave.weaving.verifier.Verifier`), for a role whose
-            action is ``verify``; else ``None``.
-        original: the function the weaver patched (set by the weaver; ``None`` for a proxy built otherwise): whose
-            source and package belong to :attr:`environment`.
-        binding: how a call's arguments bind to the target's signature (set by the weaver,
-            :func:`~skipweave.weaving.binding.binding_of`): its calls are fingerprinted by the ``signature`` rule;
-            ``None`` (a target without a signature, a proxy built otherwise): by the ``arguments`` rule.
+        context: the target's :class:`~skipweave.weaving.context.TargetContext`.
+        engine: the target's :class:`~skipweave.weaving.engine.CallEngine`.
+        ledger: its calls' indices and running real calls (the context's, read by the front on every call).
+        effects: the role's declared effects and echoes (the context's).
         counts: this target's counters (:func:`skipweave.report.for_target`).
     """
 
@@ -110,6 +108,8 @@ class SkipProxy:
         is_async: bool,
         bridge: bool = False,
         positions: Mapping[str, int] | None = None,
+        original: Callable[..., Any] | None = None,
+        binding: Binding | None = None,
     ) -> None:
         self.role = role
         self.target = target
@@ -129,29 +129,53 @@ class SkipProxy:
         self._step_warned = False
         self.counts = report.for_target(role.role, target.name)
         self._own_bypass = bypass  # a subclass that replaces self.bypass gets a gate around its predicate
+        action = action_for(role)
         # validation calls go to the store too (recorded apart, replayed, or compared with their recordings)
-        self._validation = role.record_validation or role.replay_only or role.action is Action.VERIFY
-        self._bypassed_fate = bypassed_fate(role)  # what the WARNING of a failing bypass expression says
+        self._validation = role.record_validation or role.replay_only or action.takes_validation
+        self._bypassed_fate = bypassed_fate(role, action)  # what the WARNING of a failing bypass expression says
         self._gate: Gate | None = None
-        self.ledger = CallLedger(self)
+        self.ledger = CallLedger(role, target, store, self.counts, binding, action)
         self.effects = DeclaredEffects(role, params, positions, self.ledger.lock)
-        self.replayer = Replayer(self)
-        self.recorder = Recorder(self)
-        self.async_bridge = AsyncBridge(self)
-        self.verifier = Verifier(self) if role.action is Action.VERIFY else None
-        self.original: Callable[..., Any] | None = None
-        self.binding: Binding | None = None
-        self._environment: dict[str, Any] | None = None
+        self.context = TargetContext(role, target, store, self.ledger, action, self.effects, self.counts,
+                                     LiveEnvironment(role, target, original), binding, self.on_replay)
+        self.engine = CallEngine(self.context, is_async=is_async)
+        self._running_id = id(self.context)  # what RUNNING_HERE holds while one of its real calls runs
+
+    @property
+    def action(self) -> CallAction[Any]:
+        """The role's action (:class:`~skipweave.weaving.actions.CallAction`)."""
+        return self.context.action
+
+    @property
+    def original(self) -> Callable[..., Any] | None:
+        """The function the weaver patched (``None`` for a proxy built otherwise)."""
+        return self.context.environment.original
+
+    @property
+    def binding(self) -> Binding | None:
+        """How a call's arguments bind to the target's signature (``None``: fingerprinted as passed)."""
+        return self.context.binding
 
     @property
     def environment(self) -> dict[str, Any]:
-        """What this target's calls run with in this process (:func:`~skipweave.weaving.environment.live_environment`
-        of :attr:`original`, the function the weaver patched): computed at the first call that records or replays, then
-        kept (two threads racing compute equal values). Recorded in each new entry's manifest; never changed."""
-        env = self._environment
-        if env is None:
-            env = self._environment = live_environment(self.role, self.target, self.original)
-        return env
+        """What this target's calls run with in this process (:class:`~skipweave.weaving.context.LiveEnvironment`):
+        computed at the first call that records or replays, then kept. Recorded in each new entry's manifest."""
+        return self.context.environment.value()
+
+    @property
+    def replayer(self) -> Replayer:
+        """The part that replays its calls (the engine's)."""
+        return self.engine.replayer
+
+    @property
+    def recorder(self) -> Recorder:
+        """The part that records its calls (the engine's)."""
+        return self.engine.recorder
+
+    @property
+    def async_bridge(self) -> AsyncBridge:
+        """The awaitable helpers (the engine's)."""
+        return self.engine.bridge
 
     @property
     def defaults(self) -> Mapping[str, Any]:
@@ -187,11 +211,17 @@ class SkipProxy:
             return self
         return _front(self, self.gate)
 
+    @property
+    def skipweave_proxy(self) -> SkipProxy:
+        """This proxy: what :func:`proxy_of` (and :mod:`~skipweave.weaving.binding`, which may not import this
+        module) reads off a wrapt wrapper, the proxy or its front."""
+        return self
+
     # ------------------------------------------------------------------ wrapt entry point
     def __call__(
         self, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        if not self.active or id(self) in RUNNING_HERE.get():
+        if not self.active or self._running_id in RUNNING_HERE.get():
             return wrapped(*args, **kwargs)
         # A sync-or-await helper awaited by its caller must be called from a coroutine frame, bypasses too.
         awaited = self.bridge and awaited_by_caller()
@@ -206,35 +236,19 @@ class SkipProxy:
                 return self.validation_call(wrapped, instance, args, kwargs, awaited)
             return self.live_bypass(wrapped, args, kwargs, None, awaited)
         if gate.eligible is None or step in gate.eligible:
-            return self.eligible_call(wrapped, instance, args, kwargs, step, awaited)
+            return self.engine.eligible_call(wrapped, instance, args, kwargs, step, awaited)
         return self.live_bypass(wrapped, args, kwargs, step, awaited)
 
     def eligible_call(self, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                       kwargs: dict[str, Any], step: int, awaited: bool = False, validation: bool = False) -> Any:
-        """Settle a call its gate found eligible at ``step``: replay it (hit) or call through and record (miss).
-
-        ``validation``: a validation call, recorded under its own shard; served only in a replay-only run.
-        Returns the result (an awaitable for ``async`` targets, awaited bridges, and plain ``def`` targets that hand
-        back a coroutine or an asyncio future, on a hit as on a miss).
+        """Settle a call its gate found eligible at ``step`` (:meth:`~skipweave.weaving.engine.CallEngine.
+        eligible_call`).
 
         Raises:
             ReplayMissing: the role is replay-only and no recording serves the call.
             FingerprintMismatch: the entry was made for other inputs and ``on_mismatch`` is ``error``.
         """
-        if self.is_async or awaited:
-            # Decided when the coroutine starts, not now: one never awaited (cancelled before it ran, dropped)
-            # then takes no call index and no single-flight slot that later calls would wait on for good.
-            return self.async_bridge.eligible(wrapped, args, kwargs, step, instance, maybe_sync=not self.is_async,
-                                              validation=validation)
-        work = lifecycle.Work()
-        if not work.enter():  # the process exits: no work of ours may still run in torch
-            return self.live_bypass(wrapped, args, kwargs, step)
-        try:
-            d = self.ledger.decide(step, args, kwargs, validation)
-            d.instance, d.work = instance, work
-            return self.sync_call(wrapped, args, kwargs, d)
-        finally:
-            work.leave()
+        return self.engine.eligible_call(wrapped, instance, args, kwargs, step, awaited, validation)
 
     def validation_call(self, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                         kwargs: dict[str, Any], awaited: bool = False) -> Any:
@@ -301,73 +315,9 @@ class SkipProxy:
     def live_bypass(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                     step: int | None, awaited: bool = False) -> Any:
         """Run the call live, record nothing, count it as a bypass at ``step`` (``None``: it has none); with
-        ``awaited``, from a coroutine frame (an awaited sync-or-await helper): returns an awaitable."""
-        report.event(report.BYPASS, role=self.role.role, target=self.target.name, step=step)
-        if awaited:
-            return self.async_bridge.bridged_bypass(wrapped, args, kwargs, step)
-        result = wrapped(*args, **kwargs)
-        if type(result) is types.CoroutineType:  # a plain def that handed back its coroutine
-            return self.async_bridge.annotated_awaitable(result, step)
-        annotate(result, report.BYPASS, step, None, self.role.note)
-        return result
-
-    def sync_call(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], d: Call) -> Any:
-        """Settle ``d``, a plain call: wait for the running call that serves it (single flight), replay it, or call
-        through and record (see :meth:`eligible_call`). An entry recorded from an awaitable the target handed back
-        (``returned: "awaitable"``) is replayed as a coroutine, served when awaited
-        (:meth:`~skipweave.weaving.asyncio_bridge.AsyncBridge.served_when_awaited`)."""
-        ledger, replayer = self.ledger, self.replayer
-        if d.waits_for is not None:  # single flight: wait for the running call that will serve this one
-            other, d.waits_for = d.waits_for, None
-            if other.done is not None and other.thread != threading.get_ident() and not report.loop_running():
-                # (in a thread that runs that call or an event loop, waiting here could never end: run live)
-                d.work.leave()  # waiting is no work of ours: exit need not wait for the other call
-                try:
-                    other.done.result()
-                finally:
-                    exiting = not d.work.enter()
-                if exiting:
-                    return self.stand_aside(wrapped, args, kwargs, d)
-                d.waited = True  # waits once: if that call recorded nothing, this one runs live, not in a queue
-                ledger.choose(d)
-        if self.verifier is not None:
-            return self.verifier.sync_call(wrapped, args, kwargs, d)
-        t0 = time.perf_counter()
-        read = replayer.read_entry(d, args, kwargs)
-        if read is not None and reader_of(read[2].manifest).returned(read[2].manifest) == RETURNED_AWAITABLE:
-            # the live call handed back an awaitable: so does its replay, served when the caller awaits it
-            return self.async_bridge.served_when_awaited(wrapped, args, kwargs, d, read, t0)
-        found, value = replayer.serve(d, read, args, kwargs, t0)
-        if found:
-            return value
-        return self.live_call(wrapped, args, kwargs, d)
-
-    def live_call(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], d: Call) -> Any:
-        """Run ``d``, a plain call no recording served, live and record it. Returns its result; when the target
-        handed back an awaitable whose value may be recorded (:func:`~skipweave.weaving.asyncio_bridge.resolvable`: a
-        coroutine, an asyncio future), a coroutine that awaits it and records its value, replayed as an awaitable.
-
-        Raises:
-            ReplayMissing: the role is replay-only (nothing serves the call).
-        """
-        ledger = self.ledger
-        if self.role.replay_only:
-            self.replayer.missing(d)
-        ledger.fingerprint(d, args, kwargs)  # before the call: the host may mutate its inputs
-        t0 = time.perf_counter()
-        with self.recorder.real_call(d):
-            result = wrapped(*args, **kwargs)
-        if resolvable(result):  # a plain def that hands back its coroutine (or an asyncio future)
-            ledger.release_waiters(d)  # it may never be awaited: no later call may wait for it
-            return self.async_bridge.finish_awaitable(result, d, t0)
-        return self.recorder.after_live(result, d, time.perf_counter() - t0)
-
-    def stand_aside(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                    d: Call, awaited: bool = False) -> Any:
-        """The process began to exit while ``d`` waited for another call: it takes no call index and runs live."""
-        self.ledger.give_back(d)
-        self.ledger.unregister(d)
-        return self.live_bypass(wrapped, args, kwargs, d.step, awaited)
+        ``awaited``, from a coroutine frame (an awaited sync-or-await helper): returns an awaitable
+        (:meth:`~skipweave.weaving.engine.CallEngine.live_bypass`)."""
+        return self.engine.live_bypass(wrapped, args, kwargs, step, awaited)
 
     # ------------------------------------------------------------------ hooks for host integrations
     def on_replay(self, result: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
@@ -380,13 +330,15 @@ class SkipProxy:
         return result
 
 
-def bypassed_fate(role: RoleConfig) -> str:
+def bypassed_fate(role: RoleConfig, action: CallAction[Any] | None = None) -> str:
     """What becomes of a call the bypass rule takes for a validation call, for a message: it runs live unrecorded,
-    unless the role records, replays or verifies validation calls apart from training ones (shard ``val_<shard>``)."""
+    unless the role records, replays or verifies validation calls apart from training ones (shard ``val_<shard>``).
+    ``action``: the role's (:func:`~skipweave.weaving.actions.action_for` when not given)."""
     if role.replay_only:
         return "such calls are taken for validation calls: served from the validation recordings (shard val_<shard>)"
-    if role.action is Action.VERIFY:
-        return "such calls are taken for validation calls: compared with the validation recordings (shard val_<shard>)"
+    fate = (action or action_for(role)).validation_fate
+    if fate:
+        return fate
     if role.record_validation:
         return ("such calls are taken for validation calls: they run live and are recorded apart from training calls "
                 "(shard val_<shard>, served only in replay-only runs)")
@@ -395,8 +347,6 @@ def bypassed_fate(role: RoleConfig) -> str:
 
 def proxy_of(wrapper: Any) -> SkipProxy | None:
     """Return the :class:`SkipProxy` behind a wrapt wrapper's ``_self_wrapper``, or ``None`` if not ours."""
-    if isinstance(wrapper, SkipProxy):
-        return wrapper
     proxy = getattr(wrapper, "skipweave_proxy", None)
     return proxy if isinstance(proxy, SkipProxy) else None
 
@@ -410,7 +360,7 @@ def _front(proxy: SkipProxy, gate: Gate) -> Callable[..., Any]:
     through ``__call__`` (a nested call must see the recursion guard). The DEBUG line per bypass is written when
     the ``skipweave`` logger was at DEBUG at weave time (the proxy's own path asks on every call).
     """
-    call, eligible_call = proxy.__call__, proxy.eligible_call
+    call, eligible_call = proxy.__call__, proxy.engine.eligible_call
     ledger, notes = proxy.ledger, RESULT_NOTES
     # Specialised to the one note registered now (verl's): a loop over the notes cost the bypass rows of bench/run.py
     # ~50 ns per call (Dec 2026); any other set of notes, or a later change to it, goes through notes.annotate.
@@ -425,7 +375,7 @@ def _front(proxy: SkipProxy, gate: Gate) -> Callable[..., Any]:
     log_each = log.isEnabledFor(logging.DEBUG)
     role, target = proxy.role.role, proxy.target.name
     coroutine, bypass, status, validation = types.CoroutineType, BYPASS, report.BYPASS, proxy._validation
-    annotated_awaitable = proxy.async_bridge.annotated_awaitable
+    annotated_awaitable = proxy.engine.bridge.annotated_awaitable
 
     def front(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if ledger.running or not proxy.active:
@@ -462,7 +412,7 @@ def _front(proxy: SkipProxy, gate: Gate) -> Callable[..., Any]:
     return front
 
 
-__all__ = ["CORO_FLAGS", "Diverged", "EnvironmentMismatch", "FingerprintMismatch", "RANK_VARIABLES", "ReplayMissing",
-           "SkipProxy",
+__all__ = ["CORO_FLAGS", "Diverged", "EnvironmentMismatch", "FingerprintMismatch", "RANK_VARIABLES",
+           "ReplayMissing", "SkipProxy", "Verify",
            "VALIDATION_SHARD", "VIEW_TTL_S", "annotate", "awaited_by_caller", "bypassed_fate", "proxy_of",
            "rank_of_process", "shard_label", "wraps_coroutine_function"]

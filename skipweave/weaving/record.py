@@ -15,7 +15,8 @@ import contextlib
 import errno
 import inspect
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from skipweave import failures, report
@@ -23,13 +24,13 @@ from skipweave.store.format import codec
 from skipweave.store.identity import is_concurrent_other, started_unix, this_writer
 from skipweave.store.step_store import EntryMeta
 from skipweave.store.write_behind import WRITER
-from skipweave.weaving.calls import RUNNING_HERE, Call
+from skipweave.weaving.calls import NOT_SERVED, RUNNING_HERE, Call, Unserved
 from skipweave.weaving.effects import split_appended
 from skipweave.weaving.notes import annotate
 from skipweave.weaving.rng import capture_rng_state, rng_changes, rng_marks
 
 if TYPE_CHECKING:
-    from skipweave.weaving.proxy import SkipProxy
+    from skipweave.weaving.context import TargetContext
 
 logger = logging.getLogger(__name__)
 
@@ -37,38 +38,71 @@ Snapshot = tuple[Any, "dict[str, Any] | None"]
 """What a record keeps of the host besides the result: ``(rng state, declared effects)``."""
 
 
-class Recorder:
-    """Runs the real calls of one proxy (:class:`SkipProxy`) and records their results into its store.
+@dataclass(frozen=True)
+class Delivery:
+    """How a host's result reaches the store: the adapter between a host and :meth:`Recorder.record_live`.
 
-    Args:
-        proxy: the proxy whose calls are recorded (its role, target, store, ledger and declared effects are read at
-            each call).
+    The default (:data:`AS_RETURNED`) records what the target returned, under the target's own name, with the state
+    of the host the call changed (RNG generators, declared effects). A host whose call hands its result over
+    elsewhere records through the same Recorder with a delivery of its own: verl's TransferQueue trainer
+    (:mod:`skipweave.integrations.verl.tq`), whose ``sample`` returns keys while the trajectories live in the TQ
+    service, records what it reads back from there, under one store target for every proxy of the role.
+
+    Attributes:
+        store_target: the store target the entries go under (``None``: the target's own name).
+        recorded: ``(result, call) -> the value recorded`` (``None``: the result itself). Called in the recording's
+            ``try``: what it raises is a failed record (counted and said once), never the host's error.
+        host_state: the record keeps the RNG state and the declared effects the call left (see
+            :meth:`Recorder.snapshot`).
     """
 
-    def __init__(self, proxy: SkipProxy) -> None:
-        self.proxy = proxy
+    store_target: str | None = None
+    recorded: Callable[[Any, Call], Any] | None = None
+    host_state: bool = True
+
+
+AS_RETURNED = Delivery()
+"""The result the target returned, recorded under its own name, with the host state it left."""
+
+
+class Recorder:
+    """Runs the real calls of one woven target and records their results into its store.
+
+    Args:
+        ctx: the target's context (its role, target, store, ledger and declared effects).
+        delivery: how a host's result reaches the store (:class:`Delivery`).
+    """
+
+    def __init__(self, ctx: TargetContext, delivery: Delivery = AS_RETURNED) -> None:
+        self.ctx = ctx
+        self.delivery = delivery
+        self.store_target = delivery.store_target or ctx.target.name
 
     @contextlib.contextmanager
-    def real_call(self, d: Call) -> Iterator[None]:
+    def real_call(self, d: Call, outcome: Unserved = NOT_SERVED) -> Iterator[None]:
         """Around the target's real call: nested calls of it run live (recursion guard, and the front leaves every
         call to the proxy's general path while one runs); if it raises, its call index is given back. The host's
-        own call is no work of skipweave's: the process's exit does not wait for it (:mod:`skipweave.lifecycle`)."""
-        proxy = self.proxy
-        ledger, effects = proxy.ledger, proxy.effects
-        token = RUNNING_HERE.set(RUNNING_HERE.get() | {id(proxy)})
+        own call is no work of skipweave's: the process's exit does not wait for it (:mod:`skipweave.lifecycle`).
+        ``outcome``: why no recording served it (:class:`~skipweave.weaving.calls.Unserved`): a call that records
+        nothing (``record`` false) is not counted among the step's running calls."""
+        ctx = self.ctx
+        ledger, effects = ctx.ledger, ctx.effects
+        record = outcome.record and not d.no_store
+        token = RUNNING_HERE.set(RUNNING_HERE.get() | {id(ctx)})
         with ledger.lock:
             ledger.running += 1
-            ledger.register(d)  # a call that became a miss only when its entry could not be served
+            if record:
+                ledger.register(d)  # a call that became a miss only when its entry could not be served
             alone = effects.open_call(d) if effects.effects else False
-        if not d.no_store:
-            d.start_number = proxy.store.call_started(d.step, proxy.target.name, d.shard)
+        if record:
+            d.start_number = ctx.store.call_started(d.step, self.store_target, d.shard)
             if alone:
                 d.lists_before = effects.lists_before(d)
-            if proxy.role.restore_rng:
+            if ctx.role.restore_rng:
                 try:
                     d.rng_before = rng_marks()  # last: what the call changes is recorded (see snapshot)
                 except Exception as exc:  # (a broken CUDA setup): never fail the call; the whole state is tried after
-                    logger.debug("skipweave: RNG marks before %s failed (%s: %s)", proxy.target.name,
+                    logger.debug("skipweave: RNG marks before %s failed (%s: %s)", ctx.target.name,
                                  type(exc).__name__, exc)
         d.work.leave()  # the host's own call: exit does not wait for it
         try:
@@ -86,43 +120,44 @@ class Recorder:
 
     def call_ended(self, d: Call, failed: bool = False) -> None:
         """``d`` ended (its record committed, failed or not made): it ends in the store's part and the ledger."""
-        proxy = self.proxy
+        ctx = self.ctx
         if d.effects_open:  # failed, or ended without its effects taken
-            proxy.effects.close_call(d)
+            ctx.effects.close_call(d)
         if d.start_number:
             number, d.start_number = d.start_number, 0
             try:
-                proxy.store.call_ended(d.step, proxy.target.name, d.shard, failed=failed, number=number)
+                ctx.store.call_ended(d.step, self.store_target, d.shard, failed=failed, number=number)
             finally:
-                proxy.ledger.unregister(d)
+                ctx.ledger.unregister(d)
 
     def snapshot(self, d: Call) -> Snapshot:
         """What a record keeps of the host besides the result, taken right after the real call: the state of the
         generators the call changed (see :func:`~skipweave.weaving.rng.rng_changes`) and the declared effects'
         values."""
-        proxy = self.proxy
-        if not proxy.role.restore_rng:
+        ctx = self.ctx
+        if not ctx.role.restore_rng:
             rng = None
         elif d.rng_before is not None:  # only the generators the call changed (restored alone on replay)
             rng = rng_changes(d.rng_before)
         else:
             rng = capture_rng_state()
-        return rng, (proxy.effects.after_call(d) if proxy.effects.effects else None)
+        return rng, (ctx.effects.after_call(d) if ctx.effects.effects else None)
 
     def after_live(self, result: Any, d: Call, seconds: float, snapshot: Snapshot | None = None,
-                   returned: str | None = None) -> Any:
+                   returned: str | None = None, outcome: Unserved = NOT_SERVED) -> Any:
         """Record ``result`` of ``d``'s real call (``seconds`` long) and return it; the call ends here unless the
-        background writer took the entry (it ends the call once committed). ``returned``: see :meth:`record_live`."""
+        background writer took the entry (it ends the call once committed). ``returned``, ``outcome``: see
+        :meth:`record_live`."""
         handed_over = False
         try:
-            result, handed_over = self.record_live(result, d, seconds, snapshot, returned)
+            result, handed_over = self.record_live(result, d, seconds, snapshot, returned, outcome)
             return result
         finally:
             if not handed_over:
                 self.call_ended(d)
 
     def record_live(self, result: Any, d: Call, seconds: float, snapshot: Snapshot | None = None,
-                    returned: str | None = None) -> tuple[Any, bool]:
+                    returned: str | None = None, outcome: Unserved = NOT_SERVED) -> tuple[Any, bool]:
         """Record a live result: staged (encoded, tensors copied) and handed to the background writer, or
         written here (write-through, or an entry larger than ``write_buffer``). Returns the result and whether
         the writer took it (it then ends the call in the store once committed, see :meth:`written`).
@@ -130,40 +165,48 @@ class Recorder:
         ``returned``: :data:`~skipweave.store.format.manifest.RETURNED_AWAITABLE` when ``result`` is the value of an
         awaitable a plain ``def`` target handed back (the manifest says so; a replay hands back an awaitable). A result
         that is itself awaitable (a Ray ``ObjectRef``; an asyncio future an ``async`` target returned) is a handle to
-        work still running: handed back untouched and not recorded, with a WARNING."""
-        proxy = self.proxy
-        role, target, store, ledger = proxy.role, proxy.target, proxy.store, proxy.ledger
-        if d.slot is None and not d.no_store and store.is_resumed(d.step, target.name, d.shard):
+        work still running: handed back untouched and not recorded, with a WARNING.
+
+        ``outcome``: why no recording served it (:class:`~skipweave.weaving.calls.Unserved`): whether it records, at
+        which slot (``None``: its own position; a free one in a resumed part) and whether in place of another entry."""
+        ctx, delivery, name = self.ctx, self.delivery, self.store_target
+        role, target, store, ledger = ctx.role, ctx.target, ctx.store, ctx.ledger
+        record, slot = outcome.record and not d.no_store, outcome.slot
+        if slot is None and record and store.is_resumed(d.step, name, d.shard):
             # a part an interrupted run left short: recorded into a slot none of its entries holds (each of them may
             # still serve a later call of the step), not at the call's position
-            d.slot = ledger.free_slot(d.step, d.shard, store.resumed_calls(d.step, target.name, d.shard))
+            slot = ledger.free_slot(d.step, d.shard, store.resumed_calls(d.step, name, d.shard))
+        if slot is None:
+            slot = d.call
         try:
-            key: Any = store.key(d.step, target.name, d.shard, d.call if d.slot is None else d.slot)
+            key: Any = store.key(d.step, name, d.shard, slot)
         except ValueError as exc:  # a name that cannot be a folder of the dump dir: never fail the call
             logger.warning("skipweave: not recording role %s target %s step %d: %s", role.role,
                            target.name, d.step, exc)
-            key, d.no_store = None, True
+            key, record = None, False
         nbytes = 0
-        slot = d.call if d.slot is None else d.slot
-        if not d.no_store and inspect.isawaitable(result):
+        if record and inspect.isawaitable(result):
             # e.g. a Ray ObjectRef (see asyncio_bridge.resolvable): a handle to work still running, not its result
             logger.warning("skipweave: not recording %s: %s returned %s, a handle to a result still being "
                            "computed; weave the function that produces the data instead", key,
                            target.path, type(result).__name__)
-            d.no_store = True
+            record = False
         status = report.BYPASS if d.validation else report.MISS  # a validation call ran live, as always
-        if d.no_store:
+        if not record:
             report.event(status, role=role.role, target=target.name, step=d.step,
                          nbytes=0, seconds=seconds, call=d.call)
             annotate(result, status, d.step, None, role.note)
             return result, False
         handed_over = False
         try:
-            rng, effects = snapshot if snapshot is not None else self.snapshot(d)
+            if snapshot is None:
+                snapshot = self.snapshot(d) if delivery.host_state else (None, None)
+            rng, effects = snapshot
             effects, appended = split_appended(effects)
-            staged = store.stage(result, rng_state=rng, effects=effects, appended=appended)
-            meta = EntryMeta(target.path, d.fp or "", seconds, d.replace, d.concurrent, displace=True,
-                             background=True, environment=proxy.environment, returned=returned,
+            value = result if delivery.recorded is None else delivery.recorded(result, d)
+            staged = store.stage(value, rng_state=rng, effects=effects, appended=appended)
+            meta = EntryMeta(target.path, d.fp or "", seconds, outcome.replace, d.concurrent, displace=True,
+                             background=True, environment=ctx.environment.value(), returned=returned,
                              fingerprint_rule=d.fp_rule)
             budget = role.write_buffer
             if WRITER.behind() and 0 < staged.nbytes <= budget:
@@ -195,17 +238,17 @@ class Recorder:
         store, so its part closes only once its entries are committed). ``outcome``: ``(nbytes, committed
         key)`` or the exception the record raised; ``counted``: bytes already counted as written when the entry
         was handed over (taken back if it failed)."""
-        proxy = self.proxy
+        ctx = self.ctx
         try:
             if isinstance(outcome, BaseException):
-                record_failure(proxy.role.role, proxy.target.name, proxy.store.dump_dir, key, outcome,
+                record_failure(ctx.role.role, ctx.target.name, ctx.store.dump_dir, key, outcome,
                                then=f"the live result {'was' if end else 'is'} returned and nothing partial was left",
                                uncounted=counted)
                 return
             committed = outcome[1]
-            proxy.ledger.claim(d.step, d.shard, committed.call)
+            ctx.ledger.claim(d.step, d.shard, committed.call)
             if committed.call != key.call and self._taken_by_concurrent(key):
-                proxy.ledger.warn_shared(d, f"already held call {key.call} from another writer of this run")
+                ctx.ledger.warn_shared(d, f"already held call {key.call} from another writer of this run")
         finally:
             if end:
                 self.call_ended(d)
@@ -214,7 +257,7 @@ class Recorder:
         """The slot ``key`` names holds an entry a concurrent writer made (so the record moved to another)."""
         me, started = this_writer(), started_unix()
         return any(r.call == key.call and is_concurrent_other(r, me, started)
-                   for r in self.proxy.store.part_calls(key.step, key.target, key.shard))
+                   for r in self.ctx.store.part_calls(key.step, key.target, key.shard))
 
 
 def record_failure(role: str, target: str, dump_dir: str, key: Any, exc: BaseException, *, then: str = "",
@@ -268,4 +311,4 @@ def _entry(key: Any) -> str:
         return str(key)
 
 
-__all__ = ["Recorder", "Snapshot", "record_failure"]
+__all__ = ["AS_RETURNED", "Delivery", "Recorder", "Snapshot", "record_failure"]

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from skipweave import report
 from skipweave.config.schema import OnForeign, OnMismatch
@@ -27,12 +27,12 @@ from skipweave.store.format.manifest import EntryInvalid, seconds_of
 from skipweave.store.format.versions import fingerprint_rule
 from skipweave.store.fs import UnsafePath
 from skipweave.store.identity import started_unix, this_writer
-from skipweave.weaving.calls import Call
+from skipweave.weaving.calls import LIVE_ONLY, NOT_SERVED, Call, Hit, Unserved
 from skipweave.weaving.notes import annotate
 from skipweave.weaving.rng import prepare_rng_state
 
 if TYPE_CHECKING:
-    from skipweave.weaving.proxy import SkipProxy
+    from skipweave.weaving.context import TargetContext
 
 logger = logging.getLogger(__name__)
 
@@ -40,10 +40,10 @@ VIEW_TTL_S = 1.0
 """Seconds a part's judged entries (:class:`~skipweave.policy.matching.PartView`) are reused while it is unchanged."""
 
 MAX_VIEWS = 4096
-"""Part views one proxy keeps; past it they are dropped (a long run does not keep every step's view)."""
+"""Part views one target keeps; past it they are dropped (a long run does not keep every step's view)."""
 
 MAX_WARNED = 1024
-"""Environment changes one proxy remembers having warned of; past it, further ones are logged at DEBUG."""
+"""Environment changes one target remembers having warned of; past it, further ones are logged at DEBUG."""
 
 
 class FingerprintMismatch(RuntimeError):
@@ -69,19 +69,19 @@ class ReplayMissing(RuntimeError):
 
 
 Read = tuple[Match, Any, Any]
-"""What :meth:`Replayer.read_entry` found: ``(match, key, loaded)``."""
+"""What :meth:`Replayer.read_entry` found: ``(match, key, loaded)`` (``match.call``: the entry's call index)."""
 
 
 class Replayer:
-    """Serves the calls of one proxy (:class:`SkipProxy`) from its store.
+    """Serves the calls of one woven target from its store.
 
     Args:
-        proxy: the proxy whose calls are served (its role, target, store, ledger and declared effects are read at
-            each call; its :meth:`~SkipProxy.on_replay` hook shapes what a hit hands the host).
+        ctx: the target's context (its role, target, store, ledger and declared effects; its ``on_replay`` hook
+            shapes what a hit hands the host).
     """
 
-    def __init__(self, proxy: SkipProxy) -> None:
-        self.proxy = proxy
+    def __init__(self, ctx: TargetContext) -> None:
+        self.ctx = ctx
         self.views: dict[tuple[int, str], tuple[tuple[Any, ...], PartView, float]] = {}
         self.lock = threading.Lock()
         self.warned: frozenset[Any] = frozenset()  # the environment changes warned of (see mismatch)
@@ -90,109 +90,108 @@ class Replayer:
         self._served_from: dict[int, int] = {}  # step -> the recorded step that served a call of it
         self.live_unchecked = False  # it could not be: environments are not compared
 
-    def read_entry(self, d: Call, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Read | None:
+    def read_entry(self, d: Call, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Read | Unserved:
         """The file I/O of a replay (match the call to an entry, read and decode it): ``(match, key, loaded)``,
-        or ``None`` when nothing is served (``d`` says why). Touches no host object: an ``async`` target runs it
-        in a worker thread, off the event loop."""
+        or, when nothing is served, :class:`~skipweave.weaving.calls.Unserved` (why, and what its live run does).
+        Touches no host object: an ``async`` target runs it in a worker thread, off the event loop."""
         if d.served is None or d.no_store:
             if d.served is None and not d.no_store and d.step in self._served_from:
-                self._gone(d)
-            return None
-        store = self.proxy.store
+                return self._gone(d)
+            return NOT_SERVED
+        store = self.ctx.store
         matched = self._match(d, args, kwargs)
-        match, mtime = matched if matched is not None else (None, None)
-        if match is None or match.call is None:
-            if match is not None and not match.shared:  # its slot may hold what a newer skipweave recorded
-                found = store.foreign_calls(d.served, self.proxy.target.name, d.shard, mtime=mtime).get(d.call)
+        if matched is None:  # the part is unreadable
+            return LIVE_ONLY
+        match, mtime = matched
+        if match.call is None:
+            if not match.shared:  # its slot may hold what a newer skipweave recorded
+                found = store.foreign_calls(d.served, self.ctx.target.name, d.shard, mtime=mtime).get(d.call)
                 if found is not None:
-                    self.foreign(d, found)
-                    return None
-            d.served = None
-            return None
-        d.slot = match.call
-        key = store.key(d.served, self.proxy.target.name, d.shard, match.call)
-        foreign: EntryForeign | None = None
+                    return self.foreign(d, found)
+            return NOT_SERVED
+        key = store.key(d.served, self.ctx.target.name, d.shard, match.call)
         try:
             return match, key, store.load(key, mtime=mtime)
         except EntryForeign as exc:  # kept as it is: never set aside, never recorded over
-            foreign = exc
+            return self.foreign(d, exc, slot=match.call)
         except FileNotFoundError:  # removed since the part was read: a plain miss, recorded at the call's position
-            self.vanished(d, key.step)
-            d.served = d.slot = None
+            return self.vanished(d, key.step)
         except UnsafePath as exc:  # a symlink or a file where a folder should be: never touched
             logger.warning("skipweave: entry %s is not served: %s; running live without recording", key, exc)
-            d.served, d.no_store = None, True
+            return Unserved(record=False, slot=match.call)
         except (EntryInvalid, codec.CodecError) as exc:
-            self.unusable(d, key, str(exc))
+            return self.unusable(key, str(exc), match.call)
         except OSError as exc:
             logger.warning("skipweave: entry %s is unreadable (%s); running live without recording", key, exc)
-            d.served, d.no_store = None, True
+            return Unserved(record=False, slot=match.call)
         except Exception as exc:  # whatever a crafted or damaged entry provokes: a miss, never the host's error
-            self.unusable(d, key, f"{type(exc).__name__}: {exc}")
-        if foreign is not None:
-            self.foreign(d, foreign)
-        return None
+            return self.unusable(key, f"{type(exc).__name__}: {exc}", match.call)
 
-    def foreign(self, d: Call, found: EntryForeign) -> None:
+    def foreign(self, d: Call, found: EntryForeign, slot: int | None = None) -> Unserved:
         """The entry that would serve ``d`` is of a format version this skipweave does not read (``found`` says which
         and who wrote it): ``d`` runs live and records nothing (the entry stays as it is); one WARNING per version
-        and writer (then DEBUG), or, with ``skip.<role>.on_foreign: error``, :class:`ForeignRecording`.
+        and writer (then DEBUG), or, with ``skip.<role>.on_foreign: error``, :class:`ForeignRecording`. Returns that
+        outcome (``slot``: the entry's call index, when it was matched).
 
         Raises:
             ForeignRecording: ``on_foreign`` is ``error``.
         """
-        role, target = self.proxy.role, self.proxy.target.name
+        role, target = self.ctx.role, self.ctx.target.name
         where = f"role {role.role} target {target} step {d.step} call {d.call}"
-        d.served, d.no_store = None, True
-        d.unserved = (f"its recording is of format version {found.version}, which this skipweave does not read "
-                      f"({found.writer and 'written by skipweave ' + found.writer or 'writer unknown'})")
+        why = (f"its recording is of format version {found.version}, which this skipweave does not read "
+               f"({found.writer and 'written by skipweave ' + found.writer or 'writer unknown'})")
         if role.on_foreign is OnForeign.ERROR:
             raise ForeignRecording(f"{where}: {found}; set skip.{role.role}.on_foreign=warn to run such calls live")
         first = self._first(frozenset({("foreign", found.version, found.writer)}))
         (logger.warning if first else logger.debug)(
             "skipweave: %s: %s; running it live and recording nothing over it (skip.%s.on_foreign=error stops "
             "instead)", where, found, role.role)
+        return Unserved(why, record=False, slot=slot)
 
-    def _gone(self, d: Call) -> None:
+    def _gone(self, d: Call) -> Unserved:
         """``d`` finds no recording, yet an earlier call of its step was served from step ``src``: when ``src`` is
         no longer recorded, another process removed it meanwhile (:meth:`vanished`)."""
         src = self._served_from[d.step]
-        if src not in self.proxy.store.recorded_steps(self.proxy.target.name, d.shard):
-            self.vanished(d, src)
+        if src not in self.ctx.store.recorded_steps(self.ctx.target.name, d.shard):
+            return self.vanished(d, src)
+        return NOT_SERVED
 
-    def vanished(self, d: Call, step: int) -> None:
+    def vanished(self, d: Call, step: int) -> Unserved:
         """Recorded step ``step``, which served (or was about to serve) calls of ``d``'s step, was removed while this
-        run served it (retention or ``gc`` in another process): ``d`` and the step's other calls run live (or, in a
-        replay-only run, stop with this as the reason). Said once per step, as a WARNING that names the cause."""
-        role = self.proxy.role.role
-        d.unserved = (f"step {step}, which served this step's calls, was removed while this run served it (by "
-                      f"retention or gc in another process? skip.{role}.keep.pin keeps the steps other runs replay)")
+        run served it (retention or ``gc`` in another process): ``d`` and the step's other calls run live and are
+        recorded (or, in a replay-only run, stop with this as the reason, which the returned outcome holds). Said once
+        per step, as a WARNING that names the cause."""
+        role = self.ctx.role.role
+        why = (f"step {step}, which served this step's calls, was removed while this run served it (by "
+               f"retention or gc in another process? skip.{role}.keep.pin keeps the steps other runs replay)")
         with self.lock:
             if step in self._vanished:
-                return
+                return Unserved(why)
             self._vanished.add(step)
         logger.warning("skipweave: role %s target %s: recorded step %d was removed while this run served it (retention "
                        "or gc in another process?); the calls it would have served run live. Pin the steps other runs "
-                       "replay (skip.%s.keep.pin) or give them a dump dir of their own", role, self.proxy.target.name,
+                       "replay (skip.%s.keep.pin) or give them a dump dir of their own", role, self.ctx.target.name,
                        step, role)
+        return Unserved(why)
 
-    def serve(self, d: Call, read: Read | None, args: tuple[Any, ...], kwargs: Mapping[str, Any],
-              t0: float) -> tuple[bool, Any]:
+    def serve(self, d: Call, read: Read | Unserved, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+              t0: float) -> Hit | Unserved:
         """The rest of a replay, in the host's thread: fingerprint check, RNG state, echo and effects, counters.
-        Returns ``(True, result)`` for a hit, ``(False, None)`` when the call runs live.
+        Returns the :class:`~skipweave.weaving.calls.Hit` (what the host gets), or, when the call runs live,
+        :class:`~skipweave.weaving.calls.Unserved` (``read`` itself when nothing was read).
 
         Raises:
             FingerprintMismatch: the entry was made for other inputs and ``on_mismatch`` is ``error``.
         """
-        if read is None:
-            return False, None
-        proxy = self.proxy
-        role, target = proxy.role, proxy.target
+        if isinstance(read, Unserved):
+            return read
+        ctx = self.ctx
+        role, target = ctx.role, ctx.target
         match, key, loaded = read
         recorded_fp = loaded.manifest.get("input_fingerprint")  # "" for entries imported without their inputs
         # the live inputs fingerprinted by the rule the entry's was taken with (format 1: as passed)
         if (not match.exact and d.served == d.step and recorded_fp
-                and recorded_fp != (live_fp := proxy.ledger.fingerprint(d, args, kwargs,
+                and recorded_fp != (live_fp := ctx.ledger.fingerprint(d, args, kwargs,
                                                                        fingerprint_rule(loaded.manifest)))):
             if not self.mismatch(
                     d, role.fingerprint.on_mismatch, FingerprintMismatch, "on_mismatch",
@@ -200,27 +199,25 @@ class Replayer:
                     hint=f"add the differing fields to skip.{role.role}.fingerprint.ignore",
                     warn=f"inputs differ from the recording (fingerprint {recorded_fp} vs {live_fp})",
                     regenerate="inputs differ from the recording"):
-                return False, None
+                return Unserved(replace=True, slot=match.call)  # regenerated in its place
         recorded_env = loaded.manifest.get("environment")  # entries written before it have none: served as they were
         # (by value and type: a plain != finds a recorded 0 equal to a live false)
-        if recorded_env is not None and not identical(recorded_env, proxy.environment) and not self.environment_matches(
-                d, recorded_env):
-            return False, None
+        if (recorded_env is not None and not identical(recorded_env, ctx.environment.value())
+                and not self.environment_matches(d, recorded_env)):
+            return Unserved(replace=True, slot=match.call)
         try:  # the recorded RNG state is checked now and restored last: a replay that fails changes nothing
             restore_rng = (prepare_rng_state(loaded.rng_state) if role.restore_rng and loaded.rng_state
                            else None)
-            result = proxy.on_replay(loaded.result, args, kwargs)
+            result = ctx.on_replay(loaded.result, args, kwargs)
         except Exception as exc:  # a malformed RNG state, or a result the echo hook cannot use
-            self.unusable(d, key, f"it cannot be replayed here ({type(exc).__name__}: {exc})")
-            return False, None
-        effects = proxy.effects
+            return self.unusable(key, f"it cannot be replayed here ({type(exc).__name__}: {exc})", match.call)
+        effects = ctx.effects
         if effects.echo or effects.effects:
             try:
                 effects.restore(d, loaded, result, args, kwargs)
             except ExpressionFailed as exc:  # the config does not fit this call: run it live, keep the entry
                 logger.warning("skipweave: entry %s is not served: %s; running live without recording", key, exc)
-                d.served, d.no_store, d.unserved = None, True, str(exc)
-                return False, None
+                return Unserved(str(exc), record=False, slot=match.call)
         if restore_rng is not None:
             restore_rng()
         annotate(result, report.HIT, d.step, d.served, role.note)
@@ -231,13 +228,13 @@ class Replayer:
             nbytes=loaded.bytes, seconds=time.perf_counter() - t0,
             saved=seconds_of(loaded.manifest), call=match.call,
         )
-        return True, result
+        return Hit(result)
 
     def mismatch(self, d: Call, policy: OnMismatch, raises: type[FingerprintMismatch], setting: str, *, error: str,
                  hint: str, warn: str, regenerate: str, once: frozenset[Any] | None = None) -> bool:
         """The one decision for an entry recorded for another call: its inputs (``fingerprint.on_mismatch``) or its
         environment (``on_env_mismatch``): raise, call through and re-record (``regenerate``), or serve it with a
-        WARNING (``warn``). Returns whether the entry is served.
+        WARNING (``warn``). Returns whether the entry is served (``False``: it is regenerated in its place).
 
         Args:
             d: the call.
@@ -246,26 +243,24 @@ class Replayer:
             setting: the key of ``policy`` under ``skip.<role>.fingerprint``, for messages.
             error, hint, warn, regenerate: what the message says with each policy (``hint``: how else to settle it).
             once: the changes this mismatch is; a WARNING (``warn``, ``regenerate``) is logged only while one of them is
-                new to this proxy (then at DEBUG: per-sample targets replay thousands of entries). ``None``: each time.
+                new to this target (then at DEBUG: per-sample targets replay thousands of entries). ``None``: each time.
 
         Raises:
             FingerprintMismatch: ``policy`` is ``error`` (an instance of ``raises``).
         """
-        role = self.proxy.role
-        where = f"role {role.role} target {self.proxy.target.name} step {d.step} call {d.call}"
+        role = self.ctx.role
+        where = f"role {role.role} target {self.ctx.target.name} step {d.step} call {d.call}"
         if policy is OnMismatch.ERROR:
             raise raises(f"{where}: {error}; set skip.{role.role}.fingerprint.{setting}=warn or regenerate, or {hint}")
         log = logger.warning if once is None or self._first(once) else logger.debug
         if policy is OnMismatch.REGENERATE:
             log("skipweave: %s: %s; regenerating", where, regenerate)
-            d.served = None
-            d.replace = True
             return False
         log("skipweave: %s: %s; serving the recording anyway (fingerprint.%s=warn)", where, warn, setting)
         return True
 
     def _first(self, changes: frozenset[Any]) -> bool:
-        """Whether one of ``changes`` was not warned of yet by this proxy (they are all remembered now). Bounded: a
+        """Whether one of ``changes`` was not warned of yet for this target (they are all remembered now). Bounded: a
         crafted dump dir with endless distinct values warns at most :data:`MAX_WARNED` times."""
         with self.lock:
             new = changes - self.warned
@@ -290,7 +285,7 @@ class Replayer:
         found = changes_from(recorded, live)
         if not found:
             return True
-        role = self.proxy.role
+        role = self.ctx.role
         text = f"the recording was made in another environment: {describe(found)}"
         return self.mismatch(
             d, role.fingerprint.on_env_mismatch, EnvironmentMismatch, "on_env_mismatch", error=text,
@@ -298,19 +293,19 @@ class Replayer:
             once=frozenset((name, repr(old), repr(new)) for name, old, new in found))
 
     def live_fields(self) -> dict[str, Field] | None:
-        """This process's environment of the target, flattened as a recorded one is (once per proxy); ``None`` when
+        """This process's environment of the target, flattened as a recorded one is (once per target); ``None`` when
         it cannot be (a host package whose name or version is longer than skipweave records): one WARNING then, and
-        replays of this proxy are served without comparing environments, for the host's call must not fail."""
+        replays of this target are served without comparing environments, for the host's call must not fail."""
         if self.live is None and not self.live_unchecked:
             try:
-                live = fields_of(self.proxy.environment)
+                live = fields_of(self.ctx.environment.value())
             except Exception as exc:  # noqa: BLE001 - EnvironmentInvalid, or whatever a host's odd metadata provokes
                 with self.lock:
                     first, self.live_unchecked = not self.live_unchecked, True
                 if first:
                     logger.warning("skipweave: role %s target %s: this process's environment cannot be compared "
-                                   "(%s: %s); replays are served without checking it", self.proxy.role.role,
-                                   self.proxy.target.name, type(exc).__name__, exc)
+                                   "(%s: %s); replays are served without checking it", self.ctx.role.role,
+                                   self.ctx.target.name, type(exc).__name__, exc)
                 return None
             self.live = live
         return self.live
@@ -321,14 +316,14 @@ class Replayer:
         part folder's modification time the part was read with (for :meth:`StepStore.load`); ``None`` when the part
         cannot be read (the call runs live without recording)."""
         assert d.served is not None
-        proxy = self.proxy
-        store, target, ledger = proxy.store, proxy.target.name, proxy.ledger
+        ctx = self.ctx
+        store, target, ledger = ctx.store, ctx.target.name, ctx.ledger
         same = d.served == d.step
         if same and store.is_fresh(d.step, target, d.shard):
             return Match(None, False, False, 0), None  # recorded afresh by this run: nothing in it serves this call
         claimed: Collection[int] = ledger.claimed_at(d.step, d.shard) if same else ()
         try:
-            # an entry this process still writes in the background is read once committed (not this proxy's own
+            # an entry this process still writes in the background is read once committed (not this target's own
             # recordings of the step: never served to it)
             store.wait_pending(d.served, target, d.shard, skip=claimed)
             # one look at the folder, after the wait (what was pending is committed now), for the part and the load
@@ -336,9 +331,8 @@ class Replayer:
             entries = store.part_calls(d.served, target, d.shard, mtime=mtime)
         except Exception as exc:  # a symlinked or unreadable folder: never fail the training call
             logger.warning("skipweave: role %s target %s step %d: the recordings of step %d are unreadable "
-                           "(%s: %s); running live without recording", proxy.role.role, target,
+                           "(%s: %s); running live without recording", ctx.role.role, target,
                            d.step, d.served, type(exc).__name__, exc)
-            d.no_store = True
             return None
         # a short part of an interrupted run this process resumes: its entries serve the calls of their step by inputs
         resumed = same and store.is_resumed(d.step, target, d.shard)
@@ -352,7 +346,7 @@ class Replayer:
         elif match.call is None and (match.shared or match.others):
             if not same and match.shared:
                 what = (f"holds recordings of several writers, so step {d.served} cannot serve step {d.step} "
-                        f"(action {proxy.role.action.value} serves another step by call order only)")
+                        f"(action {ctx.role.action.value} serves another step by call order only)")
             elif match.shared:
                 what = "holds recordings of several writers"
             else:
@@ -377,44 +371,43 @@ class Replayer:
             self.views[(step, shard)] = (entries, view, now)
         return view
 
-    def unusable(self, d: Call, key: Any, reason: str) -> None:
-        """An entry that cannot be served: set it aside (one WARNING from the store) and re-record it live. A verify
-        run leaves it where it is (it changes nothing in the store) and runs the call live."""
-        d.unserved = reason
-        if self.proxy.verifier is not None:
+    def unusable(self, key: Any, reason: str, slot: int | None) -> Unserved:
+        """An entry that cannot be served: set it aside (one WARNING from the store) and re-record it live at its
+        ``slot``, the outcome returned. An action that only reads the store (verify) leaves it where it is and runs
+        the call live."""
+        if not self.ctx.action.records:
             logger.warning("skipweave: entry %s cannot be compared with (%s); left in place, the call runs live",
                            key, reason)
-            d.served, d.no_store = None, True
-            return
+            return Unserved(reason, record=False, slot=slot)
         try:
-            self.proxy.store.discard(key, reason=reason)
-            d.replace = True
+            self.ctx.store.discard(key, reason=reason)
         except Exception as exc:  # a read-only cache or a symlinked _set_aside: leave it, run live, record nothing
             logger.warning("skipweave: entry %s is not served (%s) and could not be set aside (%s); running "
                            "live without recording", key, reason, exc)
-            d.no_store = True
-        d.served = None
+            return Unserved(reason, record=False, slot=slot)
+        return Unserved(reason, replace=True, slot=slot)
 
-    def missing(self, d: Call) -> None:
-        """Stop a replay-only run at a call no recording serves (its call index goes back: nothing ran).
+    def missing(self, d: Call, unserved: Unserved = NOT_SERVED) -> NoReturn:
+        """Stop a replay-only run at a call no recording serves (its call index goes back: nothing ran); ``unserved``:
+        why the entry found for it was not served, if one was.
 
         Raises:
             ReplayMissing: always, naming the role, target, step, call index, shard and dump dir.
         """
-        proxy = self.proxy
-        role, target, store = proxy.role, proxy.target, proxy.store
-        proxy.ledger.give_back(d)
-        proxy.ledger.unregister(d)
+        ctx = self.ctx
+        role, target, store = ctx.role, ctx.target, ctx.store
+        ctx.ledger.give_back(d)
+        ctx.ledger.unregister(d)
         what = "validation call" if d.validation else "call"
         holds = store.holdings()  # a bundle names what it holds: no recording run can add to it
         held = f" ({holds})" if holds else ""
         report.replay_missing(f"role {role.role} target {target.name} step {d.step} {what} {d.call} (shard {d.shard}) "
                               f"in dump dir {store.dump_dir} (namespace {store.namespace})")
-        if d.unserved:
+        if unserved.why:
             raise ReplayMissing(
                 f"skipweave: replay-only role {role.role} target {target.name} ({target.path}): the "
                 f"recording of step {d.step} {what} {d.call} (shard {d.shard}) in dump dir {store.dump_dir} "
-                f"cannot be served: {d.unserved}{held}")
+                f"cannot be served: {unserved.why}{held}")
         raise ReplayMissing(
             f"skipweave: replay-only role {role.role} target {target.name} ({target.path}): no "
             f"recording serves step {d.step} {what} {d.call} (shard {d.shard}) in dump dir {store.dump_dir} "

@@ -29,24 +29,23 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from skipweave import lifecycle, report
 from skipweave.config.compare import rule_form
-from skipweave.config.schema import OnDiverge, Serve
+from skipweave.config.schema import Action, OnDiverge, RoleConfig, Serve
 from skipweave.config.values import default_report_path
 from skipweave.store.format.environment import Change, changes_from, identical
 from skipweave.store.format.versions import fingerprint_rule
 from skipweave.verify.compare import DIVERGED, IDENTICAL, compare
 from skipweave.verify.report import UNRECORDED, ReportFile, Tally, describe, record
 from skipweave.verify.rules import field_sample, unmatched_rules
+from skipweave.weaving.actions import CallAction
 from skipweave.weaving.asyncio_bridge import EXIT_BEGAN, ExitBegan, off_loop, resolvable
-from skipweave.weaving.calls import Call
+from skipweave.weaving.calls import LIVE_ONLY, Call, Hit, Unserved
+from skipweave.weaving.engine import CallEngine
 from skipweave.weaving.notes import RESULT_NOTES, annotate
 from skipweave.weaving.replay import Read, recording_profile
-
-if TYPE_CHECKING:
-    from skipweave.weaving.proxy import SkipProxy
 
 logger = logging.getLogger(__name__)
 
@@ -108,25 +107,45 @@ def log_summary() -> None:
         report.logger.log(level, "skipweave verify summary role=%s: %s; report: %s", role, tally.summary(), path)
 
 
-class Verifier:
-    """Verifies the calls of one proxy (:class:`SkipProxy`) whose role's action is ``verify``.
+def split(found: Read | Unserved) -> tuple[Read | None, str, int | None]:
+    """What :meth:`~skipweave.weaving.replay.Replayer.read_entry` found, as a verified call reads it: the recording
+    (``None``: none read), why one found was not read (``""``: none), and the call index of the entry it was matched
+    to (claimed: given back when the live call raises)."""
+    if isinstance(found, Unserved):
+        return None, found.why, found.slot
+    return found, "", found[0].call
+
+
+class Verify(CallAction[CallEngine], kind=Action.VERIFY):
+    """The ``verify`` action: each eligible call runs live and is compared with the recording of its own step, which
+    ``serve`` may hand back in its place; the store is only read (see the module docstring).
 
     Args:
-        proxy: the proxy (its role, target, store, ledger, replayer and recorder are read at each call).
+        role: the role config (``report``, ``compare``, ``serve``, ``on_diverge``).
     """
 
-    def __init__(self, proxy: SkipProxy) -> None:
-        self.proxy = proxy
-        self.path = proxy.role.report or default_report_path()
+    records = False
+    takes_validation = True
+    validation_fate = ("such calls are taken for validation calls: compared with the validation recordings (shard "
+                       "val_<shard>)")
+
+    def __init__(self, role: RoleConfig) -> None:
+        super().__init__(role)
+        self.path = role.report or default_report_path()
         self.warned_unrecorded = self.warned_empty = False
         # the result notes (verl's meta_info["skipweave"]) tell each call's own fate, never what the call computed
-        self.spec = proxy.role.compare.ignoring(tuple(f"{attribute}.{proxy.role.note or key}"
-                                                      for attribute, key in RESULT_NOTES.current()))
+        self.spec = role.compare.ignoring(tuple(f"{attribute}.{role.note or key}"
+                                                for attribute, key in RESULT_NOTES.current()))
         self._rules_checked = False  # the compare.fields rules were checked against a compared pair (once)
         self._rules_lock = threading.Lock()
 
+    def own_step_only(self, validation: bool) -> bool:
+        """Always: a call is compared with the recording of its own step (matched as ``cache`` matches)."""
+        return True
+
     # ------------------------------------------------------------------ the two paths
-    def sync_call(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], d: Call) -> Any:
+    def sync_call(self, engine: CallEngine, wrapped: Callable[..., Any], args: tuple[Any, ...],
+                  kwargs: dict[str, Any], d: Call) -> Any:
         """Verify a plain call: read its recording, run it live, compare, hand back what ``serve`` says.
 
         Raises:
@@ -134,117 +153,119 @@ class Verifier:
             FingerprintMismatch: ``serve: recorded``, the recording was made for other inputs and
                 ``fingerprint.on_mismatch`` is ``error``.
         """
-        proxy = self.proxy
-        proxy.ledger.fingerprint(d, args, kwargs)  # before the call: the host may mutate its inputs
-        read = proxy.replayer.read_entry(d, args, kwargs)
-        self._fingerprint_as_recorded(d, read, args, kwargs)
-        d.no_store = True  # a verify run records nothing
-        lengths = self._list_lengths(d, read)
+        engine.ledger.fingerprint(d, args, kwargs)  # before the call: the host may mutate its inputs
+        read, why, slot = split(engine.replayer.read_entry(d, args, kwargs))
+        self._fingerprint_as_recorded(engine, d, read, args, kwargs)
+        lengths = self._list_lengths(engine, d, read)
         t0 = time.perf_counter()
-        with self._gives_back(d), proxy.recorder.real_call(d):
+        with self._gives_back(engine, d, slot), engine.recorder.real_call(d, LIVE_ONLY):  # records nothing
             live = wrapped(*args, **kwargs)
         if resolvable(live):  # a plain def that hands back its coroutine (or an asyncio future): judged once awaited
-            return self._judged_when_awaited(live, d, read, args, kwargs, t0, lengths)
-        expected = self.expected(read, args, kwargs)
-        return self.finish(d, read, live, self.compare(d, read, expected, live), args, kwargs, t0, lengths)
+            return self._judged_when_awaited(engine, live, d, read, why, slot, args, kwargs, t0, lengths)
+        expected = self.expected(engine, read, args, kwargs)
+        line = self.compare(engine, d, read, why, expected, live)
+        return self.finish(engine, d, read, slot, live, line, args, kwargs, t0, lengths)
 
-    def _fingerprint_as_recorded(self, d: Call, read: Read | None, args: tuple[Any, ...],
+    def _fingerprint_as_recorded(self, engine: CallEngine, d: Call, read: Read | None, args: tuple[Any, ...],
                                  kwargs: Mapping[str, Any]) -> None:
         """Before the live call (the host may change its inputs in place): take the call's fingerprint under the rule
         its recording's was taken with (a format-1 entry's: as passed), which :meth:`compare` reads."""
         if read is not None:
-            self.proxy.ledger.fingerprint(d, args, kwargs, fingerprint_rule(read[2].manifest))
+            engine.ledger.fingerprint(d, args, kwargs, fingerprint_rule(read[2].manifest))
 
-    def _list_lengths(self, d: Call, read: Read | None) -> list[tuple[list[Any], int]] | None:
+    def _list_lengths(self, engine: CallEngine, d: Call, read: Read | None) -> list[tuple[list[Any], int]] | None:
         """With ``serve: recorded``, the declared list effects' lengths before the live call (see
         :meth:`~skipweave.weaving.effects.DeclaredEffects.drop_appended`)."""
-        effects = self.proxy.effects
-        if read is None or self.proxy.role.serve is not Serve.RECORDED or not effects.effects:
+        effects = engine.ctx.effects
+        if read is None or self.role.serve is not Serve.RECORDED or not effects.effects:
             return None
         return effects.list_lengths(d)
 
-    async def async_call(self, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], d: Call,
-                         maybe_sync: bool) -> Any:
+    async def async_call(self, engine: CallEngine, wrapped: Callable[..., Any], args: tuple[Any, ...],
+                         kwargs: dict[str, Any], d: Call, maybe_sync: bool) -> Any:
         """Verify an awaited call (its serving step already chosen): the recording read and the comparison run in
         worker threads, off the event loop; the echo, the report and what is served, on it."""
-        proxy = self.proxy
-        proxy.ledger.fingerprint(d, args, kwargs)
+        engine.ledger.fingerprint(d, args, kwargs)
         d.work.leave()
         try:
-            read = await off_loop(None, proxy.replayer.read_entry, d, args, kwargs, work=d.work)
+            found = await off_loop(None, engine.replayer.read_entry, d, args, kwargs, work=d.work)
         except ExitBegan:
-            read = EXIT_BEGAN
+            found = EXIT_BEGAN
         except BaseException:  # cancelled while reading: its call index goes back, nothing ran
-            proxy.ledger.give_back(d)
+            engine.ledger.give_back(d)
             raise
-        if read is EXIT_BEGAN or not d.work.enter():
-            return await proxy.stand_aside(wrapped, args, kwargs, d, awaited=True)
-        self._fingerprint_as_recorded(d, read, args, kwargs)
-        d.no_store = True
-        lengths = self._list_lengths(d, read)
+        if found is EXIT_BEGAN or not d.work.enter():
+            return await engine.stand_aside(wrapped, args, kwargs, d, awaited=True)
+        read, why, slot = split(found)
+        self._fingerprint_as_recorded(engine, d, read, args, kwargs)
+        lengths = self._list_lengths(engine, d, read)
         t0 = time.perf_counter()
-        with self._gives_back(d), proxy.recorder.real_call(d):
+        with self._gives_back(engine, d, slot), engine.recorder.real_call(d, LIVE_ONLY):
             live = wrapped(*args, **kwargs)  # called from this coroutine's frame
             if not maybe_sync or inspect.isawaitable(live):
                 live = await live
-        return await self._judge_off_loop(d, read, live, args, kwargs, t0, lengths)
+        return await self._judge_off_loop(engine, d, read, why, slot, live, args, kwargs, t0, lengths)
 
     @contextlib.contextmanager
-    def _gives_back(self, d: Call) -> Iterator[None]:
-        """Around the live call: if it raises, the entry it was to be compared with is free again, as its call index
-        is (the retry of the step takes both)."""
+    def _gives_back(self, engine: CallEngine, d: Call, slot: int | None) -> Iterator[None]:
+        """Around the live call: if it raises, the entry it was to be compared with (``slot``) is free again, as its
+        call index is (the retry of the step takes both)."""
         try:
             yield
         except BaseException:
-            if d.slot is not None:
-                self.proxy.ledger.unclaim(d.step, d.shard, d.slot)
+            if slot is not None:
+                engine.ledger.unclaim(d.step, d.shard, slot)
             raise
 
-    async def _judged_when_awaited(self, awaitable: Awaitable[Any], d: Call, read: Read | None,
-                                   args: tuple[Any, ...], kwargs: Mapping[str, Any], t0: float,
-                                   lengths: list[tuple[list[Any], int]] | None) -> Any:
+    async def _judged_when_awaited(self, engine: CallEngine, awaitable: Awaitable[Any], d: Call, read: Read | None,
+                                   why: str, slot: int | None, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                                   t0: float, lengths: list[tuple[list[Any], int]] | None) -> Any:
         try:
             live = await awaitable
         except BaseException:
-            self.proxy.ledger.give_back(d)
-            if d.slot is not None:
-                self.proxy.ledger.unclaim(d.step, d.shard, d.slot)
+            engine.ledger.give_back(d)
+            if slot is not None:
+                engine.ledger.unclaim(d.step, d.shard, slot)
             raise
         if not d.work.enter():
             return live
         try:
-            return await self._judge_off_loop(d, read, live, args, kwargs, t0, lengths)
+            return await self._judge_off_loop(engine, d, read, why, slot, live, args, kwargs, t0, lengths)
         finally:
             d.work.leave()
 
-    async def _judge_off_loop(self, d: Call, read: Read | None, live: Any, args: tuple[Any, ...],
-                              kwargs: Mapping[str, Any], t0: float, lengths: list[tuple[list[Any], int]] | None) -> Any:
-        expected = self.expected(read, args, kwargs)
+    async def _judge_off_loop(self, engine: CallEngine, d: Call, read: Read | None, why: str, slot: int | None,
+                              live: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], t0: float,
+                              lengths: list[tuple[list[Any], int]] | None) -> Any:
+        expected = self.expected(engine, read, args, kwargs)
         d.work.leave()
         try:
-            line = await off_loop(None, self.compare, d, read, expected, live, work=d.work)
+            line = await off_loop(None, self.compare, engine, d, read, why, expected, live, work=d.work)
         except ExitBegan:
             return live  # the process exits meanwhile: nothing compared, the live result goes back
         if not d.work.enter():
             return live
-        return self.finish(d, read, live, line, args, kwargs, t0, lengths)
+        return self.finish(engine, d, read, slot, live, line, args, kwargs, t0, lengths)
 
     # ------------------------------------------------------------------ the steps
-    def expected(self, read: Read | None, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    def expected(self, engine: CallEngine, read: Read | None, args: tuple[Any, ...],
+                 kwargs: Mapping[str, Any]) -> Any:
         """What a replay would hand the host (the recording after the role's echo); in the host's thread."""
         if read is None:
             return None
         loaded = read[2]
         try:
-            return self.proxy.on_replay(loaded.result, args, kwargs)
+            return engine.ctx.on_replay(loaded.result, args, kwargs)
         except Exception as exc:  # noqa: BLE001 - the echo does not fit: compare the recording as it is
             logger.debug("skipweave verify: echo of %s failed (%s: %s)", read[1], type(exc).__name__, exc)
             return loaded.result
 
-    def compare(self, d: Call, read: Read | None, expected: Any, live: Any) -> dict[str, Any]:
+    def compare(self, engine: CallEngine, d: Call, read: Read | None, why: str, expected: Any,
+                live: Any) -> dict[str, Any]:
         """The report line of ``d``: ``live`` compared with ``expected`` under the role's ``compare`` (touches no
-        host state: an ``async`` target runs it in a worker thread)."""
-        proxy = self.proxy
+        host state: an ``async`` target runs it in a worker thread); ``why``: why the recording found was not read
+        (the line's ``reason``)."""
+        ctx = engine.ctx
         comparison, inputs = None, "unknown"
         changed: tuple[Change, ...] = ()
         if read is not None:
@@ -254,23 +275,23 @@ class Verifier:
             if recorded_fp and live_fp:
                 inputs = "same" if recorded_fp == live_fp else "differ"
             comparison = compare(expected, live, self.spec)
-            changed = self.environment_changes(manifest)
-            self.check_rules(d, expected, live)
-        return record(role=proxy.role.role, target=proxy.target.name, step=d.step, call=d.call, shard=d.shard,
-                      validation=d.validation, comparison=comparison, inputs=inputs, reason=d.unserved,
+            changed = self.environment_changes(engine, manifest)
+            self.check_rules(engine, d, expected, live)
+        return record(role=self.role.role, target=ctx.target.name, step=d.step, call=d.call, shard=d.shard,
+                      validation=d.validation, comparison=comparison, inputs=inputs, reason=why,
                       environment=changed)
 
-    def environment_changes(self, manifest: Mapping[str, Any]) -> tuple[Change, ...]:
+    def environment_changes(self, engine: CallEngine, manifest: Mapping[str, Any]) -> tuple[Change, ...]:
         """What the recording's environment (target source, engine packages, ``fingerprint.env`` keys) and this
         process's disagree on: named beside a divergence as its likely cause. A verify run serves no recording by
         its environment (``fingerprint.on_env_mismatch`` is a replay's), it only says what changed."""
-        live = self.proxy.replayer.live_fields()
+        live = engine.replayer.live_fields()
         recorded = manifest.get("environment")
-        if live is None or recorded is None or identical(recorded, self.proxy.environment):
+        if live is None or recorded is None or identical(recorded, engine.ctx.environment.value()):
             return ()
         return changes_from(recorded, live)
 
-    def check_rules(self, d: Call, expected: Any, live: Any) -> None:
+    def check_rules(self, engine: CallEngine, d: Call, expected: Any, live: Any) -> None:
         """At the target's first compared call: one WARNING per ``compare.fields`` rule (``ignore`` aside) that names
         no field of the recorded or the live result (:func:`~skipweave.verify.rules.unmatched_rules`): a typo in
         it would compare that field by the default rule, or, under ``default: ignore``, not at all, with no word
@@ -279,25 +300,26 @@ class Verifier:
             if self._rules_checked:
                 return
             self._rules_checked = True
-        role = self.proxy.role
+        role = self.role
         unmatched = unmatched_rules(role.compare, expected, live)
         for pattern, rule in unmatched:
             logger.warning(
                 "skipweave verify: role %s target %s: skip.%s.compare.fields rule %r (%s) names no field of the "
                 "recorded or the live result of step %d call %d, so it compares nothing (check its spelling); the "
-                "result's fields: %s", role.role, self.proxy.target.name, role.role, pattern, rule_form(rule), d.step,
-                d.call, field_sample(expected, live))
+                "result's fields: %s", role.role, engine.ctx.target.name, role.role, pattern, rule_form(rule),
+                d.step, d.call, field_sample(expected, live))
 
-    def finish(self, d: Call, read: Read | None, live: Any, line: dict[str, Any], args: tuple[Any, ...],
-               kwargs: Mapping[str, Any], t0: float, lengths: list[tuple[list[Any], int]] | None = None) -> Any:
-        """Report ``line``, then hand back what ``serve`` says (in the host's thread); ``lengths``: the declared
-        lists' lengths before the live call, cut back to before the recording is served.
+    def finish(self, engine: CallEngine, d: Call, read: Read | None, slot: int | None, live: Any,
+               line: dict[str, Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], t0: float,
+               lengths: list[tuple[list[Any], int]] | None = None) -> Any:
+        """Report ``line``, then hand back what ``serve`` says (in the host's thread); ``slot``: the recording's call
+        index (given back with ``on_diverge: error``); ``lengths``: the declared lists' lengths before the live call,
+        cut back to before the recording is served.
 
         Raises:
             Diverged: the call diverged and ``on_diverge`` is ``error``.
         """
-        proxy = self.proxy
-        role = proxy.role
+        ctx, role = engine.ctx, self.role
         report_file(self.path).append(line)
         _count(role.role, self.path, line)
         text = describe(line)
@@ -309,14 +331,14 @@ class Verifier:
             self.warned_unrecorded = True  # a mistyped dump dir or namespace must not pass as a quiet run
             logger.warning("skipweave verify: %s; dump dir %s, namespace %s: a verify run compares with what a "
                            "recording run (e.g. %s) left there; check skip.%s.dump_dir and "
-                           "namespace (later such calls at INFO)", text, proxy.store.dump_dir, proxy.store.namespace,
+                           "namespace (later such calls at INFO)", text, ctx.store.dump_dir, ctx.store.namespace,
                            recording_profile(role.role), role.role)
         elif line["status"] == DIVERGED:
             if role.on_diverge is OnDiverge.ERROR:
                 # as a call that raised: its index and its recording go to the retry, which is compared again
-                proxy.ledger.give_back(d)
-                if d.slot is not None:
-                    proxy.ledger.unclaim(d.step, d.shard, d.slot)
+                engine.ledger.give_back(d)
+                if slot is not None:
+                    engine.ledger.unclaim(d.step, d.shard, slot)
                 raise Diverged(f"skipweave verify: {text} (skip.{role.role}.on_diverge=error; report: {self.path})",
                                line)
             logger.warning("skipweave verify: %s", text)
@@ -324,15 +346,15 @@ class Verifier:
             logger.info("skipweave verify: %s", text)
         if read is not None and role.serve is Serve.RECORDED:
             if lengths:
-                proxy.effects.drop_appended(lengths)
-            found, value = proxy.replayer.serve(d, read, args, kwargs, t0)
-            if found:
-                return value
+                ctx.effects.drop_appended(lengths)
+            served = engine.replayer.serve(d, read, args, kwargs, t0)
+            if isinstance(served, Hit):
+                return served.value
             logger.warning("skipweave verify: role %s target %s step %d call %d: the recording cannot be served "
-                           "here (see above); the live result is handed back", role.role, proxy.target.name, d.step,
+                           "here (see above); the live result is handed back", role.role, ctx.target.name, d.step,
                            d.call)
-        annotate(live, VERIFY, d.step, d.served if read is not None else None, self.proxy.role.note)
+        annotate(live, VERIFY, d.step, d.served if read is not None else None, self.role.note)
         return live
 
 
-__all__ = ["Diverged", "VERIFY", "Verifier", "log_summary", "report_file", "tallies"]
+__all__ = ["Diverged", "VERIFY", "Verify", "log_summary", "report_file", "tallies"]

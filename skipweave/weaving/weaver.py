@@ -26,7 +26,7 @@ import wrapt
 from skipweave import failures, lifecycle, report
 from skipweave.accounts import Expected
 from skipweave.config.errors import ConfigError
-from skipweave.config.schema import Action, RoleConfig, ShardKind, SkipConfig, TargetSpec
+from skipweave.config.schema import RoleConfig, ShardKind, SkipConfig, TargetSpec
 from skipweave.policy.bypass import describe_bypass, make_bypass
 from skipweave.store import runs, upkeep
 from skipweave.store.bundle.archive import BundleRefused
@@ -37,6 +37,7 @@ from skipweave.store.identity import end_run, made_here, run_id, run_started
 from skipweave.store.retention import KeepRule
 from skipweave.store.step_store import StepStore
 from skipweave.store.write_behind import flush
+from skipweave.weaving.actions import action_class
 from skipweave.weaving.binding import binding_of
 from skipweave.weaving.main_script import MAIN, WATCH, names_main_script
 from skipweave.weaving.notes import RESULT_NOTES
@@ -258,7 +259,7 @@ class Weaver:
             return _why_unwoven(patch.rpath)
 
         return Expected(patch.target.path, report.steps_text(patch.role.steps.to_config()), mark, elsewhere,
-                               unwoven, records=patch.role.action is not Action.VERIFY,
+                               unwoven, records=action_class(patch.role).records,
                                bypass=describe_bypass(patch.role.bypass, f"skip.{patch.role.role}.bypass"))
 
     def _hook(self, patch: Patch, generation: int) -> Any:
@@ -331,17 +332,17 @@ class Weaver:
         positions = _positions(original, owner)
         bypass = make_bypass(patch.role.bypass, _resolve_callable, positions)
         proxy_cls = _proxy_class(patch.target)
+        # original: its source and package are the entries' environment; binding: once per target, calls are bound
+        # to it, never re-inspected
         proxy = proxy_cls(patch.role, patch.target, self._store(patch.role), bypass, is_async=is_async,
-                          bridge=bridge, positions=positions)
+                          bridge=bridge, positions=positions, original=func, binding=binding_of(original, owner))
         proxy.defaults = _defaults(original)
-        proxy.original = func  # its source and package: the entries' environment
-        proxy.binding = binding_of(original, owner)  # once per target: calls are bound to it, never re-inspected
         handle = wrapt.wrap_function_wrapper(owner, attr, proxy.wrapper())
         patch.proxy, patch.owner, patch.attr, patch.handle, patch.pending = proxy, owner, attr, handle, False
         store = self._store(patch.role)  # for a driver whose workers alone weave it: no never-woven warning
         if os.path.isdir(store.dump_dir):  # (weaving makes no dump dir; a call's own marks say it was woven too)
             runs.mark(store.dump_dir, store.namespace, store.role, run_id(), patch.target.name, runs.WOVEN)
-        if patch.role.depends_on_update and patch.role.action is not Action.VERIFY:
+        if patch.role.depends_on_update and proxy.action.records:
             self._warn_depends_on_update(patch.role)
         logger.debug("skipweave: patched %s (%s) for role %s", patch.target.path,
                      "async" if is_async else "sync", patch.role.role)

@@ -32,15 +32,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from skipweave import lifecycle, report
-from skipweave.config.schema import Action
-from skipweave.policy.actions import choose_step
 from skipweave.store.format.layout import list_steps
 from skipweave.store.format.manifest import seconds_of
-from skipweave.store.staging import EntryMeta
 from skipweave.store.step_store import StepStore
-from skipweave.store.write_behind import WRITER, Outcome
+from skipweave.weaving.calls import Call
 from skipweave.weaving.proxy import SkipProxy, shard_label
-from skipweave.weaving.record import record_failure
+from skipweave.weaving.record import Delivery, Recorder
 
 logger = logging.getLogger(__name__)
 
@@ -156,11 +153,11 @@ class _TqProxy(SkipProxy):
             # Another step this process still writes counts once committed, when it may serve this one (a repeat
             # action); this step's own writes (its earlier mini-batches) are never waited for: what this process
             # records of a step never serves that step, and a wait would put the write back on the host's path.
-            if s != step and self.role.action is not Action.CACHE:
+            if s != step and not self.action.own_step_only(False):
                 store.wait_pending(s, TQ_TARGET, shard)
             if store.part_info(s, TQ_TARGET, shard).contiguous >= calls:
                 complete.append(s)
-        return choose_step(self.role.action, step, complete, self.role.record_steps)
+        return self.action.serving_step(step, complete)
 
 
 def _psync_of_trainer(trainer: Any) -> int:
@@ -209,8 +206,40 @@ class TqSubmitProxy(_TqProxy):
         return None
 
 
+def read_back(result: Any, d: Call) -> dict[str, Any]:
+    """What a V1 record keeps of one ``sample`` (``result``: its ``(KVBatchMeta, metrics)`` or the meta alone, ``d``:
+    the call, whose step is the trainer's): the sampled trajectories read back from TQ (the host clears them once
+    trained on) as plain columns, with their keys and tags. The :class:`~skipweave.weaving.record.Delivery` of
+    :class:`TqSampleProxy`.
+
+    Raises:
+        Exception: whatever TQ or the payload's conversion raises (a failed record: counted and said once).
+    """
+    import transfer_queue as tq
+
+    meta = result[0] if isinstance(result, tuple) else result
+    data = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id)
+    return {"fields": flatten_fields(data), "keys": [str(k) for k in meta.keys],
+            "tags": [dict(t) for t in meta.tags], "global_steps": d.step}
+
+
+TQ_DELIVERY = Delivery(store_target=TQ_TARGET, recorded=read_back, host_state=False)
+"""How a ``sample``'s result reaches the store: read back from TQ, under :data:`TQ_TARGET`; no RNG state (generation
+runs in other processes) and no declared effects (the role's belong to its rollout target)."""
+
+
 class TqSampleProxy(_TqProxy):
-    """``ReplayBuffer.sample`` / ``ReplayBufferAsync.sample``: record each train mini-batch of a new step."""
+    """``ReplayBuffer.sample`` / ``ReplayBufferAsync.sample``: record each train mini-batch of a new step.
+
+    The role's step source and bypass are its rollout target's, so the proxy reads the step (``global_steps``) and
+    the partition itself; a recorded step is served by :class:`TqSubmitProxy`'s injection, so ``sample`` always runs
+    live. What it records goes through the generic :class:`~skipweave.weaving.record.Recorder`, with the
+    :data:`TQ_DELIVERY` adapter (background write, failures, counters as every record).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tq_recorder = Recorder(self.context, TQ_DELIVERY)
 
     def __call__(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if not self.active:
@@ -228,50 +257,22 @@ class TqSampleProxy(_TqProxy):
         return result
 
     def _record(self, result: Any, step: int, calls: int, seconds: float) -> None:
-        """Record the trajectories one ``sample`` returned as call ``call`` of ``step``: read back from TQ here (the
-        host clears them once trained on), written by the background writer when it runs behind the host (as
-        every record, see :mod:`skipweave.store.write_behind`), else here."""
+        """Record the trajectories one ``sample`` returned as the step's next call (its mini-batch): read back from TQ
+        here, written by the background writer when it runs behind the host (as every record, see
+        :mod:`skipweave.store.write_behind`), else here."""
         work = lifecycle.Work()
         if not work.enter():  # the process exits: no work of ours may still run in torch (see lifecycle)
             logger.warning("skipweave: V1 step %d: a mini-batch sampled while the process exits is not recorded",
                            step)
             return
         try:
-            self._record_held(result, step, calls, seconds)
+            store, shard = self._tq_store(calls), shard_label(self.role.shard)
+            d = Call(step, self.ledger.take_index(step, shard), shard, None)
+            d.work = work
+            store.prepare_part(step, TQ_TARGET, shard)
+            self.tq_recorder.after_live(result, d, seconds)
         finally:
             work.leave()
-
-    def _record_held(self, result: Any, step: int, calls: int, seconds: float) -> None:
-        import transfer_queue as tq
-
-        meta = result[0] if isinstance(result, tuple) else result
-        role, store, shard = self.role, self._tq_store(calls), shard_label(self.role.shard)
-        call = self.ledger.take_index(step, shard)
-        store.prepare_part(step, TQ_TARGET, shard)
-        key = store.key(step, TQ_TARGET, shard, call)
-        nbytes = 0
-        try:
-            data = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id)
-            payload = {"fields": flatten_fields(data), "keys": [str(k) for k in meta.keys],
-                       "tags": [dict(t) for t in meta.tags], "global_steps": step}
-            staged = store.stage(payload, rng_state=None)
-            entry = EntryMeta(self.target.path, "", seconds, background=WRITER.behind())
-            if entry.background and 0 < staged.nbytes <= role.write_buffer:
-                WRITER.submit(store, key, staged.copied(), entry, budget=role.write_buffer,
-                              on_done=lambda outcome: self._written(key, outcome, counted=staged.nbytes))
-                nbytes = staged.nbytes
-            else:
-                nbytes, _ = store.commit(key, staged, entry)
-        except Exception as exc:  # noqa: BLE001 - a failed record never fails the training step
-            self._written(key, exc)
-        report.event(report.MISS, role=role.role, target=self.target.name, step=step, nbytes=nbytes,
-                     seconds=seconds)
-
-    def _written(self, key: Any, outcome: Outcome, counted: int = 0) -> None:
-        """A record of ``key`` ended; ``counted``: bytes its miss event counted already (a background write)."""
-        if isinstance(outcome, BaseException):
-            record_failure(self.role.role, self.target.name, self.store.dump_dir, key, outcome,
-                           then=f"training goes on (V1 step {key.step} mini-batch {key.call})", uncounted=counted)
 
 
 class TqWarmupProxy(SkipProxy):
