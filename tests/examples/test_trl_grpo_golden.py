@@ -23,7 +23,7 @@ JOB = REPO_ROOT / "examples" / "trl_grpo"
 GOLDEN = JOB / "tests" / "golden.zip"
 PLUGIN = "skipweave.testing.pytest_plugin"
 LOSS = 'loss_type="grpo",'
-TOKEN_MEAN = 'loss_type="bnpo",'  # the one-line change: the loss averaged over the micro-batch's tokens, not per sequence
+TOKEN_MEAN = 'loss_type="bnpo",'  # the one-line change: the loss averaged over the batch's tokens, not per sequence
 STEPS = ("0", "1")
 """transformers' global step before each of the 2 recorded steps."""
 
