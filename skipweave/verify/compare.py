@@ -24,7 +24,8 @@ What a :class:`Divergence` says, per kind of field:
   live token there (``None`` past a sequence's end) and the token match ratio, ``detail["tokens"]`` ``True``;
   integer scalar tensors and bool tensors alike, with ``tokens: False``;
 - float tensors and float numbers: max ``|Δ|``, max relative ``Δ`` (against ``|recorded|``), the index of the max
-  ``|Δ|``, and the fraction of elements beyond the tolerance (``exact``: beyond equality);
+  ``|Δ|``, and the fraction of elements beyond the tolerance (``exact``: beyond equality); a 0-d tensor's (a loss)
+  recorded and live value too;
 - integers and other scalars: the recorded and the live value;
 - a shape, dtype, type, length or key-set mismatch, said as such.
 
@@ -430,8 +431,11 @@ class _Walk:
             beyond |= diff.isinf()
         at = [int(i) for i in torch.unravel_index(diff.argmax(), diff.shape)] if diff.dim() else []
         rel = diff / scale.clamp_min(torch.finfo(diff.dtype).tiny)
+        # a 0-d tensor (a loss, a norm) has no index to point at: its two values say what differs
+        values = {} if diff.dim() else {"recorded": _plain(fa.item()), "live": _plain(fb.item())}
         self.add(path, "value", DIVERGED if bool(beyond.any()) else CLOSE, max_abs_diff=_plain(float(diff.max())),
-                 max_rel_diff=_plain(float(rel.max())), at=at, beyond_fraction=float(beyond.double().mean()))
+                 max_rel_diff=_plain(float(rel.max())), at=at, beyond_fraction=float(beyond.double().mean()),
+                 **values)
 
 
 _PLAIN = frozenset({dict, list, tuple, str, bytes, int, float, bool, type(None)})

@@ -123,8 +123,10 @@ def _field(first: Mapping[str, Any]) -> str:
             what += (f" (token match {detail['match_ratio']:.3f})" if tokens else
                      f" ({detail['match_ratio']:.3f} of elements equal)")
     elif "max_abs_diff" in detail:
-        at = (f" at {detail['at']}" if detail.get("at") else "" if "at" in detail else
-              f" (recorded {detail.get('recorded')}, live {detail.get('live')})")  # a 0-d tensor's "at" is []
+        # a float number has no "at"; a 0-d tensor's is [], with its values beside it (an older line's without)
+        at = (f" at {detail['at']}" if detail.get("at") else
+              f" (recorded {detail.get('recorded')}, live {detail.get('live')})"
+              if "recorded" in detail or "at" not in detail else "")
         delta = detail["max_abs_diff"]
         what += f": max |Δ| {delta:.3g}{at}" if isinstance(delta, float) else f": max |Δ| {delta}{at}"
         if isinstance(detail.get("beyond_fraction"), (int, float)):

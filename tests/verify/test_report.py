@@ -66,3 +66,9 @@ def test_describe_says_what_differs_for_each_kind() -> None:
     assert describe(shape) == 'role r target t step 1 call 0: diverged at x: shape differs ({"recorded": [2], ' \
                               '"live": [3]})'
     json.dumps(shape, allow_nan=False)  # strict JSON
+    # a bare 0-d tensor (what TRL's compute_loss returns): no index to point at, its two values instead
+    loss = record(role="update", target="loss", step=0, call=1, shard="r0", validation=False,
+                  comparison=compare(torch.tensor(0.25), torch.tensor(0.5)))
+    assert describe(loss) == ("role update target loss step 0 call 1: diverged at (the result): max |Δ| 0.25 "
+                              "(recorded 0.25, live 0.5), 1.000 of elements beyond tolerance")
+    json.dumps(loss, allow_nan=False)
