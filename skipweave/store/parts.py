@@ -33,6 +33,7 @@ from skipweave.store.format.layout import (
     group_stem,
     list_steps,
     part_path,
+    role_dir,
 )
 from skipweave.store.fs import lock_path
 from skipweave.store.identity import is_concurrent_other, is_other_of_run, started_unix, this_writer
@@ -41,6 +42,10 @@ from skipweave.store.pending import Part, PendingWrites
 from skipweave.store.resume import Resumes
 
 logger = logging.getLogger(__name__)
+
+RECENT_MAX_AGE_S = 1.0
+"""Longest time (seconds) the role's newest steps are trusted without listing its folder again (a step folder made in
+the same mtime tick as the last listing shows within it)."""
 
 LOCK_TIMEOUT_S = 600.0
 """Seconds a writer waits for another writer of the same part before giving up."""
@@ -108,6 +113,10 @@ class PartStates:
         # Parts seen closed, kept by their folder's mtime then: the repeat actions need not re-read every part file
         # on every call (one lstat tells whether anything in the folder changed since, by any process).
         self.closed_seen: ValidatedCache[Part, bool] = ValidatedCache()
+        # The role's newest steps, kept by the role folder's mtime (a step added or removed changes it) for at most
+        # RECENT_MAX_AGE_S: expected_calls asks for every part a scan judges, and listing the role folder each time
+        # made a scan of N steps take N listings of N names.
+        self._recent: ValidatedCache[str, list[int]] = ValidatedCache(max_entries=4)
         self.resumes = Resumes(lock)  # short parts of an interrupted run this process resumes
         # Sets the given calls of a part aside when a resumed part closes (the store's
         # :meth:`~skipweave.store.step_store.StepStore.set_aside_calls`); returns False when it could not.
@@ -135,12 +144,27 @@ class PartStates:
         if known is not None:
             return known
         best = 0
-        f = self._folders
-        for step in list_steps(f.dump_dir, f.namespace, f.role)[-8:]:
+        for step in self._recent_steps():
             info = self._parts.part_info(step, target, shard)
             if info.closed:
                 best = max(best, info.contiguous)
         return best or None
+
+    def _recent_steps(self) -> list[int]:
+        """The newest 8 steps with a folder under the role (see :func:`list_steps`), listed again once the role
+        folder's mtime changed or :data:`RECENT_MAX_AGE_S` passed."""
+        f = self._folders
+        path = role_dir(f.dump_dir, f.namespace, f.role)
+        try:
+            st = os.stat(path)
+            validator: tuple[int, int] | None = (st.st_mtime_ns, st.st_ino)
+        except OSError:
+            validator = None
+        recent = self._recent.get(path, validator, max_age=RECENT_MAX_AGE_S)
+        if recent is None:
+            recent = list_steps(f.dump_dir, f.namespace, f.role)[-8:]
+            self._recent.put(path, validator, recent)
+        return recent
 
     def is_complete(self, step: int, target: str, shard: str) -> bool:
         """True when a part may be served: closed by its writer, or holding every expected call; when the calls a step

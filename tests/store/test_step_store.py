@@ -117,3 +117,20 @@ def test_a_leftover_part_another_writer_recorded_anew_meanwhile_is_not_set_aside
     folder = Path(target_dir(str(tmp_path), a.key(2, "gen", "r0", 0)))
     assert sorted(p.name for p in folder.glob("*.manifest.json")) == [f"r0-000{c}.manifest.json" for c in range(3)]
     assert len(list((tmp_path / "ns" / "rollout" / "_set_aside").iterdir())) == 1  # only the interrupted run's part
+
+
+def test_a_scan_lists_the_role_folder_once_not_once_per_part(tmp_path: Path, monkeypatch: Any) -> None:
+    """How many calls a step makes is reckoned from the role's newest steps for every part a scan judges: listed once
+    while the role folder is unchanged (a scan of 10,000 steps took 265 s listing it per part, 11 s after)."""
+    from skipweave.store import parts
+    from skipweave.store.scan import scan
+
+    _filled(tmp_path, 60)
+    listings: list[str] = []
+    real = parts.list_steps
+    monkeypatch.setattr(parts, "list_steps", lambda *a: listings.append("listed") or real(*a))
+    result = scan(str(tmp_path))
+    assert len(result.parts) == 60 and all(p.expected_calls == 1 for p in result.parts)
+    assert len(listings) <= 2, len(listings)  # 60 before: one per part
+    _record(StepStore(str(tmp_path), "ns", "rollout"), 61)  # a step added: the role folder changed, listed again
+    assert len(scan(str(tmp_path)).parts) == 61
