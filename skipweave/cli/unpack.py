@@ -34,16 +34,20 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Unpack; return 0, 1 or 2 (see the module docstring)."""
+    import os
+
     from skipweave.progress import bars_enabled
     from skipweave.store.bundle.archive import BundleRefused
     from skipweave.store.bundle.unpack import UnpackConflict, unpack
     from skipweave.store.errors import UnsafePath
     from skipweave.store.format.tensorfile import byte_bar
 
+    if os.path.lexists(args.dump_dir) and not os.path.isdir(args.dump_dir):
+        print(f"skipweave unpack: {args.dump_dir} is no folder (a file of that name is there): unpack into a dump dir "
+              "that exists or a path where none is", file=sys.stderr)
+        return EXIT_USAGE
     bar = None
     try:
-        import os
-
         size = os.path.getsize(args.bundle)
         if bars_enabled() and size >= BAR_MIN_BYTES:
             bar = byte_bar(size, "skipweave unpack: verifying")
@@ -54,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
     except (BundleRefused, UnpackConflict, UnsafePath) as exc:
         print(f"skipweave unpack: {exc}", file=sys.stderr)
         return EXIT_REFUSED
+    except OSError as exc:  # the dump dir cannot be written (permissions, a full disk): what was written is whole
+        print(f"skipweave unpack: writing into {args.dump_dir} failed: {exc}; the parts written before it are whole, "
+              "the others absent", file=sys.stderr)
+        return EXIT_USAGE
     finally:
         if bar is not None:
             bar.close()

@@ -200,6 +200,10 @@ def test_the_pack_and_unpack_commands(recorded: tuple[Path, list[Any]], tmp_path
     assert main(["unpack", str(out), str(tmp_path / "back")]) == 0
     assert "unpacked 2 parts" in capsys.readouterr().out
     assert set(_files(tmp_path / "back" / NS)) == {k for k in _files(dump / NS) if not k.startswith(f"{ROLE}/1/")}
+    (tmp_path / "a_file").write_text("mine")
+    assert main(["unpack", str(out), str(tmp_path / "a_file")]) == 2  # was a FileExistsError traceback
+    assert "a_file is no folder (a file of that name is there)" in capsys.readouterr().err
+    assert (tmp_path / "a_file").read_text() == "mine"
 
 
 def _maps(path: str) -> bool:
