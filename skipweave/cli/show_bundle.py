@@ -91,8 +91,10 @@ def describe_in_bundle(bundle: str, inner: str, *, call: int | None, checksums: 
                 member = f"{folder}/{item.get('name')}" if isinstance(item, dict) else ""
                 if member in archive.members:
                     copy(member)
-        except (BundleRefused, ValueError) as exc:
-            raise NotInBundle(str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - named by the bundle's member, not the private copy
+            if not isinstance(exc, (BundleRefused, ValueError)) and tmp not in str(exc):
+                raise
+            raise NotInBundle(_renamed(str(exc), tmp, bundle)) from None
         doc = describe(manifest_path, checksums=checksums, allow_pickle=allow_pickle, call=entry_call)
     return _renamed(doc, tmp, bundle)
 

@@ -181,6 +181,9 @@ def test_ls_verify_show_and_diff_read_a_bundle(recorded: tuple[Path, list[Any]],
     assert main(["show", f"{bundle}/{NS}/{ROLE}/1/gen/r0-0000.manifest.json", "--verify", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["status"] == "valid" and shown["path"].startswith(bundle + "/")
+    assert main(["show", f"{bundle}/{NS}/{ROLE}/1/gen/r0.part.json"]) != 0  # no entry: named by the bundle's member
+    said = capsys.readouterr()
+    assert f"{bundle}/{NS}/{ROLE}/1/gen/r0.part.json" in said.out + said.err and "skipweave-show-" not in said.err
     assert main(["diff", str(dump), bundle, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["totals"]["failing"] == 0
     assert main(["gc", bundle, "--yes"]) == 2
