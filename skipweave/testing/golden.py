@@ -96,7 +96,8 @@ class MarkerSpec:
 
         Raises:
             MarkerError: a profile that is no string, neither or both of ``dump_dir`` and ``bundle``, a path that is
-                no string, a ``cfg`` file that does not exist, an override key that is empty.
+                no string, a recording that is the test file's folder or one of its parents, a ``cfg`` file that does
+                not exist, an override key that is empty.
         """
         profiles = []
         for spec in args:
@@ -112,6 +113,13 @@ class MarkerSpec:
                               f"relative to {test_dir}")
         kind = named[0]
         recording = _path(kind, kwargs[kind], test_dir)
+        here = test_dir.resolve()
+        if recording.resolve() in (here, *here.parents):
+            # blessing renames the recording aside and removes it: never the folder holding the test (or above it)
+            raise MarkerError(f"skipweave marker: {kind}={kwargs[kind]!r} is not allowed: it names {recording}, the "
+                              "test file's folder or one it lies in, which blessing would replace; name a folder "
+                              "(dump_dir=) or a .zip (bundle=) of the recording's own beside the test, e.g. "
+                              "dump_dir='golden/my_test'")
         from skipweave.store.bundle.layout import is_bundle_path
 
         if (kind == "bundle") != is_bundle_path(str(recording)):
@@ -300,6 +308,10 @@ class GoldenRun:
         self.baseline: dict[tuple[str, str], tuple[int, int, int]] = {}
         self.woven = False
         self.final: dict[str, RoleCounts] | None = None
+        self.plan: Any = None  # the SkipConfig woven for the marker (its identity tells whether it is still woven)
+        self.namespaces: dict[str, str] = {}  # role -> namespace (where its entries sit in the dump dir)
+        self.replaced = False  # the marker's plan was no longer the woven one when last looked at
+        self.finished = False
 
     # ------------------------------------------------------------------ setup
     def start(self) -> None:
@@ -326,6 +338,9 @@ class GoldenRun:
                 # A run leaves marks in its dump dir and may set damaged entries aside: never in the committed one.
                 shutil.copytree(recording, self.dump_dir, symlinks=True)
         else:
+            problem = replace_problem(recording, self.spec.kind)
+            if problem is not None:  # said before the test runs: blessing would refuse it after
+                raise GoldenError(f"skipweave mode record: {problem}; {recording} left as it was")
             recording.parent.mkdir(parents=True, exist_ok=True)
             # Beside the recording (one file system), so that blessing it is a rename.
             self.dump_dir = recording.with_name(f".{recording.name}.recording-{uuid.uuid4().hex[:12]}")
@@ -346,9 +361,11 @@ class GoldenRun:
                                          self.spec.explicit))
         self.roles = {r.role: (r.action.value, r.replay_only, tuple(t.name for t in r.targets))
                       for r in plan.enabled_roles}
+        self.namespaces = {r.role: r.namespace for r in plan.enabled_roles}
         _quiet_exit_summary()
         api.weave(plan)
         self.woven = True
+        self.plan = api.woven_plan()
         for role, (_, _, targets) in self.roles.items():  # after weave: it ended any plan woven before (and its counts)
             for target in targets:
                 c = for_target(role, target)
@@ -394,16 +411,35 @@ class GoldenRun:
             out[role] = {k: counts.get(k, 0) for k in ("identical", "close", "diverged", "unrecorded")}
         return out
 
+    def plan_replaced(self) -> bool:
+        """Whether the marker's plan, woven at setup, is no longer the plan woven (the test or a fixture wove one of
+        its own with ``skipweave.weave``, which replaces it, or unwove it): what the test then did is not the
+        recording's. Remembered in :attr:`replaced` once seen."""
+        if self.woven and not self.replaced:
+            from skipweave import api
+
+            self.replaced = api.woven_plan() is not self.plan
+        return self.replaced
+
+    def _replaced_text(self) -> str:
+        return ("the marker's plan is no longer the one woven: the test or a fixture wove a plan of its own "
+                "(skipweave.weave replaces the woven plan) or unwove it; a marked test weaves nothing else")
+
     def problems(self, *, body_failed: bool = False) -> list[str]:
-        """Mode ``replay``: what fails the test although its body passed — a verify role's divergence or unrecorded
-        call, a replay-only call no recording served (its ``ReplayMissing`` caught by the host); each names role,
-        target, step and what to do. ``body_failed``: the test failed already (these then say what to do only)."""
+        """What fails the test although its body passed. Both modes: the marker's plan is no longer woven (the test
+        wove its own). Mode ``replay``: a verify role's divergence or unrecorded call, a replay-only call no
+        recording served (its ``ReplayMissing`` caught by the host), an enabled verify role that compared no call,
+        no enabled role that saw a call (the test verified nothing); each names role, target, step and what to do.
+        ``body_failed``: the test failed already (these then say what to do only)."""
+        out = []
+        if self.plan_replaced():
+            out.append(f"skipweave: {self._replaced_text()}; the recording {self.spec.recording} was not "
+                       + ("replayed" if self.mode is Mode.REPLAY else "recorded (nothing is blessed)"))
         if self.mode is not Mode.REPLAY:
-            return []
+            return out
         from skipweave.report import replay_missing_noted
         from skipweave.verify.report import UNRECORDED, describe, tally
 
-        out = []
         lines = self._lines()
         for role in self.roles:
             mine = [x for x in lines if x.get("role") == role]
@@ -423,35 +459,88 @@ class GoldenRun:
             out.append(f"skipweave: a replay-only call found no recording{how}: {where}"
                        + (f" (and {more} more)" if more else "")
                        + f"; record it: pytest --skipweave-mode=record '{self.nodeid}'")
+        if not body_failed and not self.replaced:
+            out.extend(self._idle())
         return out
 
+    def _idle(self) -> list[str]:
+        """Mode ``replay``: the roles that checked nothing — an enabled verify role that compared no call, or every
+        role at no call at all (a test that passes so verified nothing)."""
+        counts = self.counts()
+        check = ("check that the test reaches the role's targets ({targets}) at the steps its recording holds "
+                 f"(recording {self.spec.recording})")
+        out = []
+        for role, (action, _, targets) in self.roles.items():
+            if action == "verify" and counts[role].verified == 0:
+                out.append(f"skipweave: role {role} (verify) compared no call with its recording: the test passed "
+                           "having verified nothing; " + check.format(targets=", ".join(targets)))
+        if self.roles and not out and all(c.hits + c.live == 0 for c in counts.values()):
+            every = ", ".join(f"{r}: {', '.join(t)}" for r, (_, _, t) in self.roles.items())
+            out.append("skipweave: no role of the marker saw a call (every role at hits 0, live calls 0): the test "
+                       "passed having replayed nothing; " + check.format(targets=every))
+        return out
+
+    def unrecorded_roles(self) -> list[str]:
+        """Mode ``record``, once unwoven: the enabled roles of the marker with no entry in the fresh recording (the
+        store's own scan of it, so calls recorded by other processes count)."""
+        from skipweave.store.scan import scan
+
+        assert self.dump_dir is not None
+        found = {(p.namespace, p.role) for p in scan(str(self.dump_dir)).parts if p.entries}
+        return [role for role in self.roles if (self.namespaces.get(role, "default"), role) not in found]
+
     # ------------------------------------------------------------------ teardown
-    def finish(self, passed: bool) -> str:
+    def finish(self, passed: bool, why: str = "the test did not pass") -> str:
         """Unweave, then keep what the mode keeps: ``record`` blesses the fresh recording when the test ``passed``
-        (else drops it); ``replay`` drops its copy when the test passed (else keeps it, for the report it names).
+        (setup, call and teardown) and every enabled role recorded something (else drops it, the recording left as
+        it was); ``replay`` drops its copy when the test passed (else keeps it, for the report it names). Once only:
+        a second call (the session's end after an interrupt) does nothing.
+
+        Args:
+            passed: the test passed (setup, call and teardown).
+            why: why it did not, for the line returned.
 
         Returns:
             One line for the report section: what became of the recording.
+
+        Raises:
+            GoldenError: mode ``record``, the test passed, and the recording cannot be blessed: an enabled role
+                recorded nothing (named, with whether the test wove its own plan), the path is not a recording
+                blessing may replace, or the bundle could not be packed. The recording is left as it was and the
+                fresh folder removed.
         """
         if self.mode is Mode.OFF:
             return "skipweave mode off: nothing woven"
+        if self.finished:
+            return "skipweave: already finished"
+        self.finished = True
         if self.woven:
             from skipweave import api
 
+            self.plan_replaced()
             self.final = self.counts()
             api.unweave()  # commits what the background writer still holds
             self.woven = False
         assert self.dump_dir is not None
         recording = self.spec.recording
         if self.mode is Mode.RECORD:
-            if not passed:
+            try:  # the fresh folder goes on every path but the bless that renames it (an interrupt included)
+                if not passed:
+                    return f"skipweave mode record: {why}; {recording} left as it was"
+                idle = self.unrecorded_roles()
+                if idle:
+                    targets = "; ".join(f"role {r}: {', '.join(self.roles[r][2])}" for r in idle)
+                    cause = (f"; {self._replaced_text()}" if self.replaced else
+                             "; check that the test reaches the role's targets")
+                    raise GoldenError(f"skipweave mode record: {recording} left as it was: enabled role(s) "
+                                      f"{', '.join(idle)} of the marker recorded nothing ({targets}){cause}")
+                if self.spec.kind == "bundle":
+                    bless_bundle(self.dump_dir, recording)
+                else:
+                    bless(self.dump_dir, recording)
+                return f"skipweave mode record: blessed {recording}"
+            finally:
                 shutil.rmtree(self.dump_dir, ignore_errors=True)
-                return f"skipweave mode record: the test did not pass; {recording} left as it was"
-            if self.spec.kind == "bundle":
-                bless_bundle(self.dump_dir, recording)
-            else:
-                bless(self.dump_dir, recording)
-            return f"skipweave mode record: blessed {recording}"
         if passed:
             self._drop_work()
             return f"skipweave mode replay: replayed {recording}"
@@ -468,9 +557,17 @@ def bless(fresh: Path, recording: Path) -> None:
     """Put the ``fresh`` recording in the place of ``recording`` (a folder beside it): the old one is renamed aside
     first and removed last, so that an interruption leaves one of the two in place, never a mix. The run marks the
     recording run left (``.runs``: which process of that run called what, read by that run only) are not part of it:
-    a committed recording holds its entries only."""
+    a committed recording holds its entries only.
+
+    Raises:
+        GoldenError: something that is not a skipweave dump dir (nor an empty folder) is at ``recording``: nothing
+            is touched.
+    """
     from skipweave.store.fs import RUNS
 
+    problem = replace_problem(recording, "dump_dir")
+    if problem is not None:
+        raise GoldenError(f"skipweave: {problem}; {recording} left as it was")
     shutil.rmtree(fresh / RUNS, ignore_errors=True)
     old = None
     if recording.exists() or recording.is_symlink():
@@ -491,10 +588,14 @@ def bless_bundle(fresh: Path, bundle: Path) -> None:
     (:func:`skipweave.store.bundle.pack.pack`): an interruption leaves the old bundle.
 
     Raises:
-        GoldenError: the fresh recording holds no complete step to pack (the old bundle is left as it was).
+        GoldenError: the fresh recording holds no complete step to pack, or something that is not a skipweave bundle
+            is at ``bundle`` (the old file is left as it was).
     """
     from skipweave.store.bundle.pack import PackError, pack
 
+    problem = replace_problem(bundle, "bundle")
+    if problem is not None:
+        raise GoldenError(f"skipweave: {problem}; {bundle} left as it was")
     try:
         result = pack(str(fresh), str(bundle))
     except PackError as exc:
@@ -502,6 +603,49 @@ def bless_bundle(fresh: Path, bundle: Path) -> None:
                           f"{exc}") from None
     shutil.rmtree(fresh, ignore_errors=True)
     logger.info("skipweave: blessed %s (%d entries, %d bytes)", bundle, result.entries, result.bytes)
+
+
+def replace_problem(recording: Path, kind: str) -> str | None:
+    """Why blessing must not replace what is at ``recording``, or ``None`` (nothing there, or a recording).
+
+    Blessing renames the old recording aside and removes it, so only a skipweave recording may go: for ``dump_dir``,
+    a folder the store's scan (:func:`skipweave.store.scan.scan`, what ``skipweave ls`` reads) finds entries or
+    leftovers in, holding nothing skipweave never writes (no file beside its namespaces, nothing the scan ignores),
+    or an empty folder; for ``bundle``, a file skipweave reads as a bundle.
+
+    Args:
+        recording: the marker's recording path.
+        kind: ``dump_dir`` or ``bundle``.
+    """
+    if not recording.exists() and not recording.is_symlink():
+        return None
+    if kind == "bundle":
+        from skipweave.store.bundle.archive import BundleArchive, BundleRefused
+
+        try:
+            with BundleArchive(str(recording)):
+                return None
+        except (BundleRefused, OSError) as exc:
+            return f"{recording} is not a skipweave bundle, which is all blessing replaces ({exc})"
+    if not recording.is_dir():
+        return f"{recording} is not a folder, and blessing replaces a skipweave dump dir only"
+    from skipweave.store.scan import scan
+
+    try:
+        names = sorted(os.listdir(recording))
+        if not names:
+            return None
+        found = scan(str(recording))
+    except OSError as exc:
+        return f"{recording} cannot be read ({exc}), and blessing replaces a skipweave dump dir only"
+    files = [n for n in names if not n.startswith(".") and not (recording / n).is_dir()]
+    if not found.parts and not found.leftovers:
+        return (f"{recording} is not a skipweave dump dir (the store's scan finds no entry in it: "
+                f"`skipweave ls {recording}`), and blessing replaces nothing else")
+    if files or found.ignored:
+        what = files[0] if files else f"{found.ignored[0][0]} ({found.ignored[0][1]})"
+        return f"{recording} holds what skipweave never writes ({what}), and blessing would remove it"
+    return None
 
 
 _QUIETED: list[bool] = []

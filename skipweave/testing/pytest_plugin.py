@@ -35,6 +35,7 @@ MODES = ("replay", "record", "off")
 MARKER = "skipweave"
 _RUN: pytest.StashKey[GoldenRun] = pytest.StashKey()
 _PASSED: pytest.StashKey[bool] = pytest.StashKey()
+_LIVE: pytest.StashKey[dict[str, GoldenRun]] = pytest.StashKey()  # runs not finished yet, by node id
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -85,6 +86,17 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         except (MarkerError, GoldenError, ConfigError, TargetNotFound) as exc:  # for people: no plugin traceback
             pytest.fail(f"{type(exc).__name__}: {exc}", pytrace=False)
         item.stash[_RUN] = run
+        item.config.stash.setdefault(_LIVE, {})[item.nodeid] = run
+
+
+def _fail(outcome: Any, message: str) -> None:
+    """Fail the phase a hook wrapper wraps, said for people (no traceback through the plugin)."""
+    try:
+        pytest.fail(message, pytrace=False)
+    except pytest.fail.Exception as exc:
+        if not hasattr(outcome, "force_exception"):  # pluggy < 1.1: raised from a hook wrapper, it fails the phase
+            raise
+        outcome.force_exception(exc)
 
 
 # Old-style wrappers (hookwrapper=True), which every pytest this plugin may meet knows: the plugin is imported by
@@ -103,24 +115,46 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
     if failed:
         return
     if problems:
-        try:
-            pytest.fail("\n".join(problems), pytrace=False)
-        except pytest.fail.Exception as exc:
-            if not hasattr(outcome, "force_exception"):  # pluggy < 1.1: raised from a hook wrapper, it fails the call
-                raise
-            outcome.force_exception(exc)
+        _fail(outcome, "\n".join(problems))
         return
     item.stash[_PASSED] = True
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, Any, None]:
-    """After the test's fixtures are torn down: unweave (a failing test too), then bless or drop its recording."""
-    yield
+    """After the test's fixtures are torn down: unweave (a failing test too), then bless or drop its recording. Only
+    a test whose setup, call and teardown passed blesses; one that cannot be blessed (a role that recorded nothing,
+    a path that is no recording, a pack that fails) fails its teardown, the recording left as it was."""
+    outcome = yield
     run = item.stash.get(_RUN, None)
-    if run is not None:
-        del item.stash[_RUN]
-        item.add_report_section("teardown", "skipweave", run.finish(passed=item.stash.get(_PASSED, False)))
+    if run is None:
+        return
+    from skipweave.testing.golden import GoldenError
+
+    del item.stash[_RUN]
+    item.config.stash.get(_LIVE, {}).pop(item.nodeid, None)
+    passed = item.stash.get(_PASSED, False)
+    torn_down = outcome.excinfo is None
+    why = "the test did not pass" if not passed else "a fixture's teardown failed"
+    try:
+        line = run.finish(passed=passed and torn_down, why=why)
+    except GoldenError as exc:
+        item.add_report_section("teardown", "skipweave", str(exc))
+        _fail(outcome, str(exc))
+        return
+    item.add_report_section("teardown", "skipweave", line)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_sessionfinish(session: pytest.Session) -> Generator[None, Any, None]:
+    """After the session's own teardown (its fixtures): finish a marked test the session never tore down (a
+    KeyboardInterrupt skips the test's teardown), so that it is unwoven and its staging folder removed, nothing
+    blessed."""
+    yield
+    live = session.config.stash.get(_LIVE, {})
+    while live:
+        _, run = live.popitem()
+        run.finish(passed=False, why="the session was interrupted")
 
 
 @pytest.fixture

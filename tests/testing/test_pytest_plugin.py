@@ -260,7 +260,10 @@ def test_off_runs_unwoven(host: pytest.Pytester) -> None:
 
 def test_a_failing_test_is_unwoven_and_blesses_nothing(host: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """A marked test that fails is unwoven before the next test runs; in mode record its recording stays as it was,
-    with no staging folder left; in mode replay its copy is kept and named."""
+    with no staging folder left; in mode replay its copy is kept and named. Failing counts a fixture's teardown
+    error, a role that recorded (or replayed) nothing, a plan the test wove itself; a recording that cannot be blessed
+    fails the test without a traceback through the plugin; an interrupted recording session leaves no staging
+    folder."""
     host.makepyfile(test_golden=ROLE + textwrap.dedent('''
         import os
 
@@ -268,31 +271,92 @@ def test_a_failing_test_is_unwoven_and_blesses_nothing(host: pytest.Pytester, mo
         import skipweave
         import tinyhost
 
+        FAIL = os.environ.get("FAIL")
+
 
         @pytest.mark.skipweave("rollout_cache", cfg=ROLE, dump_dir="rec")
         def test_a_fails():
             tinyhost.train(2)
-            assert not os.environ.get("FAIL"), "the test body fails"
+            assert not FAIL, "the test body fails"
 
 
         def test_b_after_it():
             assert skipweave.woven_plan() is None
             tinyhost.train(1)
             assert tinyhost.CALLS[-1:] == [1]  # live
+
+
+        @pytest.fixture
+        def checked():
+            yield
+            assert not FAIL, "a fixture's teardown fails"
+
+
+        @pytest.mark.skipweave("rollout_cache", cfg=ROLE, dump_dir="rec_td")
+        def test_c_teardown_fails(checked):
+            tinyhost.train(2)
+
+
+        @pytest.mark.skipweave("rollout_cache", cfg=ROLE, bundle="rec.zip")
+        def test_d_reaches_nothing():
+            if not FAIL:
+                tinyhost.train(2)
+
+
+        @pytest.mark.skipweave("rollout_cache", cfg=ROLE, dump_dir="rec_own")
+        def test_e_weaves_its_own(tmp_path):
+            if FAIL:
+                skipweave.weave(ROLE, profile="rollout_cache", overrides=[f"skip.rollout.dump_dir={tmp_path}"])
+            tinyhost.train(2)
+
+
+        @pytest.mark.skipweave("rollout_cache", cfg=ROLE, dump_dir="rec_f")
+        def test_f_interrupted():
+            tinyhost.train(1)
+            if os.environ.get("INTERRUPT"):
+                raise KeyboardInterrupt
     '''))
-    run(host, "--skipweave-mode=record").assert_outcomes(passed=2)
+    run(host, "--skipweave-mode=record").assert_outcomes(passed=6)
+    recordings = ["rec", "rec.zip", "rec_f", "rec_own", "rec_td"]
     rec = host.path / "rec"
-    before = listing(rec)
+
+    def unchanged() -> None:
+        assert listing(host.path / "rec") == before and (host.path / "rec.zip").read_bytes() == bundle
+        for name in ("rec_f", "rec_own", "rec_td"):
+            assert listing(host.path / name) == others[name], name
+        assert sorted(p.name for p in host.path.iterdir() if "rec" in p.name) == recordings  # no staging left
+
+    before, bundle = listing(rec), (host.path / "rec.zip").read_bytes()
+    others = {name: listing(host.path / name) for name in ("rec_f", "rec_own", "rec_td")}
+    assert all(others.values())
     monkeypatch.setenv("FAIL", "1")
     results = {}
-    for mode in ("record", "replay"):
+    for mode, outcomes in (("record", {"failed": 2, "passed": 4, "errors": 2}),
+                           ("replay", {"failed": 3, "passed": 3, "errors": 1})):
         results[mode] = run(host, f"--skipweave-mode={mode}")
-        results[mode].assert_outcomes(failed=1, passed=1)
-        assert listing(rec) == before and sorted(p.name for p in host.path.iterdir() if "rec" in p.name) == ["rec"]
-    assert f"skipweave mode record: the test did not pass; {rec} left as it was" in results["record"].stdout.str()
+        results[mode].assert_outcomes(**outcomes)
+        others["rec_f"] = listing(host.path / "rec_f")  # test_f passes, so blesses: the interrupt's check below
+        unchanged()
+        out = results[mode].stdout.str()
+        assert "pytest_runtest_teardown" not in out and "pytest_plugin.py" not in out, out  # no plugin traceback
+        assert "the marker's plan is no longer the one woven: the test or a fixture wove a plan of its own" in out
+    out = results["record"].stdout.str()
+    assert f"skipweave mode record: the test did not pass; {rec} left as it was" in out
+    assert f"skipweave mode record: a fixture's teardown failed; {host.path / 'rec_td'} left as it was" in out, out
+    assert (f"skipweave mode record: {host.path / 'rec.zip'} left as it was: enabled role(s) rollout of the marker "
+            "recorded nothing (role rollout: gen") in out, out
+    results["replay"].stdout.fnmatch_lines(["*skipweave: no role of the marker saw a call (every role at hits 0, "
+                                            "live calls 0): the test passed having replayed nothing; check that the "
+                                            "test reaches the role's targets (rollout: gen*"])
     kept = [line for line in results["replay"].stdout.lines if "the verify report kept in" in line]
     assert kept and Path(kept[0].rsplit(" ", 1)[1]).parent == host.path / "tmp", results["replay"].stdout.str()
     assert (Path(kept[0].rsplit(" ", 1)[1]) / "recording" / "default").is_dir()
+
+    monkeypatch.delenv("FAIL")
+    monkeypatch.setenv("INTERRUPT", "1")
+    interrupted = run(host, "--skipweave-mode=record", "-k", "interrupted")
+    assert interrupted.ret == pytest.ExitCode.INTERRUPTED, interrupted.stdout.str()
+    unchanged()
 
 
 def declared_entry_points() -> dict[str, str]:
