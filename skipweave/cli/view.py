@@ -26,7 +26,15 @@ import sys
 import time
 from typing import Any
 
-from skipweave.cli.common import EXIT_OK, EXIT_USAGE, add_dump_dir_arguments, emit, misplaced, scan_or_explain
+from skipweave.cli.common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    add_dump_dir_arguments,
+    emit,
+    misplaced,
+    output_refusal,
+    scan_or_explain,
+)
 from skipweave.cli.format import human_bytes, plural
 
 EXIT_SKIPPED = 1
@@ -82,13 +90,9 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"skipweave view: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    folder = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(folder):
-        print(f"skipweave view: the folder of -o {args.output!r} ({folder}) does not exist", file=sys.stderr)
-        return EXIT_USAGE
-    if os.path.isdir(args.output):
-        print(f"skipweave view: -o {args.output!r} is a folder; name the file to write, e.g. report.html",
-              file=sys.stderr)
+    refusal = output_refusal(args.output, [p for p in (args.dump_dir, args.dump_b) if p is not None])
+    if refusal is not None:
+        print(f"skipweave view: nothing written: {refusal}", file=sys.stderr)
         return EXIT_USAGE
     if args.dump_b is not None and not os.path.exists(args.dump_b):
         print(f"skipweave view: DUMP_B {args.dump_b!r} does not exist (a second dump dir, or a verify run's "

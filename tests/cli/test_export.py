@@ -334,3 +334,38 @@ def test_a_pickled_entry_is_refused_unless_allowed(tmp_path: Path, host: Any, ca
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["step"], r["ids"], r["day"]) for r in rows] == [
         (1, [1], "2026-12-01"), (1, [2], "2026-12-01"), (2, [2], "2026-12-02"), (2, [3], "2026-12-02")]
+
+
+def test_an_output_that_would_replace_an_input_or_a_non_regular_file_is_refused(
+        tmp_path: Path, host: Any, capsys: Any) -> None:
+    dump = tmp_path / "dump"
+    _rollout_store(dump, host, steps=(1,), write_buffer=0)
+    bundle = tmp_path / "x.zip"
+    assert cli(capsys, "pack", str(dump), "-o", str(bundle))[0] == 0
+    packed = bundle.read_bytes()
+    manifest = manifests(dump)[0]
+    kept = manifest.read_bytes()
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(precious)
+    (tmp_path / "via").symlink_to(dump)  # a symlinked folder: the real path is inside the store all the same
+    cases = [
+        (bundle, bundle, "is the input"),
+        (dump, manifest, "lies inside the input"),
+        (dump, dump / "rows.jsonl", "lies inside the input"),
+        (dump, tmp_path / "via" / "default" / "rows.jsonl", "lies inside the input"),
+        (dump, fifo, "not a regular file"),
+        (dump, link, "is a symlink"),
+    ]
+    for source, out, why in cases:
+        status, _, err = cli(capsys, "export", str(source), "-o", str(out), "--format", "jsonl")
+        assert status == 2 and why in err and str(out) in err and "nothing written" in err, (out, err)
+    assert bundle.read_bytes() == packed and manifest.read_bytes() == kept and precious.read_text() == "keep me"
+    assert not (dump / "rows.jsonl").exists() and not (dump / "default" / "rows.jsonl").exists()
+    assert fifo.is_fifo() and link.is_symlink()
+    assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
+    status, _, err = cli(capsys, "export", str(bundle), "-o", str(tmp_path / "rows.jsonl"))  # beside it: fine
+    assert status == 0, err

@@ -236,3 +236,32 @@ def test_a_result_the_page_cannot_summarize_is_named_and_the_rest_shown(
     assert status == 1 and "(unsummarized): ValueError: a reward of a shape no rule reads" in text
     page = out.read_text(encoding="utf-8")
     assert "2 entries skipped" in page and page.count('<tr class="train">') == 3
+
+
+def test_an_output_that_would_replace_an_input_or_a_non_regular_file_is_refused(
+        made: st.Stores, tmp_path: Path, capsys: Any) -> None:
+    import os
+    import shutil
+
+    dump = tmp_path / "a"
+    shutil.copytree(made.a, dump)
+    report = tmp_path / "report.jsonl"
+    shutil.copy(made.report, report)
+    kept = report.read_bytes()
+    manifest = sorted(p for p in dump.rglob("*.manifest.json"))[0]
+    before = manifest.read_bytes()
+    fifo = tmp_path / "fifo.html"
+    os.mkfifo(fifo)
+    link = tmp_path / "link.html"
+    link.symlink_to(report)
+    for argv, out, why in (
+            ([str(dump)], manifest, "lies inside the input"),
+            ([str(dump)], dump / "page.html", "lies inside the input"),
+            ([str(made.a), str(report)], report, "is the input"),
+            ([str(dump), str(made.a)], made.a / "page.html", "lies inside the input"),
+            ([str(dump)], fifo, "not a regular file"),
+            ([str(dump)], link, "is a symlink")):
+        status, _, err = cli(capsys, "view", *argv, "-o", str(out))
+        assert status == 2 and why in err and str(out) in err and "nothing written" in err, (out, err)
+    assert manifest.read_bytes() == before and report.read_bytes() == kept and fifo.is_fifo() and link.is_symlink()
+    assert not (dump / "page.html").exists() and not (made.a / "page.html").exists()
