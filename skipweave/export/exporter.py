@@ -24,6 +24,7 @@ from typing import Any
 from skipweave.export.samples import split
 from skipweave.export.sinks import JsonlSink, ParquetSink, Rows, SchemaChanged, require_pyarrow, unify
 from skipweave.export.text import TEXT_COLUMNS, decode_texts
+from skipweave.export.values import text
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +226,7 @@ def call_rows(part: Any, call: int, recorded: Any, tokenizer: Any = None) -> Row
     """The rows of one recorded result (a view) of ``part`` (a :class:`~skipweave.store.scan.PartScan`)."""
     samples = split(recorded)
     count = samples.count if samples.count is not None else 1
-    where = (part.namespace, part.role, part.target, part.step, call, part.shard,
+    where = (text(part.namespace), text(part.role), text(part.target), part.step, call, text(part.shard),
              part.shard.startswith(VALIDATION_PREFIX))
     columns: list[tuple[str, bool, Any]] = [(n, False, v) for n, v in zip(WHERE_COLUMNS, where, strict=True)]
     columns.append((SAMPLE_COLUMN, samples.count is not None,
@@ -233,6 +234,7 @@ def call_rows(part: Any, call: int, recorded: Any, tokenizer: Any = None) -> Row
     taken = set(RESERVED)
 
     def name_of(name: str) -> str:
+        name = text(name)  # a recorded key may hold surrogates: the file's column names are UTF-8
         while name in taken:
             name = f"result.{name}"
         taken.add(name)

@@ -101,7 +101,9 @@ class JsonlSink:
 
     def __init__(self, path: str) -> None:
         self.file = AtomicFile(path)
-        self._fh = open(self.file.temporary, "w", encoding="utf-8")  # noqa: SIM115 - closed by close/abort
+        # backslashreplace: every store string is escaped already (values.text); a surrogate that slipped by is
+        # escaped rather than failing the export
+        self._fh = open(self.file.temporary, "w", encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
 
     def write(self, rows: Rows) -> None:
         """Write one call's rows."""

@@ -369,3 +369,18 @@ def test_an_output_that_would_replace_an_input_or_a_non_regular_file_is_refused(
     assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
     status, _, err = cli(capsys, "export", str(bundle), "-o", str(tmp_path / "rows.jsonl"))  # beside it: fine
     assert status == 0, err
+
+
+def test_strings_holding_surrogates_are_written_escaped(tmp_path: Path, host: Any, capsys: Any) -> None:
+    dump = tmp_path / "dump"
+    record(dump, host, {"s": "surrogates"}, stepped("surrogates", (1,)), role="s", step=STEP_ARG)
+    status, _, err = cli(capsys, "export", str(dump), "-o", str(tmp_path / "rows.jsonl"))
+    assert status == 0, err
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["uid"] for r in rows] == ["\\udcff x", "ok"] and rows[0]["meta_info.tag"] == "\\udcfd"
+    assert [r["note\\udcfe"] for r in rows] == ["a", "b"]  # a key too: the column's name
+    status, _, err = cli(capsys, "export", str(dump), "-o", str(tmp_path / "rows.parquet"))
+    assert status == 0, err
+    df = pd.read_parquet(tmp_path / "rows.parquet")
+    assert df["uid"].to_list() == ["\\udcff x", "ok"] and df["note\\udcfe"].to_list() == ["a", "b"]
+    assert df["meta_info.tag"].to_list() == ["\\udcfd"] * 2

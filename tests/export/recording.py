@@ -109,6 +109,15 @@ def scalar(step):
     return 1.5 * step
 
 
+def surrogates(step):
+    """Strings holding a lone surrogate (the codec stores them, as surrogatepass): a valid recording, in a value and
+    in a key, DataProto-shaped as verl's rollouts are."""
+    return Batch(batch={"responses": torch.tensor([[3, 2], [4, 2]]) + step},
+                 non_tensor_batch={"uid": np.array(["\\udcff x", "ok"], dtype=object),
+                                   "note\\udcfe": np.array(["a", "b"], dtype=object)},
+                 meta_info={"global_steps": step, "tag": "\\udcfd"})
+
+
 def pickled(step):
     """What the codec stores only pickled (a datetime.date): recorded with allow_pickle."""
     import datetime

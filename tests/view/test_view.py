@@ -265,3 +265,18 @@ def test_an_output_that_would_replace_an_input_or_a_non_regular_file_is_refused(
         assert status == 2 and why in err and str(out) in err and "nothing written" in err, (out, err)
     assert manifest.read_bytes() == before and report.read_bytes() == kept and fifo.is_fifo() and link.is_symlink()
     assert not (dump / "page.html").exists() and not (made.a / "page.html").exists()
+
+
+def test_strings_holding_surrogates_are_shown_escaped(tmp_path: Path, capsys: Any) -> None:
+    from tests.export.recording import STEP_ARG, forget, host_module, record, stepped
+
+    host = host_module(tmp_path)
+    try:
+        record(tmp_path / "dump", host, {"s": "surrogates"}, stepped("surrogates", (1,)), role="s", step=STEP_ARG)
+    finally:
+        forget(host)
+    out = tmp_path / "page.html"
+    status, _, err = cli(capsys, "view", str(tmp_path / "dump"), "-o", str(out))
+    assert status == 0, err
+    page = out.read_text(encoding="utf-8")
+    assert "\\udcff x" in page and "note\\udcfe" in page
