@@ -384,3 +384,29 @@ def test_strings_holding_surrogates_are_written_escaped(tmp_path: Path, host: An
     df = pd.read_parquet(tmp_path / "rows.parquet")
     assert df["uid"].to_list() == ["\\udcff x", "ok"] and df["note\\udcfe"].to_list() == ["a", "b"]
     assert df["meta_info.tag"].to_list() == ["\\udcfd"] * 2
+
+
+def test_a_tokenizer_folder_asking_to_run_its_own_code_is_never_run(
+        tmp_path: Path, host: Any, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    dump, folder, marker = tmp_path / "dump", tmp_path / "tok", tmp_path / "ran"
+    _rollout_store(dump, host, steps=(1,))
+    _tokenizer(folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config.update(tokenizer_class="OwnTokenizer", auto_map={"AutoTokenizer": [None, "own_tok.OwnTokenizer"]})
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "own_tok.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\n"
+        "from transformers import PreTrainedTokenizerFast\n\n\n"
+        "class OwnTokenizer(PreTrainedTokenizerFast):\n    pass\n")
+    asked: list[str] = []
+
+    def yes(prompt: str = "") -> str:  # a person at a terminal answering transformers' question
+        asked.append(prompt)
+        return "y"
+
+    monkeypatch.setattr(builtins, "input", yes)
+    status, _, err = cli(capsys, "export", str(dump), "-o", str(tmp_path / "rows.jsonl"), "--tokenizer", str(folder))
+    assert not marker.exists() and not asked
+    assert status == 2 and "--tokenizer" in err and "never runs" in err and "trust_remote_code=True" not in err
