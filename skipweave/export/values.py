@@ -3,8 +3,8 @@
 Tensors and numeric arrays become (nested) lists of numbers (``bfloat16`` and ``float16`` as Python floats); object
 arrays, lists, tuples and sets become lists of their items' plain values; mappings become dicts with string keys;
 numpy scalars their Python value; bytes their base64 text; enum members (views) ``Class.member``; other values (a
-``torch.dtype``, a complex number, a datetime) their ``str``. Non-finite floats stay ``nan``/``inf`` (JSONL writes
-them as Python's ``json`` does: ``NaN``, ``Infinity``). A string holding surrogates (the codec stores them, as
+``torch.dtype``, a complex number, a datetime) their ``str``. Non-finite floats stay ``nan``/``inf`` (the JSONL sink
+writes them as null, :func:`skipweave.export.sinks.finite`). A string holding surrogates (the codec stores them, as
 ``surrogatepass``: a valid recording) has them escaped as text (``\\udcff``, :func:`text`): UTF-8 cannot hold them.
 """
 

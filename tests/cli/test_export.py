@@ -410,3 +410,29 @@ def test_a_tokenizer_folder_asking_to_run_its_own_code_is_never_run(
     status, _, err = cli(capsys, "export", str(dump), "-o", str(tmp_path / "rows.jsonl"), "--tokenizer", str(folder))
     assert not marker.exists() and not asked
     assert status == 2 and "--tokenizer" in err and "never runs" in err and "trust_remote_code=True" not in err
+
+
+def test_jsonl_is_portable_json_and_both_sinks_agree_on_awkward_values(
+        tmp_path: Path, host: Any, capsys: Any) -> None:
+    dump = tmp_path / "dump"
+    record(dump, host, {"a": "awkward"}, stepped("awkward", (1,)), role="a", step=STEP_ARG)
+    assert cli(capsys, "export", str(dump), "-o", str(tmp_path / "rows.jsonl"))[0] == 0
+
+    def strict(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    rows = [json.loads(line, parse_constant=strict)
+            for line in (tmp_path / "rows.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["score"] for r in rows] == [None, 1.0, None]  # non-finite floats: null
+    assert rows[0]["nan"] is None
+    big = str(10**30)
+    assert [r["mixed"] for r in rows] == ["1", '"a"', "[2]"]  # no common type: JSON text
+    assert [r["big"] for r in rows] == [big, "1", "2"]  # an int beyond int64: the column is JSON text
+    assert [r["nested"] for r in rows] == ['{"a": 1}', '{"a": "x"}', None]
+    assert rows[0]["huge"] == str(10**30 + 1) and rows[0]["ids"] == [1]
+
+    assert cli(capsys, "export", str(dump), "-o", str(tmp_path / "rows.parquet"))[0] == 0
+    df = pd.read_parquet(tmp_path / "rows.parquet")
+    for column in ("mixed", "big", "nested", "huge"):
+        assert [None if pd.isna(x) else x for x in df[column]] == [r[column] for r in rows], column
+    assert np.isnan(df["score"][0]) and np.isinf(df["score"][2]) and np.isnan(df["nan"][0])  # Parquet keeps them

@@ -118,6 +118,13 @@ def surrogates(step):
                  meta_info={"global_steps": step, "tag": "\\udcfd"})
 
 
+def awkward(step):
+    """Values JSON holds badly: non-finite floats, ints beyond int64, a column of values of no common type."""
+    return {"ids": [[1], [2], [3]], "score": [float("nan"), 1.0, float("inf")], "mixed": [1, "a", [2]],
+            "big": [10**30, 1, 2], "nested": [{"a": 1}, {"a": "x"}, None],
+            "huge": 10**30 + step, "nan": float("nan")}
+
+
 def pickled(step):
     """What the codec stores only pickled (a datetime.date): recorded with allow_pickle."""
     import datetime
