@@ -436,3 +436,21 @@ def test_jsonl_is_portable_json_and_both_sinks_agree_on_awkward_values(
     for column in ("mixed", "big", "nested", "huge"):
         assert [None if pd.isna(x) else x for x in df[column]] == [r[column] for r in rows], column
     assert np.isnan(df["score"][0]) and np.isinf(df["score"][2]) and np.isnan(df["nan"][0])  # Parquet keeps them
+
+
+def test_the_calls_fields_keep_their_names_and_a_colliding_sample_field_is_renamed(
+        tmp_path: Path, host: Any, capsys: Any) -> None:
+    dump = tmp_path / "dump"
+    record(dump, host, {"c": "colliding"}, stepped("colliding", (1,)), role="c", step=STEP_ARG)
+    record(dump, host, {"p": "colliding_plain"}, stepped("colliding_plain", (1,)), role="p", step=STEP_ARG)
+    for name in ("rows.jsonl", "rows.parquet"):
+        assert cli(capsys, "export", str(dump), "-o", str(tmp_path / name))[0] == 0
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text(encoding="utf-8").splitlines()]
+    c, p = [r for r in rows if r["role"] == "c"], [r for r in rows if r["role"] == "p"]
+    assert [r["meta_info.k"] for r in c] == ["the call's"] * 2
+    assert [r["non_tensor_batch.meta_info.k"] for r in c] == ["sample 0", "sample 1"]
+    assert "result.meta_info.k" not in c[0]
+    assert [r["a.b"] for r in p] == [1, 1] and [r["result.a.b"] for r in p] == [10, 11]
+    df = pd.read_parquet(tmp_path / "rows.parquet")
+    assert df[df.role == "c"]["meta_info.k"].to_list() == ["the call's"] * 2
+    assert df[df.role == "c"]["non_tensor_batch.meta_info.k"].to_list() == ["sample 0", "sample 1"]

@@ -125,6 +125,18 @@ def awkward(step):
             "huge": 10**30 + step, "nan": float("nan")}
 
 
+def colliding(step):
+    """Sample fields named like the call's columns: a non_tensor_batch column "meta_info.k" beside meta_info["k"]."""
+    return Batch(batch={"responses": torch.tensor([[3, 2], [4, 2]])},
+                 non_tensor_batch={"meta_info.k": np.array(["sample 0", "sample 1"], dtype=object)},
+                 meta_info={"global_steps": step, "k": "the call's"})
+
+
+def colliding_plain(step):
+    """A plain mapping's per-sample "a.b" beside its call field a = {"b": ...}."""
+    return {"a.b": [10, 11], "a": {"b": step}}
+
+
 def pickled(step):
     """What the codec stores only pickled (a datetime.date): recorded with allow_pickle."""
     import datetime
