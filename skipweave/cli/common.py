@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 __all__ = ["BAR_MIN_BYTES", "EXIT_OK", "EXIT_USAGE", "add_dump_dir_arguments", "add_json_argument", "emit", "emit_json",
-           "misplaced", "positive_int", "scan_bundle_or_explain", "scan_or_explain", "steps_option"]
+           "misplaced", "output_refusal", "positive_int", "scan_bundle_or_explain", "scan_or_explain", "steps_option"]
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -80,6 +80,45 @@ def steps_option(text: str | None) -> Any:
         except yaml.YAMLError:
             value = text  # parse_steps names what is allowed
     return parse_steps("--steps", value)
+
+
+def output_refusal(output: str, inputs: list[str]) -> str | None:
+    """Why ``-o output`` (a file ``export``/``view`` replaces whole, by a rename) must not be written, or None.
+
+    The rename replaces whatever is at ``output``: it must not be one of the command's ``inputs`` (a bundle, a dump
+    dir, a verify report) or lie inside one (a manifest, a payload of the store being read), and must not be anything
+    but a regular file (a device such as ``/dev/stdout``, a FIFO, a symlink: the rename would put a regular file in
+    its place). Real paths are compared, so a symlinked folder or ``..`` does not hide an input.
+
+    Args:
+        output: the ``-o`` path as given.
+        inputs: the paths the command reads, as given (missing ones are ignored).
+
+    Returns:
+        The reason, naming the path (for ``skipweave CMD: ...``), or None when the output may be written.
+    """
+    folder = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(folder):
+        return f"the folder of -o {output!r} ({folder}) does not exist"
+    if os.path.islink(output):
+        return (f"-o {output!r} is a symlink (to {os.readlink(output)!r}); the output replaces what is at PATH, "
+                "so name a regular file (or the link's target)")
+    if os.path.isdir(output):
+        return f"-o {output!r} is a folder; name the file to write"
+    if os.path.exists(output) and not os.path.isfile(output):
+        return (f"-o {output!r} exists and is not a regular file (a device, a FIFO, a socket): the output would "
+                "replace it; name a regular file")
+    real = os.path.realpath(output)
+    for source in inputs:
+        if not os.path.exists(source):
+            continue
+        where = os.path.realpath(source)
+        if real == where:
+            return f"-o {output!r} is the input {source!r}: the output would replace what is being read"
+        if os.path.isdir(where) and os.path.commonpath([real, where]) == where:
+            return (f"-o {output!r} lies inside the input {source!r}: the output would replace or add a file in "
+                    "the store being read; write it elsewhere")
+    return None
 
 
 def scan_or_explain(command: str, args: argparse.Namespace, *, checksums: bool) -> Any:

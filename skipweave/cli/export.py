@@ -29,6 +29,7 @@ from skipweave.cli.common import (
     emit,
     emit_json,
     misplaced,
+    output_refusal,
     scan_or_explain,
     steps_option,
 )
@@ -81,12 +82,9 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"skipweave export: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    folder = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(folder):
-        print(f"skipweave export: the folder of -o {args.output!r} ({folder}) does not exist", file=sys.stderr)
-        return EXIT_USAGE
-    if os.path.isdir(args.output):
-        print(f"skipweave export: -o {args.output!r} is a folder; name the file to write", file=sys.stderr)
+    refusal = output_refusal(args.output, [args.dump_dir])
+    if refusal is not None:
+        print(f"skipweave export: nothing written: {refusal}", file=sys.stderr)
         return EXIT_USAGE
     try:
         if fmt == "parquet":

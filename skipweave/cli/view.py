@@ -6,8 +6,9 @@ reward mean; validation calls apart), charts of response length and reward per s
 matplotlib: ``pip install 'skipweave[view]'``), and a sample browser (the first ``--samples`` samples of each step:
 prompt and response as ids, or as text with ``--tokenizer``, a local Hugging Face tokenizer folder; reward and the
 sample's other fields beside them). With ``DUMP_B``, a second store, the page adds ``skipweave diff``'s comparison per
-step and the first diverging sample side by side, its first differing token marked; ``DUMP_B`` may also be a verify
-run's report (``skipweave-verify.jsonl``: its lines are the diff, B's side of the sample the live token it names).
+step and the first diverging sample side by side, its first differing token marked; ``DUMP_B`` may be a dump dir or
+a bundle (``.zip``), or a verify run's report (any other file, ``skipweave-verify.jsonl``: its lines are the diff, B's
+side of the sample the live token it names; a line that is no well-formed record is skipped and named, a WARNING).
 
 Everything is inline (no script, no request: the page opens offline and as an attachment); every string read from
 the store is escaped. The file is written under a temporary name and renamed into place.
@@ -26,10 +27,19 @@ import sys
 import time
 from typing import Any
 
-from skipweave.cli.common import EXIT_OK, EXIT_USAGE, add_dump_dir_arguments, emit, misplaced, scan_or_explain
+from skipweave.cli.common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    add_dump_dir_arguments,
+    emit,
+    misplaced,
+    output_refusal,
+    scan_or_explain,
+)
 from skipweave.cli.format import human_bytes, plural
 
 EXIT_SKIPPED = 1
+_LISTED = 20
 DEFAULT_SAMPLES = 8
 
 
@@ -41,7 +51,8 @@ def register(subparsers: Any) -> None:
     )
     add_dump_dir_arguments(parser)
     parser.add_argument("dump_b", metavar="DUMP_B", nargs="?", default=None,
-                        help="a second store to diff against DUMP_DIR, or a verify run's report (.jsonl)")
+                        help="a second store (a dump dir or a .zip bundle) to diff against DUMP_DIR, or a verify "
+                             "run's report (any other file, e.g. skipweave-verify.jsonl)")
     parser.add_argument("-o", "--output", required=True, metavar="PATH", help="the HTML file to write (replaced whole)")
     parser.add_argument("--namespace", default=None, help="only this namespace")
     parser.add_argument("--role", default=None, help="only this role")
@@ -82,13 +93,9 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"skipweave view: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    folder = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(folder):
-        print(f"skipweave view: the folder of -o {args.output!r} ({folder}) does not exist", file=sys.stderr)
-        return EXIT_USAGE
-    if os.path.isdir(args.output):
-        print(f"skipweave view: -o {args.output!r} is a folder; name the file to write, e.g. report.html",
-              file=sys.stderr)
+    refusal = output_refusal(args.output, [p for p in (args.dump_dir, args.dump_b) if p is not None])
+    if refusal is not None:
+        print(f"skipweave view: nothing written: {refusal}", file=sys.stderr)
         return EXIT_USAGE
     if args.dump_b is not None and not os.path.exists(args.dump_b):
         print(f"skipweave view: DUMP_B {args.dump_b!r} does not exist (a second dump dir, or a verify run's "
@@ -145,20 +152,17 @@ def run(args: argparse.Namespace) -> int:
 
 def _diff(args: argparse.Namespace, a: Any, steps: Any, tokenizer: Any) -> Any:
     """The page's diff section against ``args.dump_b`` (a store or a verify report), or None (said on stderr)."""
+    from skipweave.store.bundle.layout import is_bundle_path
     from skipweave.view.diffs import diff_steps, first_divergence, side_by_side
     from skipweave.view.page import DiffSection, first_line
 
-    if os.path.isfile(args.dump_b):
+    if os.path.isfile(args.dump_b) and not is_bundle_path(args.dump_b):  # a .zip is a store, as diff reads it
         return _report_diff(args, a, steps, tokenizer)
     from skipweave.cli.diff import default_spec, diff_rows, document
-    from skipweave.store.scan import scan
 
-    try:
-        b = scan(args.dump_b, checksums=False, calls_per_step=args.calls_per_step, allow_pickle=args.allow_pickle)
-    except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
-        print(f"skipweave view: {exc.args[0] if exc.args else exc}", file=sys.stderr)
-        return None
-    if misplaced("view", b):
+    b = scan_or_explain("view", argparse.Namespace(dump_dir=args.dump_b, calls_per_step=args.calls_per_step,
+                                                   allow_pickle=args.allow_pickle), checksums=False)
+    if b is None or misplaced("view", b):
         return None
     rows = []
     bar = _bar("diffing")
@@ -184,21 +188,31 @@ def _diff(args: argparse.Namespace, a: Any, steps: Any, tokenizer: Any) -> Any:
 
 def _report_diff(args: argparse.Namespace, a: Any, steps: Any, tokenizer: Any) -> Any:
     """The diff section of a verify run's report (its lines as the diff's rows, A the store it verified against)."""
-    from skipweave.verify.report import read_lines
-    from skipweave.view.diffs import diff_steps, first_divergence, side_by_side
+    from skipweave.view.diffs import diff_steps, first_divergence, read_report, side_by_side
     from skipweave.view.page import DiffSection, first_line
 
     try:
-        lines = [line for line in read_lines(args.dump_b)
-                 if (args.role is None or line.get("role") == args.role)
-                 and (not args.target or line.get("target") in args.target)
-                 and (steps is None or (isinstance(line.get("step"), int) and line["step"] in steps))]
+        usable, malformed = read_report(args.dump_b)
     except OSError as exc:
         print(f"skipweave view: cannot read the verify report {args.dump_b}: {exc}", file=sys.stderr)
         return None
+    notes = []
+    for number, why in malformed[:_LISTED]:  # a cut or hand-edited line must not hide the rest of the report
+        note = f"line {number} of {args.dump_b} skipped: not a well-formed verify record: {why}"
+        notes.append(note)
+        print(f"skipweave view: WARNING: {note}", file=sys.stderr)
+    if len(malformed) > _LISTED:
+        notes.append(f"... and {len(malformed) - _LISTED} more malformed lines skipped")
+        print(f"skipweave view: WARNING: ... and {len(malformed) - _LISTED} more malformed lines of "
+              f"{args.dump_b} skipped", file=sys.stderr)
+    lines = [line for line in usable
+             if (args.role is None or line["role"] == args.role)
+             and (not args.target or line["target"] in args.target)
+             and (steps is None or line["step"] in steps)]
     if not lines:
-        print(f"skipweave view: {args.dump_b} holds no line of a verify run's report (schema "
-              "skipweave.verify.call/1) under the filters given", file=sys.stderr)
+        what = "under the filters given" if usable else f"({plural(len(malformed), 'line')} skipped as malformed)"
+        print(f"skipweave view: {args.dump_b} holds no well-formed line of a verify run's report (schema "
+              f"skipweave.verify.call/1) {what}", file=sys.stderr)
         return None
     totals: dict[str, int] = {}
     for line in lines:
@@ -207,7 +221,7 @@ def _report_diff(args: argparse.Namespace, a: Any, steps: Any, tokenizer: Any) -
     first = first_divergence(lines)
     section = DiffSection(a.dump_dir, os.path.abspath(args.dump_b), "report", diff_steps(lines),
                           {"entries": len(lines), "failing": failing, **totals},
-                          first_line(first) if first is not None else None)
+                          first_line(first) if first is not None else None, notes=notes)
     if first is not None:
         section.side_by_side = side_by_side(first, _loader(a, first, first["call"], args.namespace), None, tokenizer)
     return section

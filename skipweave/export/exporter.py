@@ -10,7 +10,9 @@ the rest exported.
 Each row holds, in order: where the call sits (:data:`WHERE_COLUMNS`), the sample's index (``None`` for a result
 with no sample axis: one row per call), the per-sample fields of the result, ``prompt_text``/``response_text`` with a
 tokenizer (:mod:`skipweave.export.text`), then the fields of the call (``meta_info.*``, scalars). A recorded field
-whose name is taken by one of these is ``result.<name>``. :mod:`skipweave.export.samples` says where the samples are.
+whose name is taken by one of these is ``result.<name>``: the where columns first, then the call's fields keep
+their names, and a per-sample field named like one of them is the one renamed (a host type may rename it first, by
+where it sits: verl's ``non_tensor_batch.<name>``). :mod:`skipweave.export.samples` says where the samples are.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from skipweave.export.samples import split
 from skipweave.export.sinks import JsonlSink, ParquetSink, Rows, SchemaChanged, require_pyarrow, unify
 from skipweave.export.text import TEXT_COLUMNS, decode_texts
+from skipweave.export.values import text
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +228,7 @@ def call_rows(part: Any, call: int, recorded: Any, tokenizer: Any = None) -> Row
     """The rows of one recorded result (a view) of ``part`` (a :class:`~skipweave.store.scan.PartScan`)."""
     samples = split(recorded)
     count = samples.count if samples.count is not None else 1
-    where = (part.namespace, part.role, part.target, part.step, call, part.shard,
+    where = (text(part.namespace), text(part.role), text(part.target), part.step, call, text(part.shard),
              part.shard.startswith(VALIDATION_PREFIX))
     columns: list[tuple[str, bool, Any]] = [(n, False, v) for n, v in zip(WHERE_COLUMNS, where, strict=True)]
     columns.append((SAMPLE_COLUMN, samples.count is not None,
@@ -233,20 +236,22 @@ def call_rows(part: Any, call: int, recorded: Any, tokenizer: Any = None) -> Row
     taken = set(RESERVED)
 
     def name_of(name: str) -> str:
+        name = text(name)  # a recorded key may hold surrogates: the file's column names are UTF-8
         while name in taken:
             name = f"result.{name}"
         taken.add(name)
         return name
 
+    # the call's fields are named first: they keep their names (meta_info.k is the call's meta_info["k"]), and a
+    # per-sample field named like one is the one renamed
+    per_call = [(name_of(n), False, v) for n, v in samples.per_call.items()]
     if samples.count is None:  # one row: the call's fields are its columns
-        columns += [(name_of(n), False, v) for n, v in samples.per_call.items()]
-        return Rows(1, columns)
+        return Rows(1, columns + per_call)
     columns += [(name_of(n), True, v) for n, v in samples.columns.items()]
     if tokenizer is not None:
         texts = decode_texts(tokenizer, samples.columns, count)
         columns += [(n, True, texts[n]) for n in TEXT_COLUMNS if n in texts]
-    columns += [(name_of(n), False, v) for n, v in samples.per_call.items()]
-    return Rows(count, columns)
+    return Rows(count, columns + per_call)
 
 
 __all__ = ["FORMATS", "RESERVED", "SAMPLE_COLUMN", "WHERE_COLUMNS", "ExportReport", "Selection", "Skipped",

@@ -9,12 +9,14 @@ Parquet needs one schema for the file: the first call's. A later call missing a 
 a wider type is cast (an int column meeting floats); a call bringing a new column, or a type the schema cannot take,
 raises :class:`SchemaChanged`, and the exporter writes the file again with a schema unifying every call's
 (:func:`unify`). Arrow infers the types of non-numeric columns from their values; a column whose values have no
-common type (a mix of strings and lists) is written as JSON text.
+common type (a mix of strings and lists) or hold an int beyond int64 is written as JSON text (:func:`json_text`), in
+both sinks. JSONL writes non-finite floats as null (JSON has no ``NaN``); Parquet keeps them.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 from dataclasses import dataclass
@@ -96,21 +98,82 @@ class AtomicFile:
             pass
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""The ints a column holds as numbers; a value holding another (a Python int of more bits) makes its column JSON text,
+in both sinks (Arrow has no wider int; a JSON reader may hold none)."""
+
+_MIXED = "mixed"
+
+
+def _kind(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int" if INT64_MIN <= value <= INT64_MAX else _MIXED
+    if isinstance(value, float):
+        return "int"  # ints and floats share a column (as float)
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, dict):
+        return "dict"
+    return _MIXED
+
+
+def typed(values: list[Any]) -> bool:
+    """Whether plain values (:func:`~skipweave.export.values.plain`) share one type, as Arrow infers a column's: no
+    mix of bools, numbers, strings, lists and mappings (nulls aside), at any depth (a list's items, a mapping's field
+    across the values), and no int beyond int64. A column whose values do not is written as JSON text."""
+    kinds = {_kind(v) for v in values} - {None}
+    if len(kinds) > 1 or _MIXED in kinds:
+        return False
+    kind = kinds.pop() if kinds else None
+    if kind == "list":
+        return typed([x for v in values if v is not None for x in v])
+    if kind == "dict":
+        keys = dict.fromkeys(k for v in values if v is not None for k in v)
+        return all(typed([None if v is None else v.get(k) for v in values]) for k in keys)
+    return True
+
+
+def finite(value: Any) -> Any:
+    """A plain value with its non-finite floats (``nan``, ``inf``) as None: JSON has no such number."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, list):
+        return [finite(x) for x in value]
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    return value
+
+
+def json_text(value: Any) -> str | None:
+    """A plain value as JSON text (what a column of values of no common type holds); None stays None."""
+    return None if value is None else json.dumps(finite(value), ensure_ascii=False)
+
+
 class JsonlSink:
-    """One JSON object per row, one line each, keys in column order."""
+    """One JSON object per row, one line each, keys in column order: portable JSON (no ``NaN``/``Infinity``: non-finite
+    floats are null; a column of values of no common type, or holding an int beyond int64, is JSON text, as in
+    Parquet)."""
 
     def __init__(self, path: str) -> None:
         self.file = AtomicFile(path)
-        self._fh = open(self.file.temporary, "w", encoding="utf-8")  # noqa: SIM115 - closed by close/abort
+        # backslashreplace: every store string is escaped already (values.text); a surrogate that slipped by is
+        # escaped rather than failing the export
+        self._fh = open(self.file.temporary, "w", encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
 
     def write(self, rows: Rows) -> None:
         """Write one call's rows."""
-        values = [(name, rows_of(v, rows.count) if sample else None, None if sample else plain(v))
-                  for name, sample, v in rows.columns]
+        values = [(name, _jsonl_items(v, rows.count) if sample else None,
+                   None if sample else _jsonl_items([v], 1)[0]) for name, sample, v in rows.columns]
         lines = []
         for i in range(rows.count):
             doc = {name: (items[i] if items is not None else const) for name, items, const in values}
-            lines.append(json.dumps(doc, ensure_ascii=False))
+            lines.append(json.dumps(doc, ensure_ascii=False, allow_nan=False))
         if lines:
             self._fh.write("\n".join(lines) + "\n")
 
@@ -123,6 +186,20 @@ class JsonlSink:
         """Drop what was written; ``PATH`` is left as it was."""
         self._fh.close()
         self.file.discard()
+
+
+def _jsonl_items(value: Any, count: int) -> list[Any]:
+    """The ``count`` items of a per-sample value as JSONL writes them (see :class:`JsonlSink`)."""
+    array = numeric_array(value)
+    if array is not None:  # numbers of a dtype: typed; only floats may need nulls
+        items = array.tolist()
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            items = finite(items)
+        return list(items)
+    items = rows_of(value, count)
+    if not typed(items):
+        return [json_text(v) for v in items]
+    return [finite(v) for v in items]
 
 
 def arrow_column(pa: Any, value: Any, count: int, sample: bool) -> Any:
@@ -152,7 +229,7 @@ def _infer(pa: Any, values: list[Any]) -> Any:
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-        return pa.array([None if v is None else json.dumps(v) for v in values], type=pa.string())
+        return pa.array([json_text(v) for v in values], type=pa.string())
 
 
 class ParquetSink:
@@ -249,5 +326,5 @@ def unify(pa: Any, schemas: list[Any]) -> Any:
         raise SchemaChanged(f"the calls' columns have no common type: {exc}") from None
 
 
-__all__ = ["PARQUET_EXTRA", "AtomicFile", "JsonlSink", "ParquetSink", "PyarrowMissing", "Rows", "SchemaChanged",
-           "arrow_column", "require_pyarrow", "unify"]
+__all__ = ["INT64_MAX", "INT64_MIN", "PARQUET_EXTRA", "AtomicFile", "JsonlSink", "ParquetSink", "PyarrowMissing",
+           "Rows", "SchemaChanged", "arrow_column", "finite", "json_text", "require_pyarrow", "typed", "unify"]

@@ -16,8 +16,9 @@ Which ids are padding, by the masks beside them (the first that applies):
 3. none: every id is text (TRL's lists of ids carry no padding).
 
 Decoding keeps special tokens (an end-of-sequence token shows where the model stopped); only masked-out ids go.
-The tokenizer is loaded with ``transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)``: a local
-folder, never the hub.
+The tokenizer is loaded with ``transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True,
+trust_remote_code=False)``: a local folder, never the hub, and no code from the folder is ever run (a folder whose
+``tokenizer_config.json`` maps ``AutoTokenizer`` to a module of its own is refused, or loaded by its stock class).
 """
 
 from __future__ import annotations
@@ -54,8 +55,15 @@ def load_tokenizer(folder: str) -> Any:
     except ImportError as exc:
         raise TokenizerUnavailable(f"--tokenizer needs the 'transformers' package ({exc})") from None
     try:
-        return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        # never run code from the folder (an auto_map naming a module in it): a tokenizer is data; with the default
+        # (None) transformers asks on a terminal whether to run it
+        return AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a folder it cannot read
+        if "trust_remote_code" in str(exc):
+            raise TokenizerUnavailable(
+                f"--tokenizer {folder!r}: its tokenizer_config.json names a tokenizer class in code of its own "
+                "(auto_map), which skipweave never runs; pass a folder of a stock tokenizer (e.g. what "
+                "PreTrainedTokenizerFast.save_pretrained writes)") from None
         raise TokenizerUnavailable(f"--tokenizer {folder!r}: transformers cannot load a tokenizer from it "
                                    f"({type(exc).__name__}: {exc})") from None
 

@@ -3,8 +3,9 @@
 Tensors and numeric arrays become (nested) lists of numbers (``bfloat16`` and ``float16`` as Python floats); object
 arrays, lists, tuples and sets become lists of their items' plain values; mappings become dicts with string keys;
 numpy scalars their Python value; bytes their base64 text; enum members (views) ``Class.member``; other values (a
-``torch.dtype``, a complex number, a datetime) their ``str``. Non-finite floats stay ``nan``/``inf`` (JSONL writes
-them as Python's ``json`` does: ``NaN``, ``Infinity``).
+``torch.dtype``, a complex number, a datetime) their ``str``. Non-finite floats stay ``nan``/``inf`` (the JSONL sink
+writes them as null, :func:`skipweave.export.sinks.finite`). A string holding surrogates (the codec stores them, as
+``surrogatepass``: a valid recording) has them escaped as text (``\\udcff``, :func:`text`): UTF-8 cannot hold them.
 """
 
 from __future__ import annotations
@@ -17,28 +18,44 @@ import numpy as np
 import torch
 
 
+def text(value: str) -> str:
+    """``value`` with any surrogate code point escaped (``"\\udcff"``, as ``backslashreplace`` writes it), so UTF-8
+    (a JSONL line, an Arrow string, an HTML page) can hold it; any other string is returned as it is."""
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
 def plain(value: Any) -> Any:
     """``value`` as plain Python (see the module docstring)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if isinstance(value, str):
+        return text(value)
+    if value is None or isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, torch.Tensor):
         return _tensor_list(value)
     if isinstance(value, np.ndarray):
-        if value.dtype.kind in "biufU":  # numbers and text: tolist gives plain values already
+        if value.dtype.kind in "biuf":  # numbers: tolist gives plain values already
             return value.tolist()
+        if value.dtype.kind == "U":
+            return plain(value.tolist())
         items = value.tolist()  # objects, datetimes, bytes: each item made plain
         return plain(items) if value.ndim else plain(value.item())
     if isinstance(value, np.generic):
         return plain(value.item())
     if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
+        return {text(str(k)): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         return [plain(x) for x in value]
     if isinstance(value, (bytes, bytearray)):
         return base64.b64encode(bytes(value)).decode("ascii")
     if isinstance(value, torch.Size):
         return list(value)
-    return str(value)
+    return text(str(value))
 
 
 def _tensor_list(tensor: torch.Tensor) -> Any:
@@ -54,7 +71,7 @@ def rows_of(value: Any, count: int) -> list[Any]:
     """The ``count`` items of a per-sample value (its first axis) as plain values."""
     if isinstance(value, torch.Tensor):
         out = _tensor_list(value)
-    elif isinstance(value, np.ndarray) and value.dtype.kind in "biufU":
+    elif isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
         out = value.tolist()
     else:
         out = [plain(x) for x in value]
@@ -78,4 +95,4 @@ def numeric_array(value: Any) -> np.ndarray | None:
     return None
 
 
-__all__ = ["numeric_array", "plain", "rows_of"]
+__all__ = ["numeric_array", "plain", "rows_of", "text"]

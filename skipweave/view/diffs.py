@@ -77,6 +77,69 @@ def first_divergence(rows: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | N
     return min(diverged, key=lambda r: (int(r["step"]), int(r["call"]))) if diverged else None
 
 
+MAX_STEP = 2**63 - 1
+"""The largest step or call index a report line may name (an int64, as the store's are)."""
+
+
+def report_problem(line: Any) -> str | None:
+    """Why a verify report's line (parsed JSON) is not a well-formed record of a call, or None when it is: an object
+    of schema ``skipweave.verify.call/1`` whose ``role``, ``target``, ``shard`` and ``status`` are strings, whose
+    ``step`` and ``call`` are whole numbers from 0 to :data:`MAX_STEP` (not ``true``, ``"1"``, ``1.5`` or ``NaN``),
+    and whose ``namespace``, when there, is a string."""
+    from skipweave.verify.report import SCHEMA
+
+    if not isinstance(line, dict):
+        return f"not a JSON object but {type(line).__name__}"
+    if line.get("schema") != SCHEMA:
+        return f"schema {line.get('schema')!r}, not {SCHEMA}"
+    for key in ("role", "target", "shard", "status"):
+        if not isinstance(line.get(key), str):
+            return f"{key} {line.get(key)!r} is not a string" if key in line else f"no {key!r}"
+    if "namespace" in line and not isinstance(line["namespace"], str):
+        return f"namespace {line['namespace']!r} is not a string"
+    for key in ("step", "call"):
+        value = line.get(key)
+        if key not in line:
+            return f"no {key!r}"
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_STEP:
+            return f"{key} {value!r} is not a whole number from 0 to {MAX_STEP}"
+    return None
+
+
+def read_report(path: str) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
+    """The well-formed lines of a verify run's report (:func:`report_problem`) and the others, named.
+
+    Returns:
+        ``(lines, skipped)``: ``skipped`` holds ``(line number from 1, why)`` for each non-blank line that is not a
+        well-formed record (JSON that does not parse, a line of another schema, a field of the wrong type).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    import json
+
+    lines: list[dict[str, Any]] = []
+    skipped: list[tuple[int, str]] = []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for number, text in enumerate(fh, start=1):
+            if not text.strip():
+                continue
+            try:
+                line = json.loads(text)
+            except ValueError as exc:
+                skipped.append((number, f"not JSON ({exc})"))
+                continue
+            except RecursionError:
+                skipped.append((number, "not JSON (nested too deep)"))
+                continue
+            why = report_problem(line)
+            if why is None:
+                lines.append(line)
+            else:
+                skipped.append((number, why))
+    return lines, skipped
+
+
 @dataclass
 class Side:
     """One side of the first diverging sample: its ids around the first differing position."""
@@ -202,5 +265,5 @@ def side_by_side(row: Mapping[str, Any], load_a: Any, load_b: Any = None, tokeni
     return out
 
 
-__all__ = ["WINDOW", "DiffStep", "Side", "SideBySide", "diff_steps", "first_divergence", "is_validation",
-           "side_by_side", "value_at"]
+__all__ = ["MAX_STEP", "WINDOW", "DiffStep", "Side", "SideBySide", "diff_steps", "first_divergence", "is_validation",
+           "read_report", "report_problem", "side_by_side", "value_at"]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skipweave.export.sinks import AtomicFile
+from skipweave.export.values import text as escape_surrogates
 from skipweave.view.diffs import DiffStep, Side, SideBySide
 from skipweave.view.summary import MAX_CHARS, MAX_TOKENS, SampleView, StepRow, Summary
 
@@ -41,8 +42,9 @@ mark.first-diff{background:#fd4;outline:2px solid #b00}
 
 
 def e(value: Any) -> str:
-    """``value`` as text, HTML-escaped (quotes too: safe in an attribute as in an element)."""
-    return html.escape(str(value), quote=True)
+    """``value`` as text, HTML-escaped (quotes too: safe in an attribute as in an element), surrogates escaped
+    (:func:`skipweave.export.values.text`)."""
+    return html.escape(escape_surrogates(str(value)), quote=True)
 
 
 @dataclass
@@ -250,7 +252,8 @@ def write(page: Page, output: str) -> int:
     text = render(page)
     target = AtomicFile(output)
     try:
-        with open(target.temporary, "w", encoding="utf-8") as fh:
+        # backslashreplace: e() escapes surrogates in store strings; one that slipped by must not fail the page
+        with open(target.temporary, "w", encoding="utf-8", errors="backslashreplace") as fh:
             fh.write(text)
         target.commit()
     except BaseException:

@@ -334,3 +334,123 @@ def test_a_pickled_entry_is_refused_unless_allowed(tmp_path: Path, host: Any, ca
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["step"], r["ids"], r["day"]) for r in rows] == [
         (1, [1], "2026-12-01"), (1, [2], "2026-12-01"), (2, [2], "2026-12-02"), (2, [3], "2026-12-02")]
+
+
+def test_an_output_that_would_replace_an_input_or_a_non_regular_file_is_refused(
+        tmp_path: Path, host: Any, capsys: Any) -> None:
+    dump = tmp_path / "dump"
+    _rollout_store(dump, host, steps=(1,), write_buffer=0)
+    bundle = tmp_path / "x.zip"
+    assert cli(capsys, "pack", str(dump), "-o", str(bundle))[0] == 0
+    packed = bundle.read_bytes()
+    manifest = manifests(dump)[0]
+    kept = manifest.read_bytes()
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(precious)
+    (tmp_path / "via").symlink_to(dump)  # a symlinked folder: the real path is inside the store all the same
+    cases = [
+        (bundle, bundle, "is the input"),
+        (dump, manifest, "lies inside the input"),
+        (dump, dump / "rows.jsonl", "lies inside the input"),
+        (dump, tmp_path / "via" / "default" / "rows.jsonl", "lies inside the input"),
+        (dump, fifo, "not a regular file"),
+        (dump, link, "is a symlink"),
+    ]
+    for source, out, why in cases:
+        status, _, err = cli(capsys, "export", str(source), "-o", str(out), "--format", "jsonl")
+        assert status == 2 and why in err and str(out) in err and "nothing written" in err, (out, err)
+    assert bundle.read_bytes() == packed and manifest.read_bytes() == kept and precious.read_text() == "keep me"
+    assert not (dump / "rows.jsonl").exists() and not (dump / "default" / "rows.jsonl").exists()
+    assert fifo.is_fifo() and link.is_symlink()
+    assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
+    status, _, err = cli(capsys, "export", str(bundle), "-o", str(tmp_path / "rows.jsonl"))  # beside it: fine
+    assert status == 0, err
+
+
+def test_strings_holding_surrogates_are_written_escaped(tmp_path: Path, host: Any, capsys: Any) -> None:
+    dump = tmp_path / "dump"
+    record(dump, host, {"s": "surrogates"}, stepped("surrogates", (1,)), role="s", step=STEP_ARG)
+    status, _, err = cli(capsys, "export", str(dump), "-o", str(tmp_path / "rows.jsonl"))
+    assert status == 0, err
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["uid"] for r in rows] == ["\\udcff x", "ok"] and rows[0]["meta_info.tag"] == "\\udcfd"
+    assert [r["note\\udcfe"] for r in rows] == ["a", "b"]  # a key too: the column's name
+    status, _, err = cli(capsys, "export", str(dump), "-o", str(tmp_path / "rows.parquet"))
+    assert status == 0, err
+    df = pd.read_parquet(tmp_path / "rows.parquet")
+    assert df["uid"].to_list() == ["\\udcff x", "ok"] and df["note\\udcfe"].to_list() == ["a", "b"]
+    assert df["meta_info.tag"].to_list() == ["\\udcfd"] * 2
+
+
+def test_a_tokenizer_folder_asking_to_run_its_own_code_is_never_run(
+        tmp_path: Path, host: Any, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    dump, folder, marker = tmp_path / "dump", tmp_path / "tok", tmp_path / "ran"
+    _rollout_store(dump, host, steps=(1,))
+    _tokenizer(folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config.update(tokenizer_class="OwnTokenizer", auto_map={"AutoTokenizer": [None, "own_tok.OwnTokenizer"]})
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "own_tok.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\n"
+        "from transformers import PreTrainedTokenizerFast\n\n\n"
+        "class OwnTokenizer(PreTrainedTokenizerFast):\n    pass\n")
+    asked: list[str] = []
+
+    def yes(prompt: str = "") -> str:  # a person at a terminal answering transformers' question
+        asked.append(prompt)
+        return "y"
+
+    monkeypatch.setattr(builtins, "input", yes)
+    status, _, err = cli(capsys, "export", str(dump), "-o", str(tmp_path / "rows.jsonl"), "--tokenizer", str(folder))
+    assert not marker.exists() and not asked
+    assert status == 2 and "--tokenizer" in err and "never runs" in err and "trust_remote_code=True" not in err
+
+
+def test_jsonl_is_portable_json_and_both_sinks_agree_on_awkward_values(
+        tmp_path: Path, host: Any, capsys: Any) -> None:
+    dump = tmp_path / "dump"
+    record(dump, host, {"a": "awkward"}, stepped("awkward", (1,)), role="a", step=STEP_ARG)
+    assert cli(capsys, "export", str(dump), "-o", str(tmp_path / "rows.jsonl"))[0] == 0
+
+    def strict(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    rows = [json.loads(line, parse_constant=strict)
+            for line in (tmp_path / "rows.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["score"] for r in rows] == [None, 1.0, None]  # non-finite floats: null
+    assert rows[0]["nan"] is None
+    big = str(10**30)
+    assert [r["mixed"] for r in rows] == ["1", '"a"', "[2]"]  # no common type: JSON text
+    assert [r["big"] for r in rows] == [big, "1", "2"]  # an int beyond int64: the column is JSON text
+    assert [r["nested"] for r in rows] == ['{"a": 1}', '{"a": "x"}', None]
+    assert rows[0]["huge"] == str(10**30 + 1) and rows[0]["ids"] == [1]
+
+    assert cli(capsys, "export", str(dump), "-o", str(tmp_path / "rows.parquet"))[0] == 0
+    df = pd.read_parquet(tmp_path / "rows.parquet")
+    for column in ("mixed", "big", "nested", "huge"):
+        assert [None if pd.isna(x) else x for x in df[column]] == [r[column] for r in rows], column
+    assert np.isnan(df["score"][0]) and np.isinf(df["score"][2]) and np.isnan(df["nan"][0])  # Parquet keeps them
+
+
+def test_the_calls_fields_keep_their_names_and_a_colliding_sample_field_is_renamed(
+        tmp_path: Path, host: Any, capsys: Any) -> None:
+    dump = tmp_path / "dump"
+    record(dump, host, {"c": "colliding"}, stepped("colliding", (1,)), role="c", step=STEP_ARG)
+    record(dump, host, {"p": "colliding_plain"}, stepped("colliding_plain", (1,)), role="p", step=STEP_ARG)
+    for name in ("rows.jsonl", "rows.parquet"):
+        assert cli(capsys, "export", str(dump), "-o", str(tmp_path / name))[0] == 0
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text(encoding="utf-8").splitlines()]
+    c, p = [r for r in rows if r["role"] == "c"], [r for r in rows if r["role"] == "p"]
+    assert [r["meta_info.k"] for r in c] == ["the call's"] * 2
+    assert [r["non_tensor_batch.meta_info.k"] for r in c] == ["sample 0", "sample 1"]
+    assert "result.meta_info.k" not in c[0]
+    assert [r["a.b"] for r in p] == [1, 1] and [r["result.a.b"] for r in p] == [10, 11]
+    df = pd.read_parquet(tmp_path / "rows.parquet")
+    assert df[df.role == "c"]["meta_info.k"].to_list() == ["the call's"] * 2
+    assert df[df.role == "c"]["non_tensor_batch.meta_info.k"].to_list() == ["sample 0", "sample 1"]

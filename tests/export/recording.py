@@ -109,6 +109,34 @@ def scalar(step):
     return 1.5 * step
 
 
+def surrogates(step):
+    """Strings holding a lone surrogate (the codec stores them, as surrogatepass): a valid recording, in a value and
+    in a key, DataProto-shaped as verl's rollouts are."""
+    return Batch(batch={"responses": torch.tensor([[3, 2], [4, 2]]) + step},
+                 non_tensor_batch={"uid": np.array(["\\udcff x", "ok"], dtype=object),
+                                   "note\\udcfe": np.array(["a", "b"], dtype=object)},
+                 meta_info={"global_steps": step, "tag": "\\udcfd"})
+
+
+def awkward(step):
+    """Values JSON holds badly: non-finite floats, ints beyond int64, a column of values of no common type."""
+    return {"ids": [[1], [2], [3]], "score": [float("nan"), 1.0, float("inf")], "mixed": [1, "a", [2]],
+            "big": [10**30, 1, 2], "nested": [{"a": 1}, {"a": "x"}, None],
+            "huge": 10**30 + step, "nan": float("nan")}
+
+
+def colliding(step):
+    """Sample fields named like the call's columns: a non_tensor_batch column "meta_info.k" beside meta_info["k"]."""
+    return Batch(batch={"responses": torch.tensor([[3, 2], [4, 2]])},
+                 non_tensor_batch={"meta_info.k": np.array(["sample 0", "sample 1"], dtype=object)},
+                 meta_info={"global_steps": step, "k": "the call's"})
+
+
+def colliding_plain(step):
+    """A plain mapping's per-sample "a.b" beside its call field a = {"b": ...}."""
+    return {"a.b": [10, 11], "a": {"b": step}}
+
+
 def pickled(step):
     """What the codec stores only pickled (a datetime.date): recorded with allow_pickle."""
     import datetime

@@ -145,7 +145,7 @@ def test_nothing_is_written_when_the_page_cannot_be_built(made: st.Stores, tmp_p
     empty = tmp_path / "empty.jsonl"
     empty.write_text("not a report line\n")
     status, _, err = cli(capsys, "view", str(made.a), str(empty), "-o", str(out))
-    assert status == 2 and "holds no line of a verify run's report" in err
+    assert status == 2 and "holds no well-formed line of a verify run's report" in err
     assert out.read_text() == "earlier page"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".page")] == []
 
@@ -236,3 +236,80 @@ def test_a_result_the_page_cannot_summarize_is_named_and_the_rest_shown(
     assert status == 1 and "(unsummarized): ValueError: a reward of a shape no rule reads" in text
     page = out.read_text(encoding="utf-8")
     assert "2 entries skipped" in page and page.count('<tr class="train">') == 3
+
+
+def test_an_output_that_would_replace_an_input_or_a_non_regular_file_is_refused(
+        made: st.Stores, tmp_path: Path, capsys: Any) -> None:
+    import os
+    import shutil
+
+    dump = tmp_path / "a"
+    shutil.copytree(made.a, dump)
+    report = tmp_path / "report.jsonl"
+    shutil.copy(made.report, report)
+    kept = report.read_bytes()
+    manifest = sorted(p for p in dump.rglob("*.manifest.json"))[0]
+    before = manifest.read_bytes()
+    fifo = tmp_path / "fifo.html"
+    os.mkfifo(fifo)
+    link = tmp_path / "link.html"
+    link.symlink_to(report)
+    for argv, out, why in (
+            ([str(dump)], manifest, "lies inside the input"),
+            ([str(dump)], dump / "page.html", "lies inside the input"),
+            ([str(made.a), str(report)], report, "is the input"),
+            ([str(dump), str(made.a)], made.a / "page.html", "lies inside the input"),
+            ([str(dump)], fifo, "not a regular file"),
+            ([str(dump)], link, "is a symlink")):
+        status, _, err = cli(capsys, "view", *argv, "-o", str(out))
+        assert status == 2 and why in err and str(out) in err and "nothing written" in err, (out, err)
+    assert manifest.read_bytes() == before and report.read_bytes() == kept and fifo.is_fifo() and link.is_symlink()
+    assert not (dump / "page.html").exists() and not (made.a / "page.html").exists()
+
+
+def test_strings_holding_surrogates_are_shown_escaped(tmp_path: Path, capsys: Any) -> None:
+    from tests.export.recording import STEP_ARG, forget, host_module, record, stepped
+
+    host = host_module(tmp_path)
+    try:
+        record(tmp_path / "dump", host, {"s": "surrogates"}, stepped("surrogates", (1,)), role="s", step=STEP_ARG)
+    finally:
+        forget(host)
+    out = tmp_path / "page.html"
+    status, _, err = cli(capsys, "view", str(tmp_path / "dump"), "-o", str(out))
+    assert status == 0, err
+    page = out.read_text(encoding="utf-8")
+    assert "\\udcff x" in page and "note\\udcfe" in page
+
+
+def test_malformed_report_lines_are_skipped_and_named_and_a_bundle_is_a_store(
+        made: st.Stores, tmp_path: Path, capsys: Any) -> None:
+    import json
+
+    good = made.report.read_text(encoding="utf-8").splitlines()
+    record = json.loads(next(line for line in good if '"diverged"' in line))
+    bad = [{k: v for k, v in record.items() if k != "status"}, {**record, "step": [1]}, {**record, "status": {}},
+           {**record, "step": "1"}, {**record, "step": True}, {**record, "step": 1.5}]
+    report = tmp_path / "report.jsonl"
+    report.write_text("\n".join([*good, *(json.dumps(b) for b in bad), '{"step": NaN, "cut']) + "\n")
+    out = tmp_path / "page.html"
+    status, text, err = cli(capsys, "view", str(made.a), str(report), "-o", str(out))
+    assert status == 0, err
+    first = len(good) + 1
+    for number, why in ((first, "no 'status'"), (first + 1, "step [1]"), (first + 2, "status {}"),
+                        (first + 3, "step '1'"), (first + 4, "step True"), (first + 5, "step 1.5"),
+                        (first + 6, "not JSON")):
+        assert f"WARNING: line {number} of {report} skipped" in err and why in err, (number, why, err)
+    page = out.read_text(encoding="utf-8")
+    assert "identical 3, diverged 1" in page and f"line {first} of" in page  # the rest shown, the skipped named
+    only_bad = tmp_path / "bad.jsonl"
+    only_bad.write_text("\n".join(json.dumps(b) for b in bad) + "\n")
+    status, _, err = cli(capsys, "view", str(made.a), str(only_bad), "-o", str(out))
+    assert status == 2 and "holds no well-formed line" in err and "6 lines skipped as malformed" in err
+
+    bundle = tmp_path / "b.zip"
+    assert cli(capsys, "pack", str(made.b), "-o", str(bundle))[0] == 0
+    status, text, err = cli(capsys, "view", str(made.a), str(bundle), "-o", str(out))
+    assert status == 0, err
+    assert "first divergence: role rollout target gen step 2 call 0: diverged at batch.responses [1, 1]" in text
+    assert "identical 3, diverged 1" in out.read_text(encoding="utf-8")

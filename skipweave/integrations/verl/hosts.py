@@ -137,8 +137,9 @@ def dataproto_samples(view: Mapping[str, Any]) -> Samples | None:
     """The samples of a recorded DataProto-like object (its view, for ``skipweave export``): one per row of
     ``batch`` (its ``batch_size`` when it is a TensorDict, else its tensors' first axis) or, with no batch, of
     ``non_tensor_batch``; its ``batch`` and ``non_tensor_batch`` fields are the columns (a field of both: the
-    ``non_tensor_batch`` one is ``non_tensor_batch.<name>``), ``meta_info`` and recorded extra attributes the
-    call's. None when neither holds a row (an empty batch)."""
+    ``non_tensor_batch`` one is ``non_tensor_batch.<name>``; a field named as one of the call's columns, e.g.
+    ``meta_info.k``: ``batch.<name>`` or ``non_tensor_batch.<name>``), ``meta_info`` and recorded extra attributes
+    the call's, under their own names. None when neither holds a row (an empty batch)."""
     batch = view.get("batch")
     non_tensor = view.get("non_tensor_batch")
     batch = batch if isinstance(batch, Mapping) else {}
@@ -151,12 +152,27 @@ def dataproto_samples(view: Mapping[str, Any]) -> Samples | None:
         count = _leading(value)
     if count is None:
         return None
-    columns: dict[str, Any] = {str(k): v for k, v in batch.items()}
-    for k, v in non_tensor.items():
-        columns[f"non_tensor_batch.{k}" if str(k) in columns else str(k)] = v
     per_call = {"meta_info": view.get("meta_info")}
     per_call.update({str(k): v for k, v in view.items() if k not in DATAPROTO_ATTRS})
+    # the call's fields keep their names (meta_info.k is the call's meta_info["k"]): a sample field named like one
+    # is the one renamed, by where it sits
+    taken = {name for k, v in per_call.items() for name in _flat_names(k, v)}
+    columns: dict[str, Any] = {}
+    for k, v in batch.items():
+        columns[f"batch.{k}" if str(k) in taken else str(k)] = v
+    for k, v in non_tensor.items():
+        columns[f"non_tensor_batch.{k}" if str(k) in columns or str(k) in taken else str(k)] = v
     return Samples(count, columns, per_call)
+
+
+def _flat_names(name: str, value: Any) -> list[str]:
+    """The column names a field of the call is exported under (a mapping's keys joined with ``.``, at any depth), and
+    every prefix of them (a sample field named ``meta_info`` would read as the mapping itself)."""
+    names = [name]
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            names += _flat_names(f"{name}.{k}", v)
+    return names
 
 
 def _fingerprint(obj: Any) -> FingerprintParts:
