@@ -19,7 +19,7 @@ import dapo_host
 def weave(dump_dir: str) -> None:
     import skipweave
 
-    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": dump_dir,
+    skipweave.weave({"skip": {"rollout": {"enable": True, "dump_dir": dump_dir, "convention": "verl",
                                           "targets": {"gen": "dapo_host:Rollout.generate_sequences"}}}})
 
 

@@ -46,6 +46,7 @@ def plan(dump_dir: str) -> dict[str, Any]:
     """The skip config of this app: one role, one target per kind of worker."""
     return {"skip": {"rollout": {
         "enable": True,
+        "convention": "verl",  # the workers' batches carry their step in meta_info, as verl's do
         "action": "cache",
         "dump_dir": dump_dir,
         "namespace": "ray",
